@@ -1,0 +1,66 @@
+// Shared helpers for the ws1_cpu kernels: BF16 <-> FP32, ISA selection, argument checks.
+//
+// Invariance rules every kernel in this folder follows (DESIGN.md section 7b):
+//  * parallelism (at::parallel_for) only across independent outputs: rows, output tiles, heads;
+//    never across a reduction axis, so the thread count cannot change bits;
+//  * each reduction has one fixed order that depends only on the reduction length, never on the
+//    number of rows, the row's position, or the tile the row falls in;
+//  * every FMA is explicit (intrinsic or std::fma) and the build uses -ffp-contract=off, so the
+//    scalar, AVX2 and AVX-512 paths execute the same IEEE operations and give the same bits.
+#pragma once
+
+#include <torch/extension.h>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace ws1 {
+
+enum class Isa { scalar = 0, avx2 = 1, avx512 = 2 };
+
+// The ISA path to use: the best the CPU supports, or WS1_CPU_ISA if set (an unsupported request is
+// an error, never a silent downgrade).
+Isa active_isa();
+const char* isa_name(Isa isa);
+
+// FP32 -> BF16 with round-to-nearest-even; NaN stays NaN (quiet), Inf stays Inf.
+inline uint16_t f32_to_bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  uint32_t lsb = (u >> 16) & 1u;
+  u += 0x7fffu + lsb;
+  return static_cast<uint16_t>(u >> 16);
+}
+
+inline float bf16_bits_to_f32(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline const uint16_t* bf16_ptr(const at::Tensor& t) {
+  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
+}
+inline uint16_t* bf16_ptr_mut(at::Tensor& t) {
+  return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>());
+}
+
+// One-line argument checks; the message names the op and the argument.
+#define WS1_CHECK(cond, ...) TORCH_CHECK(cond, __VA_ARGS__)
+
+inline void check_cpu(const at::Tensor& t, const char* op, const char* name) {
+  WS1_CHECK(t.device().is_cpu(), op, ": ", name, " must be a CPU tensor, got ", t.device());
+}
+
+inline void check_dtype(const at::Tensor& t, at::ScalarType want, const char* op, const char* name) {
+  WS1_CHECK(t.scalar_type() == want, op, ": ", name, " must be ", c10::toString(want), ", got ",
+            c10::toString(t.scalar_type()));
+}
+
+inline void check_dim(const at::Tensor& t, int64_t dim, const char* op, const char* name) {
+  WS1_CHECK(t.dim() == dim, op, ": ", name, " must have rank ", dim, ", got shape ", t.sizes());
+}
+
+}  // namespace ws1

@@ -1,0 +1,33 @@
+"""Build the ws1_cpu torch extension (torch.ops.ws1_cpu.*).
+
+Every file in csrc/*.cpp registers its own ops with TORCH_LIBRARY_FRAGMENT(ws1_cpu, m), so one
+file per chain node. Numerics-critical flags:
+
+* ``-ffp-contract=off``: GCC contracts a*b+c into an FMA by default (``-ffp-contract=fast``), and it
+  may do so in one loop and not in its vectorized twin. Every FMA in these kernels is written
+  explicitly (intrinsics or std::fma), so the bits are the ones the source says on every ISA path.
+* no ``-ffast-math``: it licenses reassociation, which would change reduction orders.
+* ISA-specific code is compiled per function with ``__attribute__((target(...)))`` and chosen at
+  run time (see ws1_cpu.h), so one wheel serves AVX-512, AVX2 and plain x86-64 hosts.
+"""
+import glob
+import os
+
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+here = os.path.dirname(os.path.abspath(__file__))
+sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")))
+
+setup(
+    ext_modules=[
+        CppExtension(
+            name="ws1_kernels_cpu._C",
+            sources=sources,
+            include_dirs=[os.path.join(here, "csrc")],
+            extra_compile_args=["-O3", "-fopenmp", "-ffp-contract=off", "-fno-fast-math", "-std=c++17"],
+            extra_link_args=["-fopenmp"],
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+)
