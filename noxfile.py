@@ -1,0 +1,108 @@
+"""WS1 gates as nox sessions, one-to-one with C1–C11, profiles as positional arguments:
+
+    nox -s c1_contract                      # all profiles
+    nox -s c2_manifest -- cpu_bf16
+    nox -s tests                            # every package's tests (not the slow marker)
+
+Sessions run in the interpreter that runs nox (``venv_backend="none"``): torch is several GB and
+on GPU/NPU hosts it comes from the vendor stack (CUDA torch, torch_npu + CANN) that must not be
+reinstalled per session. On CPU hosts ``bash ci/setup_cpu.sh`` prepares ``.venv`` (pinned CPU
+torch + every package editable) and ``.venv/bin/nox`` runs these sessions in it.
+
+Exit codes: 0 every judged cell green; 1 a red cell or a broken contract; 2 the host lacks a
+requested profile's device (one line, no traceback).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "none"
+nox.options.sessions = ["c1_contract", "c2_manifest", "tests"]
+nox.options.error_on_missing_interpreters = True
+
+ROOT = Path(__file__).parent
+PY = sys.executable
+TEST_DIRS = [
+    "packages/ws1-accel/tests",
+    "packages/ws1-contract/tests",
+    "kernels-cpu/tests",
+    "packages/ws1-ops/tests",
+    "packages/ws1-kv/tests",
+    "packages/ws1-qwen3/tests",
+    "packages/ws1-matrix/tests",
+]
+
+
+def _require(session: nox.Session, *modules: str) -> None:
+    missing = []
+    for m in modules:
+        if subprocess.call([PY, "-c", f"import {m}"], stderr=subprocess.DEVNULL) != 0:
+            missing.append(m)
+    if missing:
+        session.error(
+            f"not installed in {PY}: {', '.join(missing)} — run `bash ci/setup_cpu.sh` and use .venv/bin/nox "
+            "(GPU/NPU hosts: ci/run_ws1_<family>_ci.sh)"
+        )
+
+
+def _gate(session: nox.Session, module: str, *args: str) -> None:
+    """Run a gate module; its exit code 2 (device absent) becomes nox's exit code 2."""
+    cmd = [PY, "-m", module, *args, *session.posargs]
+    session.log(" ".join(cmd[2:]))
+    rc = subprocess.call(cmd, cwd=ROOT)
+    if rc == 2:
+        session.log("exit 2: a requested profile's device is absent on this host (or bad arguments)")
+        sys.exit(2)
+    if rc != 0:
+        session.error(f"{module} {' '.join(args)}: red (exit {rc}); see the table above and evidence/")
+
+
+@nox.session
+def c1_contract(session: nox.Session) -> None:
+    """C1: the contract loads, validates, resolves; provenance validation rejects a wrong family."""
+    _require(session, "ws1_contract")
+    _gate(session, "ws1_contract", "c1")
+
+
+@nox.session
+def c2_manifest(session: nox.Session) -> None:
+    """C2: every required node declared per profile, cases cover op × tier, fixture hash matches."""
+    _require(session, "ws1_contract")
+    _gate(session, "ws1_contract", "c2")
+
+
+def _pytest(session: nox.Session, marker: str) -> None:
+    _require(session, "pytest", "ws1_accel", "ws1_contract")
+    dirs = [d for d in TEST_DIRS if (ROOT / d).is_dir()]
+    cmd = [PY, "-m", "pytest", "-q", "-m", marker, *dirs, *session.posargs]
+    session.log(" ".join(cmd[2:]))
+    rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    if rc == 5:
+        # Deliberate: a test run that collected nothing must never look like a pass.
+        session.error("pytest collected no tests (exit 5): treated as a failure")
+    if rc != 0:
+        session.error(f"pytest failed (exit {rc})")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Every package's tests except the `slow` marker (CI runs this)."""
+    _pytest(session, "not slow")
+
+
+@nox.session
+def tests_slow(session: nox.Session) -> None:
+    """The slow cases (8B shapes, long sweeps): not in CI's budget."""
+    _pytest(session, "slow")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the Python sources."""
+    session.run(PY, "-m", "ruff", "check", "noxfile.py", "packages", "kernels-cpu", "benchmarks", external=True)

@@ -1,0 +1,298 @@
+"""The numerical contract (C1): one JSON file, read only through :func:`load_contract`.
+
+Every gate asks :meth:`Contract.resolve` for its thresholds; none carries a private atol/rtol.
+Validation is strict and every error names the JSON path and the rule it broke, e.g.
+``judgments.forward_invariance.by_op_class.reduction.bfloat16.atol: an invariance threshold must be 0``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import attrs
+
+from . import locate
+from ._strict import canonical_json, read_json, structure
+from .errors import ContractError
+
+FAMILIES = ("cpu", "triton", "cuda", "ascend")
+FAMILY_DEVICE_TYPE = {"cpu": "cpu", "triton": "cuda", "cuda": "cuda", "ascend": "npu"}
+REQUIRED_PROFILES = {"cpu_bf16": "cpu", "triton_cuda_bf16": "triton", "cuda_bf16": "cuda", "ascend_bf16": "ascend"}
+OP_CLASSES = ("elementwise", "reduction", "attention", "logprob")
+JUDGMENTS = {
+    "forward_accuracy": "tolerance",
+    "gradient_accuracy": "tolerance",
+    "forward_invariance": "bitwise",
+    "gradient_invariance": "bitwise",
+}
+REPORT_KINDS = {
+    "accuracy": ("bf16_candidate", "fp32_reference"),
+    "invariance": ("transformed_config", "canonical_config"),
+    "train_infer_parity": ("training_style_teacher_forcing", "inference_style_rollout_decode"),
+}
+METRICS = ("max_abs_dlogp", "approx_kl0", "clipfrac0")
+DTYPE_ALIASES = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16", "half": "float16", "float": "float32"}
+
+
+@attrs.frozen
+class ProfileSpec:
+    backend_family: str
+    device_type: str
+    execution_dtype: str
+
+
+@attrs.frozen
+class DtypePolicy:
+    execution_dtype: str
+    accumulation_dtype: str
+    reference_dtype: str
+    output_dtype: str
+    logits_dtype: str
+    logprob_dtype: str
+    residual_stream_dtype: str
+    tf32: str
+    supported_dtypes: list[str]
+    optional_dtypes: list[str]
+    out_of_scope_dtypes: list[str]
+
+
+@attrs.frozen
+class Threshold:
+    atol: float
+    rtol: float
+
+
+@attrs.frozen
+class Judgment:
+    kind: str
+    by_op_class: dict[str, dict[str, Threshold]]
+
+
+@attrs.frozen
+class RolePair:
+    lhs: str
+    rhs: str
+
+
+@attrs.frozen
+class Roles:
+    allowed: list[str]
+    forbidden: list[str]
+    pairs: dict[str, RolePair]
+
+
+@attrs.frozen
+class Metric:
+    formula: str
+    thresholds: dict[str, float]
+
+
+@attrs.frozen
+class AggregateSpec:
+    dlogp: str
+    clip_interval: list[float]
+    metrics: dict[str, Metric]
+    bitwise_bar: list[str]
+
+
+@attrs.frozen
+class Contract:
+    schema: str
+    version: str
+    backend_private_tolerance_relaxation: bool
+    profiles: dict[str, ProfileSpec]
+    dtype_policy: DtypePolicy
+    op_classes: dict[str, list[str]]
+    judgments: dict[str, Judgment]
+    comparison_roles: Roles
+    aggregates: AggregateSpec
+    # not part of the JSON: where it was read from and its fingerprint
+    source: str = attrs.field(default="", kw_only=True)
+    fingerprint: str = attrs.field(default="", kw_only=True)
+
+    # ---- queries ------------------------------------------------------------------------
+    @property
+    def ops(self) -> list[str]:
+        return [op for cls in OP_CLASSES for op in self.op_classes[cls]]
+
+    def op_class(self, op: str) -> str:
+        for cls, ops in self.op_classes.items():
+            if op in ops:
+                return cls
+        raise ContractError("op_classes", f"unknown op {op!r}; expected one of {self.ops}")
+
+    def family(self, profile: str) -> str:
+        try:
+            return self.profiles[profile].backend_family
+        except KeyError:
+            raise ContractError("profiles", f"unknown profile {profile!r}; expected one of {sorted(self.profiles)}") from None
+
+    def dtype_name(self, dtype) -> str:
+        """'bfloat16' from torch.bfloat16, 'bf16' or 'bfloat16'; out-of-scope dtypes are an error."""
+        name = str(dtype).replace("torch.", "")
+        name = DTYPE_ALIASES.get(name, name)
+        if name in self.dtype_policy.out_of_scope_dtypes:
+            raise ContractError("dtype_policy.out_of_scope_dtypes", f"dtype {name} is out of scope for WS1")
+        if name not in self.dtype_policy.supported_dtypes:
+            raise ContractError(
+                "dtype_policy.supported_dtypes",
+                f"unknown dtype {name!r}; expected one of {self.dtype_policy.supported_dtypes}",
+            )
+        return name
+
+    def resolve(self, judgment: str, op: str, dtype) -> Threshold:
+        """The (atol, rtol) a judgment of ``op`` at ``dtype`` must meet."""
+        if judgment not in self.judgments:
+            raise ContractError("judgments", f"unknown judgment {judgment!r}; expected one of {sorted(self.judgments)}")
+        cls = self.op_class(op)
+        return self.judgments[judgment].by_op_class[cls][self.dtype_name(dtype)]
+
+    def is_bitwise(self, judgment: str) -> bool:
+        if judgment not in self.judgments:
+            raise ContractError("judgments", f"unknown judgment {judgment!r}; expected one of {sorted(self.judgments)}")
+        return self.judgments[judgment].kind == "bitwise"
+
+    def aggregate_thresholds(self, dtype) -> dict[str, float]:
+        name = self.dtype_name(dtype)
+        return {m: self.aggregates.metrics[m].thresholds[name] for m in METRICS}
+
+    @property
+    def clip_interval(self) -> tuple[float, float]:
+        lo, hi = self.aggregates.clip_interval
+        return lo, hi
+
+    def validate_role_pair(self, kind: str, lhs: str, rhs: str) -> None:
+        """Raise unless (lhs, rhs) is exactly the contract's pair for this report kind."""
+        roles = self.comparison_roles
+        for side, role in (("lhs", lhs), ("rhs", rhs)):
+            if role in roles.forbidden:
+                raise ContractError("comparison_roles.forbidden", f"role {role!r} may not be a comparison side ({side})")
+            if role not in roles.allowed:
+                raise ContractError("comparison_roles.allowed", f"unknown role {role!r} ({side})")
+        if kind not in roles.pairs:
+            raise ContractError("comparison_roles.pairs", f"unknown report kind {kind!r}; expected one of {sorted(roles.pairs)}")
+        want = roles.pairs[kind]
+        if (lhs, rhs) == (want.rhs, want.lhs):
+            raise ContractError(f"comparison_roles.pairs.{kind}", f"reversed role pair: lhs must be {want.lhs!r}, rhs {want.rhs!r}")
+        if (lhs, rhs) != (want.lhs, want.rhs):
+            raise ContractError(
+                f"comparison_roles.pairs.{kind}", f"role pair ({lhs!r}, {rhs!r}) is not ({want.lhs!r}, {want.rhs!r})"
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# validation: structure (cattrs, strict) then the semantic rules below
+# --------------------------------------------------------------------------------------------
+
+
+def _check(cond: bool, path: str, rule: str) -> None:
+    if not cond:
+        raise ContractError(path, rule)
+
+
+def _same_keys(got, want, path: str, what: str) -> None:
+    missing = [k for k in want if k not in got]
+    extra = [k for k in got if k not in want]
+    _check(not missing, path, f"missing {what} {missing}")
+    _check(not extra, path, f"unknown {what} {extra}")
+
+
+def validate(c: Contract) -> None:
+    _check(c.schema == "ws1-tolerance-contract", "schema", f"expected 'ws1-tolerance-contract', got {c.schema!r}")
+    _check(c.version != "", "version", "must not be empty")
+    _check(
+        c.backend_private_tolerance_relaxation is False,
+        "backend_private_tolerance_relaxation",
+        "must be false: every profile is judged by the same thresholds",
+    )
+    # profiles
+    for name in REQUIRED_PROFILES:
+        _check(name in c.profiles, "profiles", f"required profile {name!r} is missing")
+    for name, p in c.profiles.items():
+        path = f"profiles.{name}"
+        _check(p.backend_family in FAMILIES, f"{path}.backend_family", f"unknown family {p.backend_family!r}; expected one of {list(FAMILIES)}")
+        if name in REQUIRED_PROFILES:
+            _check(p.backend_family == REQUIRED_PROFILES[name], f"{path}.backend_family",
+                   f"{name} must be family {REQUIRED_PROFILES[name]!r}, got {p.backend_family!r}")
+        _check(p.device_type == FAMILY_DEVICE_TYPE[p.backend_family], f"{path}.device_type",
+               f"family {p.backend_family} runs on {FAMILY_DEVICE_TYPE[p.backend_family]!r}, got {p.device_type!r}")
+    # dtype policy
+    d = c.dtype_policy
+    for field, want in (("execution_dtype", "bfloat16"), ("accumulation_dtype", "float32"), ("reference_dtype", "float32"),
+                        ("output_dtype", "execution"), ("logits_dtype", "float32"), ("logprob_dtype", "float32"),
+                        ("residual_stream_dtype", "float32"), ("tf32", "disabled")):
+        _check(getattr(d, field) == want, f"dtype_policy.{field}", f"must be {want!r}, got {getattr(d, field)!r}")
+    _check({"float32", "bfloat16"} <= set(d.supported_dtypes), "dtype_policy.supported_dtypes", "must include float32 and bfloat16")
+    _check(not set(d.out_of_scope_dtypes) & set(d.supported_dtypes), "dtype_policy.out_of_scope_dtypes",
+           "a dtype cannot be both supported and out of scope")
+    for name, p in c.profiles.items():
+        _check(p.execution_dtype in d.supported_dtypes, f"profiles.{name}.execution_dtype", f"unsupported dtype {p.execution_dtype!r}")
+    # op classes
+    _same_keys(c.op_classes, OP_CLASSES, "op_classes", "op class(es)")
+    seen: dict[str, str] = {}
+    for cls, ops in c.op_classes.items():
+        _check(len(ops) > 0, f"op_classes.{cls}", "an op class must list at least one op")
+        for i, op in enumerate(ops):
+            _check(op not in seen, f"op_classes.{cls}[{i}]", f"op {op!r} is already in class {seen.get(op)!r}")
+            seen[op] = cls
+    # judgments
+    _same_keys(c.judgments, JUDGMENTS, "judgments", "judgment(s)")
+    for jname, j in c.judgments.items():
+        path = f"judgments.{jname}"
+        _check(j.kind == JUDGMENTS[jname], f"{path}.kind", f"must be {JUDGMENTS[jname]!r}, got {j.kind!r}")
+        _same_keys(j.by_op_class, OP_CLASSES, f"{path}.by_op_class", "op class(es)")
+        for cls, by_dtype in j.by_op_class.items():
+            _same_keys(by_dtype, d.supported_dtypes, f"{path}.by_op_class.{cls}", "dtype(s)")
+            for dt, th in by_dtype.items():
+                for field in ("atol", "rtol"):
+                    v = getattr(th, field)
+                    fpath = f"{path}.by_op_class.{cls}.{dt}.{field}"
+                    _check(math.isfinite(v) and v >= 0, fpath, f"must be a finite number >= 0, got {v}")
+                    if j.kind == "bitwise":
+                        _check(v == 0, fpath, "an invariance threshold must be 0")
+    # roles
+    r = c.comparison_roles
+    both = set(r.allowed) & set(r.forbidden)
+    _check(not both, "comparison_roles", f"roles both allowed and forbidden: {sorted(both)}")
+    for must in ("baseline", "singleton_aggregate"):
+        _check(must in r.forbidden, "comparison_roles.forbidden", f"{must!r} must be forbidden")
+    _same_keys(r.pairs, REPORT_KINDS, "comparison_roles.pairs", "report kind(s)")
+    for kind, pair in r.pairs.items():
+        path = f"comparison_roles.pairs.{kind}"
+        for side in ("lhs", "rhs"):
+            role = getattr(pair, side)
+            _check(role not in r.forbidden, f"{path}.{side}", f"forbidden role {role!r} used as a comparison side")
+            _check(role in r.allowed, f"{path}.{side}", f"role {role!r} is not in comparison_roles.allowed")
+        want = REPORT_KINDS[kind]
+        _check((pair.lhs, pair.rhs) != (want[1], want[0]), path, f"reversed role pair: lhs must be {want[0]!r}, rhs {want[1]!r}")
+        _check((pair.lhs, pair.rhs) == want, path, f"must be lhs {want[0]!r}, rhs {want[1]!r}")
+    # aggregates
+    a = c.aggregates
+    _same_keys(a.metrics, METRICS, "aggregates.metrics", "metric(s)")
+    _check(len(a.clip_interval) == 2 and a.clip_interval[0] < 1.0 < a.clip_interval[1], "aggregates.clip_interval",
+           f"must be [lo, hi] with lo < 1 < hi, got {a.clip_interval}")
+    for m, spec in a.metrics.items():
+        _same_keys(spec.thresholds, d.supported_dtypes, f"aggregates.metrics.{m}.thresholds", "dtype(s)")
+        for dt, v in spec.thresholds.items():
+            _check(math.isfinite(v) and v >= 0, f"aggregates.metrics.{m}.thresholds.{dt}", f"must be a finite number >= 0, got {v}")
+
+
+def fingerprint_of(data) -> str:
+    """sha256 of the JSON with sorted keys and compact separators."""
+    return hashlib.sha256(canonical_json(data)).hexdigest()
+
+
+def contract_from_dict(data, source: str = "<dict>") -> Contract:
+    if not isinstance(data, dict):
+        raise ContractError("$", f"the contract must be a JSON object, got {type(data).__name__}")
+    c = structure(data, Contract)
+    validate(c)
+    return attrs.evolve(c, source=source, fingerprint=fingerprint_of(data))
+
+
+def load_contract(path: str | Path | None = None) -> Contract:
+    """Read, structure and validate the contract (default: the repository's contracts/)."""
+    p = Path(path) if path is not None else locate.contract_path()
+    return contract_from_dict(read_json(p), source=str(p))

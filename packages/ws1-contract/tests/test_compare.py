@@ -1,0 +1,99 @@
+"""Comparators: raw bits, tolerance, aggregates — each shown to fail where it must."""
+
+import math
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ws1_contract import aggregates, bitwise, within_tolerance
+
+
+def test_bitwise_equal_and_different():
+    a = torch.randn(4, 5).to(torch.bfloat16)
+    assert bitwise(a, a.clone()).passed
+    b = a.clone()
+    b[2, 3] = b[2, 3] + 1
+    r = bitwise(a, b, "x")
+    assert not r.passed and r.n_diff == 1 and r.first_diff["index"] == [2, 3]
+    assert "1 of 20 elements differ" in r.detail and "first at [2, 3]" in r.detail
+
+
+def test_signed_zero_differs():
+    r = bitwise(torch.tensor([0.0]), torch.tensor([-0.0]))
+    assert not r.passed and r.n_diff == 1
+
+
+def test_one_ulp_differs_fp32():
+    a = torch.tensor([1.0], dtype=torch.float32)
+    b = torch.nextafter(a, torch.tensor([2.0]))
+    assert not bitwise(a, b).passed
+
+
+def test_nan_is_hard_failure_even_when_bits_match():
+    a = torch.tensor([1.0, float("nan")])
+    r = bitwise(a, a.clone())
+    assert not r.passed and "non-finite" in r.detail
+
+
+def test_inf_is_hard_failure():
+    a = torch.tensor([float("inf")])
+    assert not bitwise(a, a.clone()).passed
+
+
+def test_shape_and_dtype_mismatch():
+    assert "shape mismatch" in bitwise(torch.zeros(2), torch.zeros(3)).detail
+    assert "dtype mismatch" in bitwise(torch.zeros(2), torch.zeros(2, dtype=torch.bfloat16)).detail
+
+
+def test_empty_is_not_a_pass():
+    assert not bitwise(torch.zeros(0), torch.zeros(0)).passed
+
+
+def test_integer_tensors():
+    assert bitwise(torch.arange(5), torch.arange(5)).passed
+    assert not bitwise(torch.arange(5), torch.arange(5) + 1).passed
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False, width=32), min_size=1, max_size=64))
+def test_bitwise_matches_raw_bytes(values):
+    a = torch.tensor(values, dtype=torch.float32)
+    b = a.clone()
+    assert bitwise(a, b).passed
+    b[0] = -b[0] if b[0] != 0 else (-0.0 if math.copysign(1, float(b[0])) > 0 else 0.0)
+    assert bitwise(a, b).passed == (a.numpy().tobytes() == b.numpy().tobytes())
+
+
+def test_within_tolerance():
+    ref = torch.tensor([1.0, 2.0, -3.0])
+    assert within_tolerance(ref + 1e-3, ref, 1e-2, 0).passed
+    r = within_tolerance(ref + torch.tensor([0, 0, 0.5]), ref, 1e-2, 1e-2)
+    assert not r.passed and r.first_diff["index"] == [2] and r.max_abs == 0.5
+    assert within_tolerance(ref * 1.01, ref, 0, 0.011).passed
+    assert not within_tolerance(torch.tensor([float("nan")]), torch.tensor([1.0]), 1, 1).passed
+    assert not within_tolerance(torch.zeros(2), torch.zeros(3), 1, 1).passed
+
+
+def test_aggregates():
+    lhs = torch.tensor([-1.0, -2.0, -3.0, -4.0])
+    active = torch.tensor([True, True, False, True])
+    r = aggregates(lhs, lhs.clone(), active, {"max_abs_dlogp": 0.06, "approx_kl0": 0.05, "clipfrac0": 0})
+    assert r.passed and r.bitwise_equal and r.tokens_different == 0 and r.n_active == 3
+    rhs = lhs.clone()
+    rhs[2] += 5  # inactive: ignored
+    assert aggregates(lhs, rhs, active).bitwise_equal
+    rhs[0] += 0.01
+    r = aggregates(lhs, rhs, active, {"max_abs_dlogp": 0.06, "approx_kl0": 0.05, "clipfrac0": 0})
+    assert r.passed and not r.bitwise_equal and r.tokens_different == 1
+    assert abs(r.max_abs_dlogp - 0.01) < 1e-6
+    rhs[1] += 0.5  # exp(-0.5) = 0.61 is outside [0.8, 1.2]
+    r = aggregates(lhs, rhs, active, {"max_abs_dlogp": 0.06, "approx_kl0": 0.05, "clipfrac0": 0})
+    assert not r.passed and r.clipfrac0 > 0 and "FAIL" in r.detail
+
+
+def test_aggregates_empty_and_nonfinite_fail():
+    x = torch.tensor([-1.0])
+    assert not aggregates(x, x, torch.tensor([False])).passed
+    y = torch.tensor([float("nan")])
+    assert not aggregates(y, y).passed

@@ -1,0 +1,186 @@
+"""C1: the contract loads and resolves; every malformed copy is rejected with its JSON path."""
+
+import json
+
+import pytest
+import torch
+
+from ws1_contract import ContractError, load_contract
+from ws1_contract.contract import contract_from_dict, fingerprint_of
+
+
+def test_loads_and_resolves():
+    c = load_contract()
+    assert sorted(c.profiles) == ["ascend_bf16", "cpu_bf16", "cuda_bf16", "triton_cuda_bf16"]
+    assert c.family("ascend_bf16") == "ascend"
+    th = c.resolve("forward_accuracy", "det_gemm", torch.bfloat16)
+    assert (th.atol, th.rtol) == (5e-2, 2e-2)
+    assert c.resolve("gradient_accuracy", "lm_head", "bf16").atol == 1e-1
+    assert c.resolve("gradient_accuracy", "logprob", "bfloat16").atol == 5e-2
+    assert c.resolve("forward_accuracy", "silu", "float32").atol == 1e-5
+    assert c.resolve("forward_invariance", "attention", "bfloat16").atol == 0
+    assert c.is_bitwise("gradient_invariance") and not c.is_bitwise("forward_accuracy")
+    assert c.aggregate_thresholds("bfloat16") == {"max_abs_dlogp": 0.06, "approx_kl0": 0.05, "clipfrac0": 0}
+    assert c.clip_interval == (0.8, 1.2)
+    assert len(c.ops) == 12
+
+
+def test_fingerprint_is_sorted_compact_sha256(raw_contract):
+    import hashlib
+
+    c = load_contract()
+    want = hashlib.sha256(json.dumps(raw_contract, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert c.fingerprint == want == fingerprint_of(raw_contract)
+
+
+@pytest.mark.parametrize(
+    "query, match",
+    [
+        (("forward_speed", "det_gemm", "bfloat16"), r"^judgments: unknown judgment 'forward_speed'"),
+        (("forward_accuracy", "softmax", "bfloat16"), r"^op_classes: unknown op 'softmax'"),
+        (("forward_accuracy", "det_gemm", "int8"), r"^dtype_policy.supported_dtypes: unknown dtype 'int8'"),
+        (("forward_accuracy", "det_gemm", torch.float8_e4m3fn), r"out of scope"),
+    ],
+)
+def test_resolve_bad_queries(query, match):
+    with pytest.raises(ContractError, match=match):
+        load_contract().resolve(*query)
+
+
+def test_unknown_profile():
+    with pytest.raises(ContractError, match=r"^profiles: unknown profile 'tpu_bf16'"):
+        load_contract().family("tpu_bf16")
+
+
+def _expect(data, path, rule):
+    with pytest.raises(ContractError) as ei:
+        contract_from_dict(data)
+    assert ei.value.path == path, str(ei.value)
+    assert rule in ei.value.rule, str(ei.value)
+
+
+def test_missing_key(contract_data):
+    del contract_data["judgments"]["forward_accuracy"]["by_op_class"]["reduction"]["bfloat16"]["rtol"]
+    _expect(contract_data, "judgments.forward_accuracy.by_op_class.reduction.bfloat16.rtol", "required field missing")
+
+
+def test_wrong_type(contract_data):
+    contract_data["judgments"]["forward_accuracy"]["by_op_class"]["logprob"]["bfloat16"]["atol"] = "0.06"
+    _expect(contract_data, "judgments.forward_accuracy.by_op_class.logprob.bfloat16.atol", "expected a number, got str")
+
+
+def test_bool_is_not_a_number(contract_data):
+    contract_data["judgments"]["forward_accuracy"]["by_op_class"]["logprob"]["bfloat16"]["rtol"] = False
+    _expect(contract_data, "judgments.forward_accuracy.by_op_class.logprob.bfloat16.rtol", "expected a number, got bool")
+
+
+def test_unknown_key(contract_data):
+    contract_data["profiles"]["cpu_bf16"]["fallback"] = "cuda"
+    _expect(contract_data, "profiles.cpu_bf16", "extra fields found (fallback)")
+
+
+def test_nonzero_invariance_threshold(contract_data):
+    contract_data["judgments"]["forward_invariance"]["by_op_class"]["reduction"]["bfloat16"]["atol"] = 1e-7
+    _expect(contract_data, "judgments.forward_invariance.by_op_class.reduction.bfloat16.atol", "an invariance threshold must be 0")
+
+
+def test_unknown_profile_family(contract_data):
+    contract_data["profiles"]["cpu_bf16"]["backend_family"] = "tpu"
+    _expect(contract_data, "profiles.cpu_bf16.backend_family", "unknown family 'tpu'")
+
+
+def test_wrong_family_for_required_profile(contract_data):
+    contract_data["profiles"]["ascend_bf16"]["backend_family"] = "cuda"
+    contract_data["profiles"]["ascend_bf16"]["device_type"] = "cuda"
+    _expect(contract_data, "profiles.ascend_bf16.backend_family", "must be family 'ascend'")
+
+
+def test_missing_profile(contract_data):
+    del contract_data["profiles"]["triton_cuda_bf16"]
+    _expect(contract_data, "profiles", "required profile 'triton_cuda_bf16' is missing")
+
+
+def test_unknown_op_class(contract_data):
+    contract_data["op_classes"]["softmaxes"] = ["softmax"]
+    _expect(contract_data, "op_classes", "unknown op class(es) ['softmaxes']")
+
+
+def test_op_in_two_classes(contract_data):
+    contract_data["op_classes"]["reduction"].append("rope")
+    _expect(contract_data, "op_classes.reduction[4]", "already in class 'elementwise'")
+
+
+def test_unknown_judgment(contract_data):
+    contract_data["judgments"]["speed"] = contract_data["judgments"]["forward_accuracy"]
+    _expect(contract_data, "judgments", "unknown judgment(s) ['speed']")
+
+
+def test_unknown_dtype_row(contract_data):
+    contract_data["judgments"]["forward_accuracy"]["by_op_class"]["reduction"]["int4"] = {"atol": 1, "rtol": 1}
+    _expect(contract_data, "judgments.forward_accuracy.by_op_class.reduction", "unknown dtype(s) ['int4']")
+
+
+def test_negative_threshold(contract_data):
+    contract_data["judgments"]["gradient_accuracy"]["by_op_class"]["attention"]["float32"]["atol"] = -1
+    _expect(contract_data, "judgments.gradient_accuracy.by_op_class.attention.float32.atol", "finite number >= 0")
+
+
+def test_private_relaxation(contract_data):
+    contract_data["backend_private_tolerance_relaxation"] = True
+    _expect(contract_data, "backend_private_tolerance_relaxation", "must be false")
+
+
+def test_tf32_must_be_disabled(contract_data):
+    contract_data["dtype_policy"]["tf32"] = "allowed"
+    _expect(contract_data, "dtype_policy.tf32", "must be 'disabled'")
+
+
+def test_forbidden_role_as_pair_side(contract_data):
+    contract_data["comparison_roles"]["pairs"]["invariance"]["rhs"] = "baseline"
+    _expect(contract_data, "comparison_roles.pairs.invariance.rhs", "forbidden role 'baseline'")
+
+
+def test_reversed_role_pair(contract_data):
+    contract_data["comparison_roles"]["pairs"]["train_infer_parity"] = {
+        "lhs": "inference_style_rollout_decode", "rhs": "training_style_teacher_forcing"}
+    _expect(contract_data, "comparison_roles.pairs.train_infer_parity", "reversed role pair")
+
+
+def test_forbidden_roles_must_stay_forbidden(contract_data):
+    contract_data["comparison_roles"]["forbidden"] = ["baseline"]
+    _expect(contract_data, "comparison_roles.forbidden", "'singleton_aggregate' must be forbidden")
+
+
+def test_clip_interval(contract_data):
+    contract_data["aggregates"]["clip_interval"] = [1.1, 1.2]
+    _expect(contract_data, "aggregates.clip_interval", "lo < 1 < hi")
+
+
+def test_not_an_object():
+    with pytest.raises(ContractError, match=r"^\$: the contract must be a JSON object"):
+        contract_from_dict([1, 2])
+
+
+def test_non_json_file(tmp_path):
+    p = tmp_path / "tolerance_contract.json"
+    p.write_text("{ this is not json")
+    with pytest.raises(ContractError, match=r"^\$: .*tolerance_contract.json: not JSON"):
+        load_contract(p)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ContractError, match="file not found"):
+        load_contract(tmp_path / "nope.json")
+
+
+def test_role_pair_validation():
+    c = load_contract()
+    c.validate_role_pair("accuracy", "bf16_candidate", "fp32_reference")
+    with pytest.raises(ContractError, match="reversed role pair"):
+        c.validate_role_pair("accuracy", "fp32_reference", "bf16_candidate")
+    with pytest.raises(ContractError, match="may not be a comparison side"):
+        c.validate_role_pair("invariance", "singleton_aggregate", "canonical_config")
+    with pytest.raises(ContractError, match="unknown role"):
+        c.validate_role_pair("invariance", "my_config", "canonical_config")
+    with pytest.raises(ContractError, match="is not"):
+        c.validate_role_pair("invariance", "bf16_candidate", "canonical_config")
