@@ -1,0 +1,61 @@
+"""cpu family: the C++ kernels of ws1-kernels-cpu (torch.ops.ws1_cpu.*).
+
+Importing this module imports ws1_kernels_cpu; if that package is missing the import fails and
+the registry refuses the cpu_bf16 profile with the reason (no fallback).
+"""
+
+from __future__ import annotations
+
+import torch
+
+import ws1_kernels_cpu  # noqa: F401  registers torch.ops.ws1_cpu
+
+from ..registry import Kernel, register
+
+FAMILY = "cpu"
+K = torch.ops.ws1_cpu
+
+
+def _gemm_bwd(dy, x, w, perm):
+    # dx[m, k] = sum_n dy[m, n] w[n, k]: per row, the same serial-FMA GEMM (b = w.T as a strided view)
+    dx = K.gemm(dy, w.t(), True)
+    # dw[n, k] = sum_m dy[m, n] x[m, k] over rows in canonical order (padding dropped)
+    dyp, xp = dy.index_select(0, perm), x.index_select(0, perm)
+    dw = K.gemm(dyp.t(), xp.t(), True)
+    return dx, dw
+
+
+def _op(name):
+    """torch.ops.ws1_cpu.<name>, or None when this build of the kernel package lacks it (the node
+    then has no cpu kernel: missing_required, red — never served by another family)."""
+    return getattr(K, name) if hasattr(K, name) else None
+
+
+def _rope_fwd(x, pos, theta):
+    return K.rope(x, pos, theta, False)
+
+
+def _rope_bwd(dy, pos, theta):
+    return K.rope(dy.float(), pos, theta, True)  # the inverse rotation, FP32 out
+
+
+_TABLE = {
+    # node: (forward, backward, the raw ops both need)
+    "embedding": (_op("embedding"), _op("embedding_bwd"), ("embedding", "embedding_bwd")),
+    "rms_norm": (_op("rms_norm"), _op("rms_norm_bwd"), ("rms_norm", "rms_norm_bwd")),
+    "qk_norm": (_op("qk_norm"), _op("qk_norm_bwd"), ("qk_norm", "qk_norm_bwd")),
+    "det_gemm": (_op("det_gemm"), _gemm_bwd, ("det_gemm", "gemm")),
+    "lm_head": (_op("lm_head"), _gemm_bwd, ("lm_head", "gemm")),
+    "rope": (_rope_fwd, _rope_bwd, ("rope",)),
+    "attention": (_op("attention"), _op("attention_bwd"), ("attention", "attention_bwd")),
+    "swiglu": (_op("swiglu"), _op("swiglu_bwd"), ("swiglu", "swiglu_bwd")),
+    "silu": (_op("silu"), _op("silu_bwd"), ("silu", "silu_bwd")),
+    "logprob": (_op("logprob"), _op("logprob_bwd"), ("logprob", "logprob_bwd")),
+    "batch_invariant_logp": (_op("batch_invariant_logp"), _op("batch_invariant_logp_bwd"),
+                             ("batch_invariant_logp", "batch_invariant_logp_bwd")),
+}
+MISSING = {node: [r for r in raw if not hasattr(K, r)] for node, (_, _, raw) in _TABLE.items()}
+
+for node, (fwd, bwd, raw) in _TABLE.items():
+    if not MISSING[node]:
+        register(Kernel(op=node, family=FAMILY, kernel_id=f"ws1_cpu::{node}", fwd=fwd, bwd=bwd))

@@ -1,0 +1,111 @@
+"""torch_default: plain PyTorch default ops for every node — the gates' negative control.
+
+Not a profile, never chosen by one (only ``use_candidate("torch_default")`` reaches it). It runs
+the same dtypes (BF16 execution) through torch's own kernels — ``F.linear``, SDPA, ``log_softmax``
+— whose reduction orders follow the batch shape; its weight gradients are ``dy.T @ x`` over the
+rows in batch order. (The op wrappers still hand it embedding/norm rows in canonical order.) A
+gate run on it must come out red; if it came out green, the gate could not tell invariant kernels
+from ordinary ones.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .. import reference
+from ..registry import Kernel, register
+
+FAMILY = "torch_default"
+BF16 = torch.bfloat16
+
+
+def _vjp(fn, inputs, grad):
+    """Backward by re-running the forward under autograd (plain torch, batch order)."""
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_(t.is_floating_point()) for t in inputs]
+        out = fn(*leaves)
+        if isinstance(out, tuple):
+            out = out[0]
+        diff = [t for t in leaves if t.requires_grad]
+        grads = torch.autograd.grad(out, diff, grad.to(out.dtype), allow_unused=True)
+    it = iter(grads)
+    return tuple(next(it) if t.requires_grad else None for t in leaves)
+
+
+def _emb(ids, w):
+    return F.embedding(ids, w)
+
+
+def _rms(x, w, eps):
+    xf = x.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (xf * rstd * w.float()).to(BF16), rstd.squeeze(-1)
+
+
+def _gemm(x, w):
+    return F.linear(x, w)
+
+
+def _lm_head(x, w):
+    return F.linear(x, w).float()
+
+
+def _rope(x, pos, theta):
+    return reference.rope(x, pos, theta).to(x.dtype)
+
+
+def _attn(q, k, v, cu_q, cu_k, q_pos, scale):
+    outs = []
+    group = q.shape[1] // k.shape[1]
+    for b in range(cu_q.numel() - 1):
+        qs, qe, ks, ke = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
+        qb = q[qs:qe].transpose(0, 1)[None]
+        kb = k[ks:ke].repeat_interleave(group, 1).transpose(0, 1)[None]
+        vb = v[ks:ke].repeat_interleave(group, 1).transpose(0, 1)[None]
+        mask = torch.arange(ke - ks)[None, :] <= q_pos[qs:qe][:, None]
+        outs.append(F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale)[0].transpose(0, 1))
+    out = torch.cat(outs, 0)
+    return out, torch.zeros(q.shape[:2], dtype=torch.float32)
+
+
+def _swiglu(g, u):
+    return F.silu(g) * u
+
+
+def _logprob(logits, t):
+    lp = torch.log_softmax(logits, -1)
+    return lp.gather(1, t[:, None]).squeeze(1), torch.logsumexp(logits, -1)
+
+
+def _bilp(logits):
+    return torch.log_softmax(logits, -1), torch.logsumexp(logits, -1)
+
+
+def _rms_bwd(dy, x, w, rstd):
+    # rows in batch order, torch's own reductions (mean over H, sum over rows)
+    xf, g = x.float(), dy.float() * w.float()
+    r = rstd[..., None]
+    dx = r * (g - xf * r * r * (g * xf).mean(-1, keepdim=True))
+    dw = (dy.float() * xf * r).reshape(-1, x.shape[-1]).sum(0)
+    return dx, dw
+
+
+def _gemm_bwd(dy, x, w, perm):
+    dy = dy.to(x.dtype)
+    return dy @ w, dy.t() @ x  # all rows, in batch order; torch chooses the reduction split
+
+
+register(Kernel("embedding", FAMILY, "torch::embedding", _emb, lambda dy, ids, V: torch.zeros(V, dy.shape[1]).index_add_(0, ids, dy.float())))
+register(Kernel("rms_norm", FAMILY, "torch::rms_norm", _rms, _rms_bwd))
+register(Kernel("qk_norm", FAMILY, "torch::qk_norm", _rms, _rms_bwd))
+register(Kernel("det_gemm", FAMILY, "torch::linear", _gemm, _gemm_bwd))
+register(Kernel("lm_head", FAMILY, "torch::linear_fp32_out", _lm_head, _gemm_bwd))
+register(Kernel("rope", FAMILY, "torch::rope", _rope, lambda dy, pos, theta: _vjp(lambda a: _rope(a, pos, theta), (dy.new_zeros(dy.shape),), dy)[0]))
+register(Kernel("attention", FAMILY, "torch::sdpa", _attn,
+                lambda do, q, k, v, o, lse, cu_q, cu_k, q_pos, scale: _vjp(
+                    lambda a, b, c: _attn(a, b, c, cu_q, cu_k, q_pos, scale), (q, k, v), do)))
+register(Kernel("swiglu", FAMILY, "torch::silu_mul", _swiglu, lambda dy, g, u: _vjp(_swiglu, (g, u), dy)))
+register(Kernel("silu", FAMILY, "torch::silu", F.silu, lambda dy, x: _vjp(F.silu, (x,), dy)[0]))
+register(Kernel("logprob", FAMILY, "torch::log_softmax_gather", _logprob, lambda g, logits, lse, t: _vjp(lambda a: _logprob(a, t), (logits,), g)[0]))
+register(Kernel("batch_invariant_logp", FAMILY, "torch::log_softmax", _bilp, lambda g, logp: g - logp.exp() * g.sum(-1, keepdim=True)))

@@ -1,0 +1,46 @@
+"""Canonical row order: what makes a parameter gradient independent of the batch layout.
+
+A parameter's gradient is a sum over rows (tokens). Every such sum runs over rows in one order
+fixed by the rows' *logical keys* — (sample rank, position) — never by where the rows sit in the
+batch: padding rows dropped, rows stable-sorted by key, then reduced by a fixed-order kernel.
+The same set of logical rows therefore feeds the reduction the same sequence of inputs, and the
+bits of dW, dweight and dE match across B1/BN, padding, permutation and packing.
+"""
+
+from __future__ import annotations
+
+import torch
+
+PAD_KEY = -1
+_POS_BITS = 32  # positions < 2**32, sample ranks < 2**31
+
+
+def logical_keys(sample_rank: torch.Tensor, position: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """int64 key per row: ``sample_rank << 32 | position``; ``-1`` where ``valid`` is False (padding).
+
+    Shapes: sample_rank, position, valid — [T]."""
+    key = (sample_rank.to(torch.int64) << _POS_BITS) | position.to(torch.int64)
+    if valid is not None:
+        key = torch.where(valid.to(torch.bool), key, torch.full_like(key, PAD_KEY))
+    return key
+
+
+def canonical_order(row_keys: torch.Tensor | None, n_rows: int) -> torch.Tensor:
+    """Indices of the valid rows in canonical (ascending key) order. ``None`` keys: rows as given.
+
+    Shapes: row_keys [n_rows] int64 -> [n_valid] int64."""
+    if row_keys is None:
+        return torch.arange(n_rows, dtype=torch.int64)
+    if row_keys.shape != (n_rows,):
+        raise ValueError(f"row_keys must have shape [{n_rows}], got {tuple(row_keys.shape)}")
+    valid = torch.nonzero(row_keys >= 0).flatten()
+    keys = row_keys.index_select(0, valid)
+    if keys.unique().numel() != keys.numel():
+        raise ValueError("row_keys: two rows share a logical key; keys must identify rows")
+    order = torch.sort(keys, stable=True).indices
+    return valid.index_select(0, order)
+
+
+def expand_rows(perm: torch.Tensor, inner: int) -> torch.Tensor:
+    """Row order of a [T, inner] -> [T*inner] view: each token's ``inner`` rows (heads) in order."""
+    return (perm[:, None] * inner + torch.arange(inner, dtype=torch.int64)[None, :]).reshape(-1)

@@ -1,0 +1,1 @@
+"""One module per chain node: the public function and its autograd.Function."""

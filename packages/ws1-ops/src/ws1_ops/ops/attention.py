@@ -1,0 +1,67 @@
+"""attention: causal GQA attention over packed variable-length sequences, one kernel for prefill,
+chunked prefill and decode.
+
+Shapes: q [Tq, Hq, D] BF16, k, v [Tk, Hkv, D] BF16 (Hq % Hkv == 0), cu_seqlens_q / cu_seqlens_k
+[B+1] int64, q_pos [Tq] int64 (each query's absolute position; it sees keys 0..q_pos) -> [Tq, Hq, D] BF16.
+
+Keys are reduced in fixed tiles aligned to absolute key position 0 with an FP32 online softmax,
+and keys past a query's position are never touched, so a query's output bits are the same
+whether it is computed in a full prefill, in a 7-token chunk, or alone in a decode step.
+Backward (dq, dk, dv) is per sequence; packing or batching cannot change its bits.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..errors import check, check_float, check_rank
+from ._common import backward, start
+
+OP = "attention"
+
+
+class Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, cu_q, cu_k, q_pos, scale):
+        kern = start(OP, q, k, v)
+        out, lse = kern.fwd(q, k, v, cu_q, cu_k, q_pos, scale)
+        ctx.kern, ctx.scale = kern, scale
+        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, q_pos)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse, cu_q, cu_k, q_pos = ctx.saved_tensors
+        dq, dk, dv = backward(ctx.kern, dout.contiguous(), q, k, v, out, lse, cu_q, cu_k, q_pos, ctx.scale)
+        return dq, dk, dv, None, None, None, None
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    q_pos: torch.Tensor,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Causal varlen GQA attention -> [Tq, Hq, D] BF16 (see the module docstring for shapes)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_float(t, OP, name, ("bfloat16",))
+        check_rank(t, 3, OP, name, "[T, heads, D]")
+    check(k.shape == v.shape, OP, f"k and v must have one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    check(q.shape[2] == k.shape[2], OP, f"head_dim mismatch: q {q.shape[2]}, k {k.shape[2]}")
+    check(k.shape[1] > 0 and q.shape[1] % k.shape[1] == 0, OP, f"Hq ({q.shape[1]}) must be a multiple of Hkv ({k.shape[1]})")
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k), ("q_pos", q_pos)):
+        check(isinstance(t, torch.Tensor) and t.dtype == torch.int64 and t.dim() == 1, OP, f"{name} must be a 1-D int64 tensor")
+    check(cu_seqlens_q.shape == cu_seqlens_k.shape and cu_seqlens_q.numel() >= 2, OP,
+          f"cu_seqlens_q and cu_seqlens_k must both be [B+1], got {tuple(cu_seqlens_q.shape)} and {tuple(cu_seqlens_k.shape)}")
+    check(int(cu_seqlens_q[-1]) == q.shape[0] and int(cu_seqlens_k[-1]) == k.shape[0], OP,
+          f"cu_seqlens end ({int(cu_seqlens_q[-1])}, {int(cu_seqlens_k[-1])}) must equal Tq={q.shape[0]}, Tk={k.shape[0]}")
+    check(q_pos.shape == (q.shape[0],), OP, f"q_pos must be [{q.shape[0]}], got {tuple(q_pos.shape)}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[2])
+    return Attention.apply(q.contiguous(), k.contiguous(), v.contiguous(), cu_seqlens_q.contiguous(),
+                           cu_seqlens_k.contiguous(), q_pos.contiguous(), float(scale))

@@ -1,0 +1,50 @@
+"""det_gemm: y = x @ weight.T with a fixed per-element reduction order (the q/k/v/o/gate/up/down projections).
+
+Shapes: x [M, K] BF16, weight [N, K] -> y [M, N] BF16.
+Every output element accumulates its K products serially in FP32 (one FMA per k, ascending), in
+every tile and on every ISA, so a row's bits depend on nothing but that row. Backward:
+dx = dy @ weight (per row), dweight = dy.T @ x with the row reduction in canonical order.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..canonical import canonical_order
+from ..errors import check, check_float, check_rank
+from ._common import backward, exec_dtype, start
+
+OP = "det_gemm"
+
+
+class DetGemm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, row_keys, op):
+        w = exec_dtype(weight)
+        k = start(op, x, w)
+        ctx.k = k
+        ctx.save_for_backward(x, w, row_keys)
+        return k.fwd(x, w)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w, row_keys = ctx.saved_tensors
+        perm = canonical_order(row_keys, x.shape[0])
+        dx, dw = backward(ctx.k, dy.contiguous(), x, w, perm)
+        return dx, dw, None, None
+
+
+def _check(op: str, x: torch.Tensor, weight: torch.Tensor) -> None:
+    check_float(x, op, "x", ("bfloat16",))
+    check_rank(x, 2, op, "x", "[M, K]")
+    check_float(weight, op, "weight")
+    check_rank(weight, 2, op, "weight", "[N, K]")
+    check(x.shape[1] == weight.shape[1], op, f"K mismatch: x has K={x.shape[1]}, weight has K={weight.shape[1]}")
+
+
+def det_gemm(x: torch.Tensor, weight: torch.Tensor, row_keys: torch.Tensor | None = None) -> torch.Tensor:
+    """Batch-invariant linear layer. x [M, K] BF16, weight [N, K] (BF16, or an FP32 master) -> [M, N] BF16.
+
+    ``row_keys`` [M] orders dweight's row reduction canonically; -1 rows (padding) are dropped."""
+    _check(OP, x, weight)
+    return DetGemm.apply(x.contiguous(), weight, row_keys, OP)

@@ -1,0 +1,100 @@
+"""FP32 reference ops: the candidate's own inputs upcast to FP32, computed entirely in FP32 with
+plain PyTorch, output FP32. Autograd-capable, so gradient accuracy compares against
+``torch.autograd`` on these. Same names and arguments as the public ops.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+F32 = torch.float32
+
+
+def embedding(ids, weight, row_keys=None):
+    """[T] int64, [V, H] -> [T, H] FP32."""
+    return weight.to(F32)[ids]
+
+
+def rms_norm(x, weight, eps=1e-6, row_keys=None):
+    """[T, H], [H] -> [T, H] FP32."""
+    x = x.to(F32)
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.to(F32)
+
+
+def qk_norm(x, weight, eps=1e-6, row_keys=None):
+    """[T, n_heads, D], [D] -> [T, n_heads, D] FP32."""
+    return rms_norm(x.reshape(-1, x.shape[-1]), weight, eps).reshape(x.shape)
+
+
+def det_gemm(x, weight, row_keys=None):
+    """[M, K], [N, K] -> [M, N] FP32."""
+    return x.to(F32) @ weight.to(F32).T
+
+
+def lm_head(x, weight, row_keys=None):
+    """[M, K], [V, K] -> [M, V] FP32."""
+    return x.to(F32) @ weight.to(F32).T
+
+
+def rope_cos_sin(positions, dim, theta):
+    """cos, sin [T, dim/2] FP32 for the rotate-half convention (HF's inv_freq formula)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).to(F32) / dim))
+    ang = positions.to(F32)[:, None] * inv_freq[None, :]
+    return ang.cos(), ang.sin()
+
+
+def rope(x, positions, theta=1e6):
+    """[T, n_heads, D], [T] -> [T, n_heads, D] FP32."""
+    x = x.to(F32)
+    d = x.shape[-1] // 2
+    cos, sin = rope_cos_sin(positions, x.shape[-1], theta)
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    x1, x2 = x[..., :d], x[..., d:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def attention(q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos, scale=None):
+    """Causal varlen GQA: [Tq, Hq, D], [Tk, Hkv, D] x2 -> [Tq, Hq, D] FP32 (a loop over sequences)."""
+    q, k, v = q.to(F32), k.to(F32), v.to(F32)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    group = q.shape[1] // k.shape[1]
+    outs = []
+    for b in range(cu_seqlens_q.numel() - 1):
+        qs, qe = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1])
+        ks, ke = int(cu_seqlens_k[b]), int(cu_seqlens_k[b + 1])
+        qb = q[qs:qe].transpose(0, 1)                                    # [Hq, Sq, D]
+        kb = k[ks:ke].repeat_interleave(group, dim=1).transpose(0, 1)    # [Hq, Sk, D]
+        vb = v[ks:ke].repeat_interleave(group, dim=1).transpose(0, 1)
+        s = (qb @ kb.transpose(1, 2)) * scale                           # [Hq, Sq, Sk]
+        allowed = torch.arange(ke - ks)[None, :] <= q_pos[qs:qe][:, None]
+        s = s.masked_fill(~allowed[None], float("-inf"))
+        outs.append((torch.softmax(s, dim=-1) @ vb).transpose(0, 1))
+    return torch.cat(outs, 0) if outs else q.new_zeros(q.shape)
+
+
+def silu(x):
+    return torch.nn.functional.silu(x.to(F32))
+
+
+def swiglu(gate, up):
+    return torch.nn.functional.silu(gate.to(F32)) * up.to(F32)
+
+
+def batch_invariant_logp(logits):
+    return torch.log_softmax(logits.to(F32), dim=-1)
+
+
+def logprob(logits, targets):
+    return batch_invariant_logp(logits).gather(1, targets[:, None]).squeeze(1)
+
+
+from .ops.pack import pack, unpack  # noqa: E402  (profile-independent: the reference is the op itself)
+
+OPS = {
+    "embedding": embedding, "rms_norm": rms_norm, "qk_norm": qk_norm, "det_gemm": det_gemm, "lm_head": lm_head,
+    "rope": rope, "attention": attention, "silu": silu, "swiglu": swiglu, "logprob": logprob,
+    "batch_invariant_logp": batch_invariant_logp, "pack": pack,
+}
+__all__ = list(OPS) + ["unpack", "rope_cos_sin", "OPS"]

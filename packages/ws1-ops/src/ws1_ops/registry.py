@@ -1,0 +1,193 @@
+"""The kernel registry: one implementation per (op, family), chosen by the active profile.
+
+* ``use_profile("cpu_bf16")`` makes the profile's family active for the ops called inside it;
+  the family's kernel package is imported then, and a missing package is an error
+  (:class:`KernelUnavailable`), never a fallback to another family.
+* Every kernel call is recorded — op, family, kernel id, direction (forward/backward), device —
+  into the active :func:`record` scopes: C2's runtime evidence and C9's observed node kinds come
+  from here, not from what the code meant to call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import importlib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import ws1_accel
+
+
+class KernelUnavailable(RuntimeError):
+    """The active family has no kernel for an op, or its kernel package is not installed."""
+
+
+class NoProfile(RuntimeError):
+    """A ws1 op was called outside ``use_profile(...)``."""
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One family's implementation of one op. ``fwd``/``bwd`` have the same signature in every family."""
+
+    op: str
+    family: str
+    kernel_id: str
+    fwd: Callable
+    bwd: Callable | None = None
+
+
+# family -> module that registers that family's kernels when imported
+FAMILY_BACKENDS = {
+    "cpu": "ws1_ops.backends.cpu",
+    "triton": "ws1_ops.backends.triton",
+    "cuda": "ws1_ops.backends.cuda",
+    "ascend": "ws1_ops.backends.ascend",
+    # Plain PyTorch ops: the negative control of the gates. Not a profile; never chosen by one.
+    "torch_default": "ws1_ops.backends.torch_default",
+}
+
+_KERNELS: dict[tuple[str, str], Kernel] = {}
+_LOADED: dict[str, str | None] = {}  # family -> None (loaded) or the import error text
+
+_active: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("ws1_active", default=None)
+_recorders: contextvars.ContextVar[tuple[Recorder, ...]] = contextvars.ContextVar("ws1_recorders", default=())
+
+
+def register(kernel: Kernel) -> None:
+    key = (kernel.op, kernel.family)
+    if key in _KERNELS and _KERNELS[key].kernel_id != kernel.kernel_id:
+        raise KernelUnavailable(f"{kernel.op}/{kernel.family}: registered twice ({_KERNELS[key].kernel_id}, {kernel.kernel_id})")
+    _KERNELS[key] = kernel
+
+
+def load_family(family: str) -> None:
+    """Import the family's backend (which imports its kernel package); raise if it cannot."""
+    if family not in FAMILY_BACKENDS:
+        raise KernelUnavailable(f"unknown backend family {family!r}; expected one of {sorted(FAMILY_BACKENDS)}")
+    if family not in _LOADED:
+        try:
+            importlib.import_module(FAMILY_BACKENDS[family])
+            _LOADED[family] = None
+        except ImportError as exc:
+            _LOADED[family] = f"{type(exc).__name__}: {exc}"
+    if _LOADED[family] is not None:
+        raise KernelUnavailable(f"backend family {family!r} is not available: {_LOADED[family]}")
+
+
+def family_available(family: str) -> str | None:
+    """None if the family's kernels load here, else why not (never raises)."""
+    try:
+        load_family(family)
+        return None
+    except KernelUnavailable as exc:
+        return str(exc)
+
+
+@contextlib.contextmanager
+def use_profile(profile: str, device=None) -> Iterator[str]:
+    """Run ws1 ops with ``profile``'s kernels. Fails closed: an absent device raises
+    ``ws1_accel.AcceleratorUnavailable``, a missing kernel package :class:`KernelUnavailable`."""
+    family = ws1_accel.family_of(profile)
+    ws1_accel.resolve_device(profile, device)
+    load_family(family)
+    token = _active.set((profile, family))
+    try:
+        yield profile
+    finally:
+        _active.reset(token)
+
+
+@contextlib.contextmanager
+def use_candidate(name: str) -> Iterator[str]:
+    """Run ws1 ops on a non-profile candidate; only ``torch_default`` (the negative control)."""
+    if name != "torch_default":
+        raise KernelUnavailable(f"unknown candidate {name!r}; profiles go through use_profile()")
+    load_family(name)
+    token = _active.set((name, name))
+    try:
+        yield name
+    finally:
+        _active.reset(token)
+
+
+def active() -> tuple[str, str]:
+    """(profile, family) in force, or raise :class:`NoProfile`."""
+    a = _active.get()
+    if a is None:
+        raise NoProfile("no ws1 profile is active: wrap the call in `with ws1_ops.use_profile('cpu_bf16'):`")
+    return a
+
+
+def kernel(op: str) -> Kernel:
+    profile, family = active()
+    k = _KERNELS.get((op, family))
+    if k is None:
+        mod = importlib.import_module(FAMILY_BACKENDS[family])
+        lacks = getattr(mod, "MISSING", {}).get(op)
+        why = f": the installed kernel package lacks {lacks}" if lacks else ""
+        raise KernelUnavailable(f"{profile}: no {family} kernel for op {op!r} (missing_required; no fallback){why}")
+    return k
+
+
+def kernels_for(family: str) -> dict[str, Kernel]:
+    load_family(family)
+    return {op: k for (op, fam), k in _KERNELS.items() if fam == family}
+
+
+# ---- runtime record -------------------------------------------------------------------------
+
+
+@dataclass
+class Recorder:
+    """What actually ran inside a ``with record() as rec:`` block."""
+
+    events: Counter = field(default_factory=Counter)  # (op, family, kernel_id, direction, device_type) -> calls
+
+    def summary(self) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        for (op, fam, kid, direction, dev), n in sorted(self.events.items()):
+            e = out.setdefault(op, {"kernel_ids": [], "families": [], "devices": [], "forward": 0, "backward": 0})
+            for key, val in (("kernel_ids", kid), ("families", fam), ("devices", dev)):
+                if val not in e[key]:
+                    e[key].append(val)
+            e[direction] += n
+        return out
+
+    def ops(self) -> set[str]:
+        return {k[0] for k in self.events}
+
+
+@contextlib.contextmanager
+def record() -> Iterator[Recorder]:
+    rec = Recorder()
+    token = _recorders.set(_recorders.get() + (rec,))
+    try:
+        yield rec
+    finally:
+        _recorders.reset(token)
+
+
+def note(k: Kernel, direction: str, device_type: str) -> None:
+    for rec in _recorders.get():
+        rec.events[(k.op, k.family, k.kernel_id, direction, device_type)] += 1
+
+
+def call_fwd(op: str, *args, device_type: str = "cpu"):
+    k = kernel(op)
+    note(k, "forward", device_type)
+    return k.fwd(*args)
+
+
+def saved_kernel(op: str) -> Kernel:
+    """The kernel the forward used (backward must run the same family even outside the context)."""
+    return kernel(op)
+
+
+def call_bwd(k: Kernel, *args, device_type: str = "cpu"):
+    if k.bwd is None:
+        raise KernelUnavailable(f"{k.family} kernel {k.kernel_id} has no backward")
+    note(k, "backward", device_type)
+    return k.bwd(*args)

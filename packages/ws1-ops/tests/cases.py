@@ -1,0 +1,70 @@
+"""Per-op test cases: canonical row inputs, shared params, and the call — one place for every test."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+import ws1_ops
+from ws1_ops import reference
+
+BF16, F32 = torch.bfloat16, torch.float32
+N_ROWS = 260  # > 257 so that every M in DEFAULT_MS is a strict subset
+
+
+@dataclass
+class Case:
+    op: str
+    rows: list[torch.Tensor]
+    params: list[torch.Tensor]
+    call: Callable          # (*rows, *params, row_keys) -> out
+    ref: Callable           # (*rows, *params) -> FP32 out
+    names: list[str]
+
+
+def make(op: str, n: int = N_ROWS, seed: int = 0) -> Case:
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape, scale=1.0, dtype=BF16):
+        return (torch.randn(*shape, generator=g) * scale).to(dtype)
+
+    if op == "embedding":
+        V, H = 1000, 64
+        ids = torch.randint(0, V, (n,), generator=g)
+        ids[:40] = ids[40:80]  # repeated ids: dE sums several rows per id
+        return Case(op, [ids], [r(V, H)], lambda i, w, row_keys: ws1_ops.embedding(i, w, row_keys),
+                    reference.embedding, ["ids", "weight"])
+    if op == "rms_norm":
+        return Case(op, [r(n, 256, scale=3, dtype=F32)], [r(256)], lambda x, w, row_keys: ws1_ops.rms_norm(x, w, 1e-6, row_keys),
+                    lambda x, w: reference.rms_norm(x, w, 1e-6), ["x", "weight"])
+    if op == "qk_norm":
+        return Case(op, [r(n, 4, 64, scale=2)], [r(64)], lambda x, w, row_keys: ws1_ops.qk_norm(x, w, 1e-6, row_keys),
+                    lambda x, w: reference.qk_norm(x, w, 1e-6), ["x", "weight"])
+    if op == "det_gemm":
+        return Case(op, [r(n, 256)], [r(384, 256, scale=0.06)], lambda x, w, row_keys: ws1_ops.det_gemm(x, w, row_keys),
+                    reference.det_gemm, ["x", "weight"])
+    if op == "lm_head":
+        return Case(op, [r(n, 128)], [r(1000, 128, scale=0.09)], lambda x, w, row_keys: ws1_ops.lm_head(x, w, row_keys),
+                    reference.lm_head, ["x", "weight"])
+    if op == "rope":
+        pos = torch.randint(0, 40960, (n,), generator=g)
+        return Case(op, [r(n, 4, 64), pos], [], lambda x, p, row_keys: ws1_ops.rope(x, p, 1e6),
+                    lambda x, p: reference.rope(x, p, 1e6), ["x", "positions"])
+    if op == "silu":
+        return Case(op, [r(n, 512, scale=3)], [], lambda x, row_keys: ws1_ops.silu(x), reference.silu, ["x"])
+    if op == "swiglu":
+        return Case(op, [r(n, 512, scale=3), r(n, 512, scale=2)], [], lambda a, b, row_keys: ws1_ops.swiglu(a, b),
+                    reference.swiglu, ["gate", "up"])
+    if op == "logprob":
+        V = 1000
+        return Case(op, [r(n, V, scale=4, dtype=F32), torch.randint(0, V, (n,), generator=g)], [],
+                    lambda lg, t, row_keys: ws1_ops.logprob(lg, t), reference.logprob, ["logits", "targets"])
+    if op == "batch_invariant_logp":
+        return Case(op, [r(n, 1000, scale=4, dtype=F32)], [], lambda lg, row_keys: ws1_ops.batch_invariant_logp(lg),
+                    reference.batch_invariant_logp, ["logits"])
+    raise KeyError(op)
+
+
+PER_ROW_OPS = ["embedding", "rms_norm", "qk_norm", "det_gemm", "lm_head", "rope", "silu", "swiglu", "logprob", "batch_invariant_logp"]

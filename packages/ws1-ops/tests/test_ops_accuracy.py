@@ -1,0 +1,71 @@
+"""Accuracy of every op against its FP32 reference, forward and backward, with the contract's
+thresholds (no private atol), and the two cross-node identities."""
+
+import pytest
+import torch
+from cases import PER_ROW_OPS, make
+
+import ws1_ops
+from ws1_contract import bitwise, within_tolerance
+
+
+@pytest.mark.parametrize("op", PER_ROW_OPS)
+def test_forward_accuracy(op, cpu, contract):
+    c = make(op, n=64)
+    got = c.call(*c.rows, *c.params, row_keys=None)
+    ref = c.ref(*c.rows, *c.params)
+    th = contract.resolve("forward_accuracy", op, "bfloat16")
+    r = within_tolerance(got, ref, th.atol, th.rtol, op)
+    assert r.passed, r.detail
+
+
+@pytest.mark.parametrize("op", PER_ROW_OPS)
+def test_gradient_accuracy(op, cpu, contract):
+    c = make(op, n=64)
+    th = contract.resolve("gradient_accuracy", op, "bfloat16")
+    xs = [t.detach().requires_grad_(t.is_floating_point()) for t in c.rows + c.params]
+    out = c.call(*xs, row_keys=None)
+    dy = (torch.randn(out.shape, generator=torch.Generator().manual_seed(3)) * 0.5).to(out.dtype)
+    out.backward(dy)
+    refs = [t.detach().float().requires_grad_(t.is_floating_point()) for t in c.rows + c.params]
+    ref_out = c.ref(*refs)
+    ref_out.backward(dy.float())
+    checked = 0
+    for name, a, b in zip(c.names, xs, refs):
+        if a.grad is None:
+            continue
+        r = within_tolerance(a.grad, b.grad, th.atol, th.rtol, f"{op} d{name}")
+        assert r.passed, r.detail
+        checked += 1
+    assert checked >= 1
+
+
+def test_silu_equals_swiglu_with_ones_bitwise(cpu):
+    x = (torch.randn(37, 1000) * 4).bfloat16()
+    r = bitwise(ws1_ops.silu(x), ws1_ops.swiglu(x, torch.ones_like(x)), "silu vs swiglu(x, 1)")
+    assert r.passed, r.detail
+    xs, xg = x.clone().requires_grad_(), x.clone().requires_grad_()
+    dy = torch.randn(37, 1000).bfloat16()
+    ws1_ops.silu(xs).backward(dy)
+    ws1_ops.swiglu(xg, torch.ones_like(x)).backward(dy)
+    assert bitwise(xs.grad, xg.grad, "dsilu vs dswiglu.dgate").passed
+
+
+def test_logprob_equals_full_log_softmax_at_target_bitwise(cpu):
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(27, 151936, generator=g) * 3
+    t = torch.randint(0, 151936, (27,), generator=g)
+    sel = ws1_ops.logprob(logits, t)
+    full = ws1_ops.batch_invariant_logp(logits)
+    r = bitwise(sel, full.gather(1, t[:, None]).squeeze(1), "logprob vs batch_invariant_logp[t]")
+    assert r.passed, r.detail
+
+
+def test_fp32_master_weight_gets_fp32_grad(cpu):
+    x = torch.randn(5, 64).bfloat16()
+    w32 = (torch.randn(32, 64) * 0.1).requires_grad_()
+    y = ws1_ops.det_gemm(x, w32)
+    # the forward executes the BF16 rounding of the master copy
+    assert bitwise(y, ws1_ops.det_gemm(x, w32.detach().bfloat16())).passed
+    y.float().sum().backward()
+    assert w32.grad.dtype == torch.float32
