@@ -56,6 +56,6 @@ _TABLE = {
 }
 MISSING = {node: [r for r in raw if not hasattr(K, r)] for node, (_, _, raw) in _TABLE.items()}
 
-for node, (fwd, bwd, raw) in _TABLE.items():
+for node, (fwd, bwd, _raw) in _TABLE.items():
     if not MISSING[node]:
         register(Kernel(op=node, family=FAMILY, kernel_id=f"ws1_cpu::{node}", fwd=fwd, bwd=bwd))
