@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ class Kernel:
     kernel_id: str
     fwd: Callable
     bwd: Callable | None = None
+    # ops with a parameter: its gradient over rows given in canonical order (see ws1_ops.grads)
+    param_grad: Callable | None = None
 
 
 # family -> module that registers that family's kernels when imported
@@ -53,7 +56,10 @@ _KERNELS: dict[tuple[str, str], Kernel] = {}
 _LOADED: dict[str, str | None] = {}  # family -> None (loaded) or the import error text
 
 _active: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("ws1_active", default=None)
-_recorders: contextvars.ContextVar[tuple[Recorder, ...]] = contextvars.ContextVar("ws1_recorders", default=())
+# Module-level (not a contextvar): autograd runs CUDA/NPU backward on its own device threads,
+# and backward calls must still be recorded.
+_recorders: list[Recorder] = []
+_rec_lock = threading.Lock()
 
 
 def register(kernel: Kernel) -> None:
@@ -163,27 +169,19 @@ class Recorder:
 @contextlib.contextmanager
 def record() -> Iterator[Recorder]:
     rec = Recorder()
-    token = _recorders.set(_recorders.get() + (rec,))
+    with _rec_lock:
+        _recorders.append(rec)
     try:
         yield rec
     finally:
-        _recorders.reset(token)
+        with _rec_lock:
+            _recorders.remove(rec)
 
 
 def note(k: Kernel, direction: str, device_type: str) -> None:
-    for rec in _recorders.get():
-        rec.events[(k.op, k.family, k.kernel_id, direction, device_type)] += 1
-
-
-def call_fwd(op: str, *args, device_type: str = "cpu"):
-    k = kernel(op)
-    note(k, "forward", device_type)
-    return k.fwd(*args)
-
-
-def saved_kernel(op: str) -> Kernel:
-    """The kernel the forward used (backward must run the same family even outside the context)."""
-    return kernel(op)
+    with _rec_lock:
+        for rec in _recorders:
+            rec.events[(k.op, k.family, k.kernel_id, direction, device_type)] += 1
 
 
 def call_bwd(k: Kernel, *args, device_type: str = "cpu"):

@@ -16,13 +16,28 @@ FAMILY = "cpu"
 K = torch.ops.ws1_cpu
 
 
-def _gemm_bwd(dy, x, w, perm):
+def _gemm_dx(dy, x, w):
     # dx[m, k] = sum_n dy[m, n] w[n, k]: per row, the same serial-FMA GEMM (b = w.T as a strided view)
-    dx = K.gemm(dy, w.t(), True)
-    # dw[n, k] = sum_m dy[m, n] x[m, k] over rows in canonical order (padding dropped)
-    dyp, xp = dy.index_select(0, perm), x.index_select(0, perm)
-    dw = K.gemm(dyp.t(), xp.t(), True)
-    return dx, dw
+    return K.gemm(dy, w.t(), True)
+
+
+def _gemm_dw(dy, x, perm):
+    # dw[n, k] = sum_m dy[m, n] x[m, k], serially over the rows in canonical order (padding dropped)
+    return K.gemm(dy.index_select(0, perm).t(), x.index_select(0, perm).t(), True)
+
+
+def _rms_dw(dy, x, rstd, w, perm):
+    return K.rms_norm_bwd(dy.index_select(0, perm), x.index_select(0, perm), w, rstd.index_select(0, perm))[1]
+
+
+def _qk_dw(dy, x, rstd, w, perm):
+    # rows are (token, head) pairs [R, D]: the qk_norm kernel on [R, 1, D]
+    dy, x, rstd = dy.index_select(0, perm), x.index_select(0, perm), rstd.index_select(0, perm)
+    return K.qk_norm_bwd(dy[:, None], x[:, None], w, rstd[:, None])[1]
+
+
+def _emb_dw(dy, ids, V, perm):
+    return K.embedding_bwd(dy.index_select(0, perm), ids.index_select(0, perm), V)
 
 
 def _op(name):
@@ -39,13 +54,14 @@ def _rope_bwd(dy, pos, theta):
     return K.rope(dy.float(), pos, theta, True)  # the inverse rotation, FP32 out
 
 
+_PARAM_GRAD = {"embedding": _emb_dw, "rms_norm": _rms_dw, "qk_norm": _qk_dw, "det_gemm": _gemm_dw, "lm_head": _gemm_dw}
 _TABLE = {
     # node: (forward, backward, the raw ops both need)
-    "embedding": (_op("embedding"), _op("embedding_bwd"), ("embedding", "embedding_bwd")),
+    "embedding": (_op("embedding"), None, ("embedding", "embedding_bwd")),
     "rms_norm": (_op("rms_norm"), _op("rms_norm_bwd"), ("rms_norm", "rms_norm_bwd")),
     "qk_norm": (_op("qk_norm"), _op("qk_norm_bwd"), ("qk_norm", "qk_norm_bwd")),
-    "det_gemm": (_op("det_gemm"), _gemm_bwd, ("det_gemm", "gemm")),
-    "lm_head": (_op("lm_head"), _gemm_bwd, ("lm_head", "gemm")),
+    "det_gemm": (_op("det_gemm"), _gemm_dx, ("det_gemm", "gemm")),
+    "lm_head": (_op("lm_head"), _gemm_dx, ("lm_head", "gemm")),
     "rope": (_rope_fwd, _rope_bwd, ("rope",)),
     "attention": (_op("attention"), _op("attention_bwd"), ("attention", "attention_bwd")),
     "swiglu": (_op("swiglu"), _op("swiglu_bwd"), ("swiglu", "swiglu_bwd")),
@@ -58,4 +74,4 @@ MISSING = {node: [r for r in raw if not hasattr(K, r)] for node, (_, _, raw) in 
 
 for node, (fwd, bwd, _raw) in _TABLE.items():
     if not MISSING[node]:
-        register(Kernel(op=node, family=FAMILY, kernel_id=f"ws1_cpu::{node}", fwd=fwd, bwd=bwd))
+        register(Kernel(op=node, family=FAMILY, kernel_id=f"ws1_cpu::{node}", fwd=fwd, bwd=bwd, param_grad=_PARAM_GRAD.get(node)))

@@ -3,7 +3,7 @@
 Not a profile, never chosen by one (only ``use_candidate("torch_default")`` reaches it). It runs
 the same dtypes (BF16 execution) through torch's own kernels — ``F.linear``, SDPA, ``log_softmax``
 — whose reduction orders follow the batch shape; its weight gradients are ``dy.T @ x`` over the
-rows in batch order. (The op wrappers still hand it embedding/norm rows in canonical order.) A
+rows in batch order. A
 gate run on it must come out red; if it came out green, the gate could not tell invariant kernels
 from ordinary ones.
 """
@@ -91,16 +91,27 @@ def _rms_bwd(dy, x, w, rstd):
     return dx, dw
 
 
-def _gemm_bwd(dy, x, w, perm):
-    dy = dy.to(x.dtype)
-    return dy @ w, dy.t() @ x  # all rows, in batch order; torch chooses the reduction split
+def _gemm_dx(dy, x, w):
+    return dy.to(x.dtype) @ w
 
 
-register(Kernel("embedding", FAMILY, "torch::embedding", _emb, lambda dy, ids, V: torch.zeros(V, dy.shape[1]).index_add_(0, ids, dy.float())))
-register(Kernel("rms_norm", FAMILY, "torch::rms_norm", _rms, _rms_bwd))
-register(Kernel("qk_norm", FAMILY, "torch::qk_norm", _rms, _rms_bwd))
-register(Kernel("det_gemm", FAMILY, "torch::linear", _gemm, _gemm_bwd))
-register(Kernel("lm_head", FAMILY, "torch::linear_fp32_out", _lm_head, _gemm_bwd))
+def _gemm_dw(dy, x, perm):
+    return dy.to(x.dtype).t() @ x  # all rows in batch order (perm ignored); torch chooses the split
+
+
+def _rms_dw(dy, x, rstd, w, perm):
+    return (dy.float() * x.float() * rstd[..., None]).reshape(-1, x.shape[-1]).sum(0)
+
+
+def _emb_dw(dy, ids, V, perm):
+    return torch.zeros(V, dy.shape[1]).index_add_(0, ids, dy.float())
+
+
+register(Kernel("embedding", FAMILY, "torch::embedding", _emb, None, _emb_dw))
+register(Kernel("rms_norm", FAMILY, "torch::rms_norm", _rms, _rms_bwd, _rms_dw))
+register(Kernel("qk_norm", FAMILY, "torch::qk_norm", _rms, _rms_bwd, _rms_dw))
+register(Kernel("det_gemm", FAMILY, "torch::linear", _gemm, _gemm_dx, _gemm_dw))
+register(Kernel("lm_head", FAMILY, "torch::linear_fp32_out", _lm_head, _gemm_dx, _gemm_dw))
 register(Kernel("rope", FAMILY, "torch::rope", _rope, lambda dy, pos, theta: _vjp(lambda a: _rope(a, pos, theta), (dy.new_zeros(dy.shape),), dy)[0]))
 register(Kernel("attention", FAMILY, "torch::sdpa", _attn,
                 lambda do, q, k, v, o, lse, cu_q, cu_k, q_pos, scale: _vjp(

@@ -25,3 +25,10 @@ def start(op: str, *tensors: torch.Tensor) -> registry.Kernel:
 def backward(k: registry.Kernel, *args):
     dev = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
     return registry.call_bwd(k, *args, device_type=dev)
+
+
+def param_grad(k: registry.Kernel, *args):
+    """The parameter gradient over rows in canonical order (the last argument is the row order)."""
+    dev = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
+    registry.note(k, "backward", dev)
+    return k.param_grad(*args)

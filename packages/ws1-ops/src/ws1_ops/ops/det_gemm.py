@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import torch
 
+from .. import grads
 from ..canonical import canonical_order
 from ..errors import check, check_float, check_rank
-from ._common import backward, exec_dtype, start
+from ._common import backward, exec_dtype, param_grad, start
 
 OP = "det_gemm"
 
@@ -22,15 +23,20 @@ class DetGemm(torch.autograd.Function):
     def forward(ctx, x, weight, row_keys, op):
         w = exec_dtype(weight)
         k = start(op, x, w)
-        ctx.k = k
+        ctx.k, ctx.weight = k, weight
         ctx.save_for_backward(x, w, row_keys)
         return k.fwd(x, w)
 
     @staticmethod
     def backward(ctx, dy):
         x, w, row_keys = ctx.saved_tensors
-        perm = canonical_order(row_keys, x.shape[0])
-        dx, dw = backward(ctx.k, dy.contiguous(), x, w, perm)
+        dy = dy.contiguous()
+        dx = backward(ctx.k, dy, x, w)                      # per row: dx = dy @ weight
+        scope = grads.current()
+        if scope is not None:                               # one reduction over all calls' rows, later
+            scope.stash(ctx.weight, ctx.k, row_keys, dy, x)
+            return dx, None, None, None
+        dw = param_grad(ctx.k, dy, x, canonical_order(row_keys, x.shape[0]))
         return dx, dw, None, None
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import torch
 
+from .. import grads
 from ..canonical import canonical_order
 from ..errors import check, check_float, check_rank
-from ._common import backward, exec_dtype, start
+from ._common import exec_dtype, param_grad, start
 
 OP = "embedding"
 
@@ -19,17 +20,20 @@ class Embedding(torch.autograd.Function):
     def forward(ctx, ids, weight, row_keys):
         w = exec_dtype(weight)
         k = start(OP, ids, w)
-        ctx.k, ctx.V = k, weight.shape[0]
+        ctx.k, ctx.V, ctx.weight = k, weight.shape[0], weight
         ctx.save_for_backward(ids, row_keys)
         return k.fwd(ids, w)
 
     @staticmethod
     def backward(ctx, dy):
         ids, row_keys = ctx.saved_tensors
-        perm = canonical_order(row_keys, ids.shape[0])
+        dy = dy.contiguous()
+        scope = grads.current()
+        if scope is not None:
+            scope.stash(ctx.weight, ctx.k, row_keys, dy, ids, extra=(ctx.V,))
+            return None, None, None
         # dE[v] = sum over rows with id v, in canonical order (padding rows dropped)
-        de = backward(ctx.k, dy.index_select(0, perm), ids.index_select(0, perm), ctx.V)
-        return None, de, None
+        return None, param_grad(ctx.k, dy, ids, ctx.V, canonical_order(row_keys, ids.shape[0])), None
 
 
 def embedding(ids: torch.Tensor, weight: torch.Tensor, row_keys: torch.Tensor | None = None) -> torch.Tensor:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import torch
 
+from .. import grads
 from ..canonical import canonical_order, expand_rows
 from ..errors import check, check_float, check_rank
-from ._common import backward, exec_dtype, start
+from ._common import backward, exec_dtype, param_grad, start
 
 OP = "qk_norm"
 
@@ -21,7 +22,7 @@ class QKNorm(torch.autograd.Function):
         w = exec_dtype(weight)
         k = start(OP, x, w)
         y, rstd = k.fwd(x, w, eps)
-        ctx.k = k
+        ctx.k, ctx.weight = k, weight
         ctx.save_for_backward(x, w, rstd, row_keys)
         return y
 
@@ -29,13 +30,16 @@ class QKNorm(torch.autograd.Function):
     def backward(ctx, dy):
         x, w, rstd, row_keys = ctx.saved_tensors
         T, nh, D = x.shape
-        perm = canonical_order(row_keys, T)
-        # rows = (token in canonical order, head ascending); rstd is [T, n_heads]
-        dxp, dw = backward(ctx.k, dy.index_select(0, perm).contiguous(), x.index_select(0, perm), w,
-                           rstd.reshape(T, nh).index_select(0, perm).contiguous())
-        dx = torch.zeros(x.shape, dtype=dxp.dtype)
-        dx.index_copy_(0, perm, dxp.reshape(-1, nh, D))
-        return dx, dw, None, None
+        dy = dy.contiguous()
+        dx, _ = backward(ctx.k, dy, x, w, rstd)              # per (token, head) row
+        # dweight rows = (token in canonical order, head ascending); rstd is [T, n_heads]
+        rows = (dy.reshape(T * nh, D), x.reshape(T * nh, D), rstd.reshape(T * nh))
+        scope = grads.current()
+        if scope is not None:
+            scope.stash(ctx.weight, ctx.k, row_keys, *rows, inner=nh, extra=(w,))
+            return dx, None, None, None
+        perm = expand_rows(canonical_order(row_keys, T), nh)
+        return dx, param_grad(ctx.k, *rows, w, perm), None, None
 
 
 def qk_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, row_keys: torch.Tensor | None = None) -> torch.Tensor:
@@ -48,5 +52,3 @@ def qk_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, row_keys: 
     check(weight.shape == (x.shape[2],), OP, f"weight must be [{x.shape[2]}], got {tuple(weight.shape)}")
     return QKNorm.apply(x.contiguous(), weight, float(eps), row_keys)
 
-
-__all__ = ["qk_norm", "expand_rows"]

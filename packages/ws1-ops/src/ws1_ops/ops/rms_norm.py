@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import torch
 
+from .. import grads
 from ..canonical import canonical_order
 from ..errors import check, check_float, check_rank
-from ._common import backward, exec_dtype, start
+from ._common import backward, exec_dtype, param_grad, start
 
 OP = "rms_norm"
 
@@ -22,18 +23,20 @@ class RMSNorm(torch.autograd.Function):
         w = exec_dtype(weight)
         k = start(OP, x, w)
         y, rstd = k.fwd(x, w, eps)
-        ctx.k = k
+        ctx.k, ctx.weight = k, weight
         ctx.save_for_backward(x, w, rstd, row_keys)
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x, w, rstd, row_keys = ctx.saved_tensors
-        perm = canonical_order(row_keys, x.shape[0])
-        dxp, dw = backward(ctx.k, dy.index_select(0, perm).contiguous(), x.index_select(0, perm), w, rstd.index_select(0, perm))
-        dx = torch.zeros(x.shape, dtype=dxp.dtype)
-        dx.index_copy_(0, perm, dxp)  # padding rows (dropped) get 0: they feed no loss term
-        return dx, dw, None, None
+        dy = dy.contiguous()
+        dx, _ = backward(ctx.k, dy, x, w, rstd)              # per row
+        scope = grads.current()
+        if scope is not None:
+            scope.stash(ctx.weight, ctx.k, row_keys, dy, x, rstd, extra=(w,))
+            return dx, None, None, None
+        return dx, param_grad(ctx.k, dy, x, rstd, w, canonical_order(row_keys, x.shape[0])), None, None
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, row_keys: torch.Tensor | None = None) -> torch.Tensor:

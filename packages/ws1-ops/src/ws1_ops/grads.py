@@ -1,0 +1,99 @@
+"""Canonical parameter gradients across calls: one reduction over every row that touched a parameter.
+
+Inside one op call the rows of a parameter gradient are already reduced in canonical order. But a
+parameter used by several calls — four B=1 forwards whose losses are summed (the B1 cell), or a
+model run twice — would get ``dW_0 + dW_1 + ...`` from autograd: partial sums added in an order
+that follows the call structure, so B1 and BN would differ in the last bits.
+
+``with ws1_ops.canonical_grads(): loss.backward()`` fixes that: inside the scope each op's
+backward returns only its input gradients and *stashes* its parameter rows (logical keys, output
+gradient, input); on exit every parameter's rows from every call are concatenated, put in
+canonical order, and reduced once by the same family kernel. The result depends only on the set
+of logical rows, however they were split into calls. The gradient lands in ``param.grad``
+(added to an existing one), in the parameter's dtype.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from .canonical import canonical_order, expand_rows
+from .registry import Kernel, note
+
+_scopes: list[CanonicalGrads] = []
+_lock = threading.Lock()
+
+
+@dataclass
+class _Stash:
+    param: torch.Tensor
+    kernel: Kernel
+    keys: list[torch.Tensor] = field(default_factory=list)
+    tensors: list[tuple[torch.Tensor, ...]] = field(default_factory=list)
+    inner: int = 1  # rows per key (qk_norm: heads per token)
+    extra: tuple = ()
+
+
+class CanonicalGrads:
+    def __init__(self) -> None:
+        self._stash: dict[tuple[int, str], _Stash] = {}
+        self.params_done: list[torch.Tensor] = []
+
+    def stash(self, param: torch.Tensor, kernel: Kernel, keys: torch.Tensor | None, *tensors: torch.Tensor,
+              inner: int = 1, extra: tuple = ()) -> None:
+        if keys is None:
+            raise ValueError(f"{kernel.op}: canonical_grads() needs row_keys on every call that uses a parameter")
+        key = (id(param), kernel.op)
+        s = self._stash.setdefault(key, _Stash(param, kernel, inner=inner, extra=extra))
+        if s.kernel.family != kernel.family:
+            raise ValueError(f"{kernel.op}: one parameter used by two backend families ({s.kernel.family}, {kernel.family})")
+        s.keys.append(keys)
+        s.tensors.append(tensors)
+
+    def finalize(self) -> None:
+        grads: dict[int, torch.Tensor] = {}
+        params: dict[int, torch.Tensor] = {}
+        # fixed order: by op name, then first use; a parameter used by two ops sums them in that order
+        for (pid, _op), s in sorted(self._stash.items(), key=lambda kv: kv[0][1]):
+            keys = torch.cat(s.keys)
+            cols = [torch.cat([t[i] for t in s.tensors]) for i in range(len(s.tensors[0]))]
+            perm = canonical_order(keys, keys.shape[0])
+            if s.inner > 1:
+                # rows of the stashed tensors are (token, inner) flattened: canonical token order, inner ascending
+                perm = expand_rows(perm, s.inner)
+            note(s.kernel, "backward", s.param.device.type)
+            g = s.kernel.param_grad(*cols, *s.extra, perm)
+            grads[pid] = g if pid not in grads else grads[pid] + g
+            params[pid] = s.param
+        for pid, g in grads.items():
+            p = params[pid]
+            g = g.to(p.dtype)
+            p.grad = g if p.grad is None else p.grad + g
+            self.params_done.append(p)
+
+
+def current() -> CanonicalGrads | None:
+    with _lock:
+        return _scopes[-1] if _scopes else None
+
+
+@contextlib.contextmanager
+def canonical_grads() -> Iterator[CanonicalGrads]:
+    """Defer parameter gradients to one canonical reduction per parameter (see the module docstring)."""
+    scope = CanonicalGrads()
+    with _lock:
+        _scopes.append(scope)
+    try:
+        yield scope
+    except BaseException:
+        with _lock:
+            _scopes.remove(scope)
+        raise
+    with _lock:
+        _scopes.remove(scope)
+    scope.finalize()
