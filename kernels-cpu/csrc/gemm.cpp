@@ -399,6 +399,108 @@ WS1_AVX512 void uk_avx512(int64_t kc, const float* A, const float* B, const Tile
   }
 }
 
+// ------------------------------------------------------------------------------------------
+// Small-M path (M <= 4, B = bf16 rows contiguous in k, AVX-512): B has no reuse, so instead of
+// packing it we stream it once: load 16 rows x 32 k, transpose (k, k+1) bf16 pairs in registers
+// (lanes = 16 output columns), and FMA straight from registers. Each output element still gets
+// acc = +0; for k ascending: acc = fma(a[m,k], b[n,k], acc) -- the identical chain as the packed
+// path (the K tail issues only the FMAs for k < K), so the bits are the same.
+// G row groups of 16 are interleaved so that G * MR independent chains hide the FMA latency.
+// ------------------------------------------------------------------------------------------
+template <int MR, int G>
+WS1_AVX512 void small_m_rows(const float* a, int64_t K, const uint16_t* B, int64_t ldb, int64_t n0,
+                             int nv, float* outf, uint16_t* outb, int64_t ldo) {
+  const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  __m512 acc[MR][G];
+  for (int m = 0; m < MR; ++m)
+    for (int g = 0; g < G; ++g) acc[m][g] = _mm512_setzero_ps();
+  int rows[G];
+  for (int g = 0; g < G; ++g) rows[g] = std::max(0, std::min(16, nv - 16 * g));
+  for (int64_t kb = 0; kb < K; kb += 32) {
+    const int64_t kn = std::min<int64_t>(32, K - kb);
+    const __mmask32 lm = kn == 32 ? 0xFFFFFFFFu : ((1u << kn) - 1u);
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      if (rows[g] == 0) continue;
+      __m512i r[16], v[16];
+      const uint16_t* src = B + (n0 + 16 * g) * ldb + kb;
+      if (kn == 32 && rows[g] == 16) {
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; ++i) {
+          r[i] = _mm512_loadu_si512(src + i * ldb);
+          _mm_prefetch(reinterpret_cast<const char*>(src + i * ldb + 512), _MM_HINT_T0);
+        }
+      } else {
+        for (int i = 0; i < 16; ++i)
+          r[i] = i < rows[g] ? _mm512_maskz_loadu_epi16(lm, src + i * ldb) : _mm512_setzero_si512();
+      }
+      transpose16_epi32(r, v);
+      const float* ak = a + kb;
+      if (kn == 32) {
+#pragma GCC unroll 16
+        for (int q = 0; q < 16; ++q) {
+          const __m512 e = _mm512_castsi512_ps(_mm512_slli_epi32(v[q], 16));
+          const __m512 o = _mm512_castsi512_ps(_mm512_and_si512(v[q], hi_mask));
+#pragma GCC unroll 4
+          for (int m = 0; m < MR; ++m) {
+            acc[m][g] = _mm512_fmadd_ps(_mm512_set1_ps(ak[m * K + 2 * q]), e, acc[m][g]);
+            acc[m][g] = _mm512_fmadd_ps(_mm512_set1_ps(ak[m * K + 2 * q + 1]), o, acc[m][g]);
+          }
+        }
+      } else {
+        for (int q = 0; 2 * q < kn; ++q) {
+          const __m512 e = _mm512_castsi512_ps(_mm512_slli_epi32(v[q], 16));
+          const __m512 o = _mm512_castsi512_ps(_mm512_and_si512(v[q], hi_mask));
+          for (int m = 0; m < MR; ++m) {
+            acc[m][g] = _mm512_fmadd_ps(_mm512_set1_ps(ak[m * K + 2 * q]), e, acc[m][g]);
+            if (2 * q + 1 < kn)
+              acc[m][g] = _mm512_fmadd_ps(_mm512_set1_ps(ak[m * K + 2 * q + 1]), o, acc[m][g]);
+          }
+        }
+      }
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    if (rows[g] == 0) continue;
+    const __mmask16 sm = static_cast<__mmask16>(rows[g] == 16 ? 0xFFFFu : ((1u << rows[g]) - 1u));
+    for (int m = 0; m < MR; ++m) {
+      if (outb != nullptr)
+        _mm256_mask_storeu_epi16(outb + m * ldo + n0 + 16 * g, sm, cvt_bf16_avx512(acc[m][g]));
+      else
+        _mm512_mask_storeu_ps(outf + m * ldo + n0 + 16 * g, sm, acc[m][g]);
+    }
+  }
+}
+
+constexpr int SMALL_M_MAX = 4;
+#ifndef WS1_SMALL_G
+#define WS1_SMALL_G 4
+#endif
+constexpr int SMALL_G = WS1_SMALL_G;  // row groups of 16 per call (64 output columns)
+
+void small_m_gemm(const Operand& A, const Operand& B, int64_t M, int64_t N, int64_t K, float* outf,
+                  uint16_t* outb) {
+  FBuf abuf = alloc_floats(M * K);  // A rows as fp32, row-major (exact conversion)
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) abuf[m * K + k] = A.at(m, k);
+  const float* a = abuf.get();
+  const uint16_t* b = static_cast<const uint16_t*>(B.p);
+  constexpr int64_t CW = 16 * SMALL_G;
+  const int64_t nchunks = (N + CW - 1) / CW;
+  at::parallel_for(0, nchunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t n0 = c * CW;
+      const int nv = static_cast<int>(std::min<int64_t>(CW, N - n0));
+      switch (M) {
+        case 1: small_m_rows<1, SMALL_G>(a, K, b, B.s0, n0, nv, outf, outb, N); break;
+        case 2: small_m_rows<2, SMALL_G>(a, K, b, B.s0, n0, nv, outf, outb, N); break;
+        case 3: small_m_rows<3, SMALL_G>(a, K, b, B.s0, n0, nv, outf, outb, N); break;
+        default: small_m_rows<4, SMALL_G>(a, K, b, B.s0, n0, nv, outf, outb, N); break;
+      }
+    }
+  });
+}
+
 using UkFn = void (*)(int64_t, const float*, const float*, const Tile&);
 
 #define WS1_UK_TABLE(fn, ...)                                                    \
@@ -424,6 +526,10 @@ UkFn pick_uk(Isa isa, int mr) {
 void gemm_core(const Operand& A, const Operand& B, int64_t M, int64_t N, int64_t K, float* outf,
                uint16_t* outb) {
   const Isa isa = active_isa();
+  if (isa == Isa::avx512 && M <= SMALL_M_MAX && B.bf16 && B.s1 == 1) {
+    small_m_gemm(A, B, M, N, K, outf, outb);
+    return;
+  }
   const int MR = isa == Isa::avx512 ? MR512 : (isa == Isa::avx2 ? MR256 : MRSC);
   UkFn uks[MR512 + 1];
   for (int r = 1; r <= MR; ++r) uks[r] = pick_uk(isa, r);

@@ -43,7 +43,8 @@ REQUIRED_NODES = ("embedding", "rms_norm", "det_gemm", "qk_norm", "rope", "atten
                   "lm_head", "logprob", "batch_invariant_logp")
 
 __all__ = [
-    "REQUIRED_NODES", "CanonicalGrads", "canonical_grads", "Kernel", "KernelUnavailable", "NoProfile", "OpInputError", "Recorder", "active", "attention",
+    "REQUIRED_NODES", "CanonicalGrads", "canonical_grads",
+    "Kernel", "KernelUnavailable", "NoProfile", "OpInputError", "Recorder", "active", "attention",
     "batch_invariant_logp", "canonical_order", "cu_seqlens_from_lengths", "det_gemm", "embedding", "expand_rows",
     "family_available", "kernels_for", "lm_head", "logical_keys", "logprob", "pack", "qk_norm", "record", "reference",
     "rms_norm", "rope", "silu", "swiglu", "unpack", "use_candidate", "use_profile",
