@@ -33,7 +33,7 @@ def make(op: str, n: int = N_ROWS, seed: int = 0) -> Case:
     if op == "embedding":
         V, H = 1000, 64
         ids = torch.randint(0, V, (n,), generator=g)
-        ids[:40] = ids[40:80]  # repeated ids: dE sums several rows per id
+        ids[: n // 3] = ids[n // 3 : 2 * (n // 3)]  # repeated ids: dE sums several rows per id
         return Case(op, [ids], [r(V, H)], lambda i, w, row_keys: ws1_ops.embedding(i, w, row_keys),
                     reference.embedding, ["ids", "weight"])
     if op == "rms_norm":

@@ -1,7 +1,12 @@
+import os
+import sys
+
 import pytest
 
 import ws1_ops
 from ws1_contract import load_contract
+
+sys.path.insert(0, os.path.dirname(__file__))  # tests share cases.py (pytest runs in importlib mode)
 
 
 @pytest.fixture(scope="session")
