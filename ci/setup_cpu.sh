@@ -32,7 +32,7 @@ for pkg in $PKGS; do
       | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
   if [ "$(cat "$stamp_dir/$name" 2>/dev/null)" != "$h" ]; then
     case "$name" in
-      kernels-cpu) step "building $name (C++ torch extension; ~1-3 min the first time)";;
+      kernels-cpu) step "building $name (C++ torch extension; ~4-5 min the first time on 2 cores)";;
       *) step "installing $name";;
     esac
     # --no-build-isolation: the build must see this venv's torch, not download another one.
