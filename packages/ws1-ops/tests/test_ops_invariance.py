@@ -36,17 +36,20 @@ def test_gradient_invariance(op, cpu):
 def test_isa_paths_are_bitwise_equal(cpu, monkeypatch):
     import ws1_kernels_cpu
 
-    for op in ("det_gemm", "rms_norm", "swiglu", "logprob"):
+    for op in PER_ROW_OPS:
         c = make(op, n=33)
         outs = {}
         for isa in ("scalar", "avx2", ws1_kernels_cpu.isa()):
             monkeypatch.setenv("WS1_CPU_ISA", isa)
-            outs[isa] = c.call(*c.rows, *c.params, row_keys=None)
+            xs = [t.detach().requires_grad_(t.is_floating_point()) for t in c.rows + c.params]
+            out = c.call(*xs, row_keys=torch.arange(33))
+            out.backward(torch.ones_like(out))
+            outs[isa] = torch.cat([out.detach().float().reshape(-1)] + [t.grad.float().reshape(-1) for t in xs if t.grad is not None])
         base = outs["scalar"]
         for isa, o in outs.items():
             from ws1_contract import bitwise
 
-            r = bitwise(o, base, f"{op} {isa} vs scalar")
+            r = bitwise(o, base, f"{op} {isa} vs scalar (outputs and gradients)")
             assert r.passed, r.detail
 
 
@@ -87,3 +90,21 @@ def test_negative_control_batch_order_weight_grad_is_caught():
         verdicts = invariance.check(c.call, c.rows, c.params, layouts=[Layout("permuted", torch.randperm(300))],
                                     grad=True, names=c.names)
     assert not verdicts[0].grads["weight"].passed
+
+
+def test_attention_isa_paths_are_bitwise_equal(cpu, monkeypatch):
+    import ws1_kernels_cpu
+    from ws1_contract import bitwise
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(40, h, 128, generator=g).bfloat16() for h in (32, 8, 8))
+    cu, pos = torch.tensor([0, 40]), torch.arange(40)
+    outs = {}
+    for isa in ("scalar", "avx2", ws1_kernels_cpu.isa()):
+        monkeypatch.setenv("WS1_CPU_ISA", isa)
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        o = ws1_ops.attention(*leaves, cu, cu, pos)
+        o.backward(torch.ones_like(o))
+        outs[isa] = torch.cat([o.detach().float().reshape(-1)] + [t.grad.reshape(-1) for t in leaves])
+    for isa, o in outs.items():
+        assert bitwise(o, outs["scalar"], f"attention {isa} vs scalar").passed
