@@ -18,7 +18,8 @@ def test_record_says_what_ran(cpu):
         ws1_ops.det_gemm(x, w).float().sum().backward()
         ws1_ops.silu(x)
     s = rec.summary()
-    assert s["det_gemm"] == {"kernel_ids": ["ws1_cpu::det_gemm"], "families": ["cpu"], "devices": ["cpu"], "forward": 1, "backward": 2}  # dx and dW kernels
+    # backward: two kernel calls, dx and dW
+    assert s["det_gemm"] == {"kernel_ids": ["ws1_cpu::det_gemm"], "families": ["cpu"], "devices": ["cpu"], "forward": 1, "backward": 2}
     assert s["silu"]["kernel_ids"] == ["ws1_cpu::silu"] and s["silu"]["backward"] == 0
 
 
