@@ -51,9 +51,9 @@ def _require(session: nox.Session, *modules: str) -> None:
         )
 
 
-def _gate(session: nox.Session, module: str, *args: str) -> None:
+def _gate(session: nox.Session, module: str, *args: str, posargs: list[str] | None = None) -> None:
     """Run a gate module; its exit code 2 (device absent) becomes nox's exit code 2."""
-    cmd = [PY, "-m", module, *args, *session.posargs]
+    cmd = [PY, "-m", module, *args, *(session.posargs if posargs is None else posargs)]
     session.log(" ".join(cmd[2:]))
     rc = subprocess.call(cmd, cwd=ROOT)
     if rc == 2:
@@ -67,14 +67,21 @@ def _gate(session: nox.Session, module: str, *args: str) -> None:
 def c1_contract(session: nox.Session) -> None:
     """C1: the contract loads, validates, resolves; provenance validation rejects a wrong family."""
     _require(session, "ws1_contract")
-    _gate(session, "ws1_contract", "c1")
+    _gate(session, "ws1_contract", "c1", posargs=[a for a in session.posargs if a != "--runtime"])
 
 
 @nox.session
 def c2_manifest(session: nox.Session) -> None:
-    """C2: every required node declared per profile, cases cover op × tier, fixture hash matches."""
+    """C2: every required node declared per profile, cases cover op × tier, fixture hash matches.
+
+    ``-- PROFILE --runtime`` also runs every node on the profile's device and checks the registry
+    recorded the declared kernel (exit 2 when the device is absent)."""
     _require(session, "ws1_contract")
-    _gate(session, "ws1_contract", "c2")
+    args = [a for a in session.posargs if a != "--runtime"]
+    _gate(session, "ws1_contract", "c2", posargs=args)
+    if "--runtime" in session.posargs:
+        _require(session, "ws1_ops")
+        _gate(session, "ws1_ops.runtime", posargs=args)
 
 
 def _pytest(session: nox.Session, marker: str) -> None:
