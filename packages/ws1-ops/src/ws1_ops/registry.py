@@ -93,30 +93,29 @@ def family_available(family: str) -> str | None:
 
 
 @contextlib.contextmanager
-def use_profile(profile: str, device=None) -> Iterator[str]:
-    """Run ws1 ops with ``profile``'s kernels. Fails closed: an absent device raises
-    ``ws1_accel.AcceleratorUnavailable``, a missing kernel package :class:`KernelUnavailable`."""
-    family = ws1_accel.family_of(profile)
-    ws1_accel.resolve_device(profile, device)
+def _activate(name: str, family: str) -> Iterator[str]:
     load_family(family)
-    token = _active.set((profile, family))
-    try:
-        yield profile
-    finally:
-        _active.reset(token)
-
-
-@contextlib.contextmanager
-def use_candidate(name: str) -> Iterator[str]:
-    """Run ws1 ops on a non-profile candidate; only ``torch_default`` (the negative control)."""
-    if name != "torch_default":
-        raise KernelUnavailable(f"unknown candidate {name!r}; profiles go through use_profile()")
-    load_family(name)
-    token = _active.set((name, name))
+    token = _active.set((name, family))
     try:
         yield name
     finally:
         _active.reset(token)
+
+
+def use_profile(profile: str, device=None) -> contextlib.AbstractContextManager[str]:
+    """Run ws1 ops with ``profile``'s kernels. Fails closed: an absent device raises
+    ``ws1_accel.AcceleratorUnavailable``, a missing kernel package :class:`KernelUnavailable`."""
+    family = ws1_accel.family_of(profile)
+    ws1_accel.resolve_device(profile, device)
+    load_family(family)  # here, not on __enter__: the error points at the use_profile() line
+    return _activate(profile, family)
+
+
+def use_candidate(name: str) -> contextlib.AbstractContextManager[str]:
+    """Run ws1 ops on a non-profile candidate; only ``torch_default`` (the negative control)."""
+    if name != "torch_default":
+        raise KernelUnavailable(f"unknown candidate {name!r}; profiles go through use_profile()")
+    return _activate(name, name)
 
 
 def active() -> tuple[str, str]:
