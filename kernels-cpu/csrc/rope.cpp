@@ -8,27 +8,47 @@
 //   inverse:  out1 = x1*c + x2*s,  out2 = x2*c - x1*s      (the transpose: the backward)
 // cos/sin depend on (p, i) only — never on where the token sits in the batch — so prefill, chunked
 // prefill and decode rotate a token identically. Output dtype = input dtype (bf16 rounded RNE once).
-#include "ws1_cpu.h"
+// cos/sin are computed once per token (scalar libm, shared by its heads); the rotation is elementwise
+// in 16-lane vectors (ws1_math.h), the same IEEE ops on every ISA path, so all paths give the same bits.
+// Non-contiguous x / positions are made contiguous (a copy); positions must be >= 0.
+#ifndef WS1_KERNEL_BODY
+#include "ws1_math.h"
 
 #include <cmath>
 #include <vector>
 
+#define WS1_KERNEL_BODY
+namespace ws1_rope {
+namespace vs {
+using namespace ::ws1::vs;
+#include __FILE__
+}  // namespace vs
+}  // namespace ws1_rope
+WS1_BEGIN_AVX2
+namespace ws1_rope {
+namespace v2 {
+using namespace ::ws1::v2;
+#include __FILE__
+}  // namespace v2
+}  // namespace ws1_rope
+WS1_END_ISA
+WS1_BEGIN_AVX512
+namespace ws1_rope {
+namespace v5 {
+using namespace ::ws1::v5;
+#include __FILE__
+}  // namespace v5
+}  // namespace ws1_rope
+WS1_END_ISA
+#undef WS1_KERNEL_BODY
 namespace {
-
-template <class T>
-inline float ld(const T* p, int64_t i);
-template <>
-inline float ld<float>(const float* p, int64_t i) { return p[i]; }
-template <>
-inline float ld<uint16_t>(const uint16_t* p, int64_t i) { return ws1::bf16_bits_to_f32(p[i]); }
-inline void st(float* p, int64_t i, float v) { p[i] = v; }
-inline void st(uint16_t* p, int64_t i, float v) { p[i] = ws1::f32_to_bf16_bits(v); }
 
 template <class T>
 void run(const T* x, T* y, const int64_t* pos, int64_t Tn, int64_t NH, int64_t D, double theta, bool inverse) {
   const int64_t half = D / 2;
   std::vector<float> inv(half);
   for (int64_t i = 0; i < half; ++i) inv[i] = static_cast<float>(1.0 / std::pow(theta, static_cast<double>(2 * i) / D));
+  auto fn = WS1_SELECT(ws1_rope, rotate_token<T>);
   at::parallel_for(0, Tn, 1, [&](int64_t b, int64_t e) {
     std::vector<float> c(half), s(half);
     for (int64_t t = b; t < e; ++t) {
@@ -38,16 +58,7 @@ void run(const T* x, T* y, const int64_t* pos, int64_t Tn, int64_t NH, int64_t D
         c[i] = static_cast<float>(std::cos(static_cast<double>(ang)));
         s[i] = static_cast<float>(std::sin(static_cast<double>(ang)));
       }
-      for (int64_t h = 0; h < NH; ++h) {
-        const T* xr = x + (t * NH + h) * D;
-        T* yr = y + (t * NH + h) * D;
-        for (int64_t i = 0; i < half; ++i) {
-          const float x1 = ld(xr, i), x2 = ld(xr, i + half);
-          const float a = x1 * c[i], bb = x2 * s[i], cc = x2 * c[i], d = x1 * s[i];
-          st(yr, i, inverse ? a + bb : a - bb);
-          st(yr, i + half, inverse ? cc - d : cc + d);
-        }
-      }
+      fn(x + t * NH * D, y + t * NH * D, c.data(), s.data(), NH, D, inverse);
     }
   });
 }
@@ -76,3 +87,39 @@ at::Tensor rope(const at::Tensor& x, const at::Tensor& positions, double theta, 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(ws1_cpu, m) { m.def("rope(Tensor x, Tensor positions, float theta, bool inverse) -> Tensor", &rope); }
+
+#else  // WS1_KERNEL_BODY: ISA-specific code, compiled once per namespace vs / v2 / v5.
+
+// One token: all heads. a = x1*c, b = x2*s, cc = x2*c, d = x1*s (separate roundings, no FMA);
+// forward out1 = a - b, out2 = cc + d; inverse out1 = a + b, out2 = cc - d.
+template <class T>
+void rotate_token(const T* x, T* y, const float* c, const float* s, int64_t NH, int64_t D, bool inverse) {
+  const int64_t half = D / 2;
+  for (int64_t h = 0; h < NH; ++h) {
+    const T* xr = x + h * D;
+    T* yr = y + h * D;
+    int64_t i = 0;
+    for (; i < half; i += 16) {
+      const int n = static_cast<int>(std::min<int64_t>(16, half - i));
+      V X1, X2, C, S;
+      if (n == 16) {
+        X1 = V::load(xr + i), X2 = V::load(xr + half + i), C = V::load(c + i), S = V::load(s + i);
+      } else {
+        X1 = V::load_tail(xr + i, n), X2 = V::load_tail(xr + half + i, n), C = V::load_tail(c + i, n),
+        S = V::load_tail(s + i, n);
+      }
+      const V a = X1 * C, b = X2 * S, cc = X2 * C, d = X1 * S;
+      const V o1 = inverse ? a + b : a - b;
+      const V o2 = inverse ? cc - d : cc + d;
+      if (n == 16) {
+        o1.store(yr + i);
+        o2.store(yr + half + i);
+      } else {
+        o1.store_tail(yr + i, n);
+        o2.store_tail(yr + half + i, n);
+      }
+    }
+  }
+}
+
+#endif  // WS1_KERNEL_BODY

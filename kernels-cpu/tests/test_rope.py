@@ -1,5 +1,6 @@
 """rope: bitwise row invariance (a token's rotation depends only on its position), fp32/bf16, inverse =
 backward (transpose), accuracy vs an fp64 HF rotate-half reference, bad inputs, NaN."""
+import math
 import os
 import sys
 
@@ -86,3 +87,22 @@ def test_rope_nan():
     y = OPS.rope(x, pos, THETA, False)
     nan = torch.isnan(y)
     assert nan[1, 0, 3] and nan[1, 0, 11] and int(nan.sum()) == 2  # its pair only
+
+
+def test_rope_is_the_documented_formula_bitwise():
+    # cos/sin: fp32 angle = (float)pos * (float)inv_freq, then cos/sin in fp64 rounded to fp32;
+    # out1 = x1*c - x2*s, out2 = x2*c + x1*s in fp32 (separate roundings), then one RNE to bf16.
+    x, pos = make(37, 3, 40, maxpos=100000)
+    D = 40
+    inv = (1.0 / (THETA ** (torch.arange(0, D, 2, dtype=torch.float64) / D))).float()
+    ang = pos.float()[:, None] * inv[None, :]
+    # libm (glibc) cos/sin through Python's math module, as the kernel calls std::cos/std::sin
+    c = torch.tensor([[math.cos(a) for a in row] for row in ang.double().tolist()]).float()[:, None, :]
+    s = torch.tensor([[math.sin(a) for a in row] for row in ang.double().tolist()]).float()[:, None, :]
+    xf = x.float()
+    x1, x2 = xf[..., : D // 2], xf[..., D // 2 :]
+    fwd = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), -1)
+    inv_ = torch.cat((x1 * c + x2 * s, x2 * c - x1 * s), -1)
+    assert_same(OPS.rope(x, pos, THETA, False), fwd.bfloat16(), "bf16 forward")
+    assert_same(OPS.rope(xf, pos, THETA, False), fwd, "fp32 forward")
+    assert_same(OPS.rope(xf, pos, THETA, True), inv_, "fp32 inverse")
