@@ -82,13 +82,20 @@ std::tuple<at::Tensor, at::Tensor> logprob(const at::Tensor& logits, const at::T
 std::tuple<at::Tensor, at::Tensor> batch_invariant_logp(const at::Tensor& logits) {
   check_logits(logits, "batch_invariant_logp");
   at::Tensor l = logits.contiguous();
-  at::Tensor lse = row_lse(l);
-  at::Tensor out = at::empty_like(l);
   const int64_t T = l.size(0), V = l.size(1);
-  const float *x = l.data_ptr<float>(), *s = lse.data_ptr<float>();
-  float* o = out.data_ptr<float>();
-  auto fn = WS1_SELECT(ws1_lp, sub_range);
-  at::parallel_for(0, T, 1, [&](int64_t b, int64_t e) { fn(x, s, o, V, b, e); });
+  at::Tensor lse = at::empty({T}, l.options());
+  at::Tensor out = at::empty_like(l);
+  const float* x = l.data_ptr<float>();
+  float *s = lse.data_ptr<float>(), *o = out.data_ptr<float>();
+  // one pass per row (lse, then x - lse while the row is still in cache): same ops as lse_range + sub_range
+  auto fl = WS1_SELECT(ws1_lp, lse_range);
+  auto fs = WS1_SELECT(ws1_lp, sub_range);
+  at::parallel_for(0, T, 1, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      fl(x, s, V, r, r + 1);
+      fs(x, s, o, V, r, r + 1);
+    }
+  });
   return {out, lse};
 }
 
