@@ -411,52 +411,52 @@ template <int MR, int G>
 WS1_AVX512 void small_m_rows(const float* a, int64_t K, const uint16_t* B, int64_t ldb, int64_t n0,
                              int nv, float* outf, uint16_t* outb, int64_t ldo) {
   const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  // bt[k][g]: 16 fp32 values b[n0 + 16g + i, kb + k] of the current SKB-k block (L1-resident).
+  // Each row is read in runs of SKB contiguous bf16 with a software L2 prefetch two runs ahead:
+  // short runs across many rows otherwise defeat the hardware prefetcher (measured).
+  constexpr int SKB = 64;
+  alignas(64) float bt[SKB][G][16];
   __m512 acc[MR][G];
   for (int m = 0; m < MR; ++m)
     for (int g = 0; g < G; ++g) acc[m][g] = _mm512_setzero_ps();
   int rows[G];
   for (int g = 0; g < G; ++g) rows[g] = std::max(0, std::min(16, nv - 16 * g));
-  for (int64_t kb = 0; kb < K; kb += 32) {
-    const int64_t kn = std::min<int64_t>(32, K - kb);
-    const __mmask32 lm = kn == 32 ? 0xFFFFFFFFu : ((1u << kn) - 1u);
-#pragma GCC unroll 4
+  for (int64_t kb = 0; kb < K; kb += SKB) {
+    const int64_t kn = std::min<int64_t>(SKB, K - kb);
     for (int g = 0; g < G; ++g) {
-      if (rows[g] == 0) continue;
-      __m512i r[16], v[16];
-      const uint16_t* src = B + (n0 + 16 * g) * ldb + kb;
-      if (kn == 32 && rows[g] == 16) {
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; ++i) {
-          r[i] = _mm512_loadu_si512(src + i * ldb);
-          _mm_prefetch(reinterpret_cast<const char*>(src + i * ldb + 512), _MM_HINT_T0);
-        }
-      } else {
+      const uint16_t* gsrc = B + (n0 + 16 * g) * ldb;
+      if (kb + 2 * SKB < K && rows[g] == 16) {  // L2 prefetch two blocks ahead
         for (int i = 0; i < 16; ++i)
-          r[i] = i < rows[g] ? _mm512_maskz_loadu_epi16(lm, src + i * ldb) : _mm512_setzero_si512();
+          for (int l = 0; l < SKB; l += 32)
+            _mm_prefetch(reinterpret_cast<const char*>(gsrc + i * ldb + kb + 2 * SKB + l), _MM_HINT_T1);
       }
-      transpose16_epi32(r, v);
-      const float* ak = a + kb;
-      if (kn == 32) {
+      for (int64_t ks = 0; ks < kn; ks += 32) {
+        const int64_t kk = std::min<int64_t>(32, kn - ks);
+        const __mmask32 lm = kk == 32 ? 0xFFFFFFFFu : ((1u << kk) - 1u);
+        __m512i r[16], v[16];
+        const uint16_t* src = gsrc + kb + ks;
+        if (kk == 32 && rows[g] == 16) {
+#pragma GCC unroll 16
+          for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * ldb);
+        } else {
+          for (int i = 0; i < 16; ++i)
+            r[i] = i < rows[g] ? _mm512_maskz_loadu_epi16(lm, src + i * ldb) : _mm512_setzero_si512();
+        }
+        transpose16_epi32(r, v);
 #pragma GCC unroll 16
         for (int q = 0; q < 16; ++q) {
-          const __m512 e = _mm512_castsi512_ps(_mm512_slli_epi32(v[q], 16));
-          const __m512 o = _mm512_castsi512_ps(_mm512_and_si512(v[q], hi_mask));
+          _mm512_store_ps(bt[ks + 2 * q][g], _mm512_castsi512_ps(_mm512_slli_epi32(v[q], 16)));
+          _mm512_store_ps(bt[ks + 2 * q + 1][g], _mm512_castsi512_ps(_mm512_and_si512(v[q], hi_mask)));
+        }
+      }
+    }
+    const float* ak = a + kb;
+    for (int64_t k = 0; k < kn; ++k) {
 #pragma GCC unroll 4
-          for (int m = 0; m < MR; ++m) {
-            acc[m][g] = _mm512_fmadd_ps(_mm512_set1_ps(ak[m * K + 2 * q]), e, acc[m][g]);
-            acc[m][g] = _mm512_fmadd_ps(_mm512_set1_ps(ak[m * K + 2 * q + 1]), o, acc[m][g]);
-          }
-        }
-      } else {
-        for (int q = 0; 2 * q < kn; ++q) {
-          const __m512 e = _mm512_castsi512_ps(_mm512_slli_epi32(v[q], 16));
-          const __m512 o = _mm512_castsi512_ps(_mm512_and_si512(v[q], hi_mask));
-          for (int m = 0; m < MR; ++m) {
-            acc[m][g] = _mm512_fmadd_ps(_mm512_set1_ps(ak[m * K + 2 * q]), e, acc[m][g]);
-            if (2 * q + 1 < kn)
-              acc[m][g] = _mm512_fmadd_ps(_mm512_set1_ps(ak[m * K + 2 * q + 1]), o, acc[m][g]);
-          }
-        }
+      for (int m = 0; m < MR; ++m) {
+        const __m512 av = _mm512_set1_ps(ak[m * K + k]);
+#pragma GCC unroll 8
+        for (int g = 0; g < G; ++g) acc[m][g] = _mm512_fmadd_ps(av, _mm512_load_ps(bt[k][g]), acc[m][g]);
       }
     }
   }
@@ -473,10 +473,7 @@ WS1_AVX512 void small_m_rows(const float* a, int64_t K, const uint16_t* B, int64
 }
 
 constexpr int SMALL_M_MAX = 4;
-#ifndef WS1_SMALL_G
-#define WS1_SMALL_G 4
-#endif
-constexpr int SMALL_G = WS1_SMALL_G;  // row groups of 16 per call (64 output columns)
+constexpr int SMALL_G = 2;  // row groups of 16 per call (32 output columns)
 
 void small_m_gemm(const Operand& A, const Operand& B, int64_t M, int64_t N, int64_t K, float* outf,
                   uint16_t* outb) {
