@@ -117,8 +117,8 @@ def row_invariance_differs(fn, x, w, ms, rows_to_check=(0,)):
 # --------------------------------------------------------------------------------------------
 # (M, K, N): edges in every dimension: K not a multiple of 32 / 256 (K blocking with the fp32
 # carry), N not a multiple of the 32-column panel, M not a multiple of the 12/6/4-row tiles, and
-# M <= 4 (the AVX-512 streaming small-M path, identical chain), tall M (A of a row block > 1 MiB) that takes the other loop order (A packed per K block), also
-# with several row blocks.
+# M <= 4 (the AVX-512 streaming small-M path, identical chain), and tall M (A of a row block
+# > 1 MiB) that takes the other loop order (A packed per K block), also with several row blocks.
 EXACT_SHAPES = [(1, 1, 1), (1, 7, 3), (2, 1100, 45), (4, 333, 70), (5, 300, 40), (13, 513, 70), (30, 1000, 33), (300, 1100, 45),
                 (264, 1100, 45), (600, 1400, 70)]
 
