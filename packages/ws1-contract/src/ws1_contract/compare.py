@@ -39,14 +39,15 @@ def _first_bad(t: torch.Tensor) -> tuple:
     return tuple(idx)
 
 
-def _structural(lhs: torch.Tensor, rhs: torch.Tensor, name: str) -> Comparison | None:
+def _structural(lhs: torch.Tensor, rhs: torch.Tensor, name: str, sides=("lhs", "rhs"), same_dtype: bool = True) -> Comparison | None:
+    """A failed Comparison if the two sides cannot be compared at all, else None."""
     if not isinstance(lhs, torch.Tensor) or not isinstance(rhs, torch.Tensor):
         return Comparison(False, f"{name}: both sides must be tensors, got {type(lhs).__name__} and {type(rhs).__name__}")
     if lhs.shape != rhs.shape:
         return Comparison(False, f"{name}: shape mismatch {tuple(lhs.shape)} vs {tuple(rhs.shape)}")
-    if lhs.dtype != rhs.dtype:
+    if same_dtype and lhs.dtype != rhs.dtype:
         return Comparison(False, f"{name}: dtype mismatch {lhs.dtype} vs {rhs.dtype}")
-    for side, t in (("lhs", lhs), ("rhs", rhs)):
+    for side, t in zip(sides, (lhs, rhs)):
         n = _nonfinite(t)
         if n:
             return Comparison(False, f"{name}: {n} non-finite value(s) in {side}, first at index {_first_bad(t)} — a hard failure",
@@ -85,16 +86,9 @@ def bitwise(lhs: torch.Tensor, rhs: torch.Tensor, name: str = "tensor") -> Compa
 
 def within_tolerance(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, name: str = "tensor") -> Comparison:
     """``|cand - ref| <= atol + rtol * |ref|`` elementwise, in FP32 (ref is the FP32 reference)."""
-    if not isinstance(cand, torch.Tensor) or not isinstance(ref, torch.Tensor):
-        return Comparison(False, f"{name}: both sides must be tensors")
-    if cand.shape != ref.shape:
-        return Comparison(False, f"{name}: shape mismatch {tuple(cand.shape)} vs {tuple(ref.shape)}")
-    for side, t in (("candidate", cand), ("reference", ref)):
-        n = _nonfinite(t)
-        if n:
-            return Comparison(False, f"{name}: {n} non-finite value(s) in the {side}, first at {_first_bad(t)} — a hard failure")
-    if cand.numel() == 0:
-        return Comparison(False, f"{name}: empty tensors: nothing was compared")
+    bad = _structural(cand, ref, name, sides=("the candidate", "the reference"), same_dtype=False)
+    if bad is not None:
+        return bad
     c, r = cand.detach().cpu().float(), ref.detach().cpu().float()
     err = (c - r).abs()
     bound = atol + rtol * r.abs()
