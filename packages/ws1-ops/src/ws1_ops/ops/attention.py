@@ -8,6 +8,12 @@ Keys are reduced in fixed tiles aligned to absolute key position 0 with an FP32 
 and keys past a query's position are never touched, so a query's output bits are the same
 whether it is computed in a full prefill, in a 7-token chunk, or alone in a decode step.
 Backward (dq, dk, dv) is per sequence; packing or batching cannot change its bits.
+
+``chunk=c`` runs the forward the way chunked prefill does — queries in chunks of ``c`` absolute
+positions, each chunk against keys 0..end of the chunk — so a training step can run (and be judged
+on) the chunked arithmetic. Its backward is the canonical one (DESIGN §7): dK/dV are row
+reductions over queries, so they run over the whole sequence in one fixed order, exactly as after
+a full prefill; autograd summing per-chunk partial dK would depend on the chunking.
 """
 
 from __future__ import annotations
@@ -38,6 +44,53 @@ class Attention(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None
 
 
+class ChunkedAttention(Attention):
+    """Forward in query chunks aligned to absolute positions; backward as :class:`Attention`."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu_q, cu_k, q_pos, scale, chunk):
+        kern = start(OP, q, k, v)
+        out = q.new_empty(q.shape)
+        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+        for idx, sub_q, sub_k in _chunks(cu_q, cu_k, q_pos, chunk):
+            keys = torch.cat([torch.arange(int(cu_k[b]), int(cu_k[b]) + n, device=k.device) for b, n in sub_k])
+            cu_sub_k = _offsets([n for _, n in sub_k], k.device)
+            o, ls = kern.fwd(q.index_select(0, idx), k.index_select(0, keys), v.index_select(0, keys), sub_q, cu_sub_k,
+                             q_pos.index_select(0, idx), scale)
+            out.index_copy_(0, idx, o)
+            lse.index_copy_(0, idx, ls)
+        ctx.kern, ctx.scale = kern, scale
+        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, q_pos)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        return (*Attention.backward(ctx, dout), None)
+
+
+def _offsets(lengths: list[int], device) -> torch.Tensor:
+    return torch.tensor([0, *lengths], dtype=torch.int64, device=device).cumsum(0)
+
+
+def _chunks(cu_q: torch.Tensor, cu_k: torch.Tensor, q_pos: torch.Tensor, chunk: int):
+    """Per chunk c (positions [c*chunk, (c+1)*chunk)): the query rows it holds, their cu_seqlens
+    [B'+1], and (sequence, key count) pairs — keys 0..the chunk's last query position."""
+    B = cu_q.numel() - 1
+    last = int(q_pos.max()) if q_pos.numel() else -1
+    for c in range(last // chunk + 1):
+        rows, lens, keys = [], [], []
+        for b in range(B):
+            qs, qe = int(cu_q[b]), int(cu_q[b + 1])
+            p = q_pos[qs:qe]
+            sel = torch.nonzero((p >= c * chunk) & (p < (c + 1) * chunk)).flatten()
+            if sel.numel():
+                rows.append(sel + qs)
+                lens.append(sel.numel())
+                keys.append((b, int(p[sel].max()) + 1))
+        if rows:
+            yield torch.cat(rows), _offsets(lens, cu_q.device), keys
+
+
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -46,8 +99,11 @@ def attention(
     cu_seqlens_k: torch.Tensor,
     q_pos: torch.Tensor,
     scale: float | None = None,
+    chunk: int | None = None,
 ) -> torch.Tensor:
-    """Causal varlen GQA attention -> [Tq, Hq, D] BF16 (see the module docstring for shapes)."""
+    """Causal varlen GQA attention -> [Tq, Hq, D] BF16 (see the module docstring for shapes).
+
+    ``chunk``: run the forward as chunked prefill with chunks of ``chunk`` absolute positions."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_float(t, OP, name, ("bfloat16",))
         check_rank(t, 3, OP, name, "[T, heads, D]")
@@ -63,5 +119,9 @@ def attention(
     check(q_pos.shape == (q.shape[0],), OP, f"q_pos must be [{q.shape[0]}], got {tuple(q_pos.shape)}")
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[2])
+    if chunk is not None:
+        check(isinstance(chunk, int) and chunk > 0, OP, f"chunk must be a positive int, got {chunk!r}")
+        return ChunkedAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), cu_seqlens_q.contiguous(),
+                                      cu_seqlens_k.contiguous(), q_pos.contiguous(), float(scale), chunk)
     return Attention.apply(q.contiguous(), k.contiguous(), v.contiguous(), cu_seqlens_q.contiguous(),
                            cu_seqlens_k.contiguous(), q_pos.contiguous(), float(scale))
