@@ -1,0 +1,354 @@
+"""The Qwen3 dense model, built only from ws1-ops chain nodes.
+
+One layer (R rows; the residual stream ``h`` is FP32, every op output BF16, logits FP32)::
+
+    x = rms_norm(h, input_layernorm)                  [R, H]
+    q, k, v = det_gemm(x, q/k/v_proj)                  [R, Hq*D], [R, Hkv*D] x2
+    q, k = rope(qk_norm(q), pos), rope(qk_norm(k), pos)
+    o = attention(q, k, v)                             sequences packed (pad rows do not attend)
+    h = h + det_gemm(o, o_proj)                        FP32 residual add (exact per element)
+    x = rms_norm(h, post_attention_layernorm)
+    h = h + det_gemm(swiglu(det_gemm(x, gate), det_gemm(x, up)), down)
+
+then ``lm_head(rms_norm(h, norm))`` -> FP32 logits, and ``logprob`` (trainer) or
+``batch_invariant_logp`` (rollout) -> FP32 log-probs. Every per-token op runs on all R rows of the
+batch as laid out — pad rows included — so batch size, padding and row position really reach the
+kernels; attention takes the valid rows of each sequence (a pure index copy, like ``pack``).
+
+Rows carry logical keys ``(sample rank, position)`` (-1 for padding); the ops reduce parameter
+gradients over rows in that order, so gradients do not depend on the layout either.
+
+Profiles: a ws1 profile (``cpu_bf16``, ...) runs the profile's kernels with BF16 parameters;
+``reference`` runs the FP32 reference ops on FP32 parameters (accuracy judgments); the candidate
+``torch_default`` runs plain PyTorch ops (the gates' negative control, not a profile).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+import ws1_accel
+import ws1_ops
+from ws1_kv import KVCache, cached_attention
+from ws1_ops import reference
+
+from .config import Qwen3Config
+
+BF16, F32 = torch.bfloat16, torch.float32
+REFERENCE = "reference"
+CANDIDATES = ("torch_default",)
+
+
+class ModelInputError(ValueError):
+    """Bad ids, lengths, positions or layouts given to the model: one line naming the problem."""
+
+
+# ---- the op set a profile runs --------------------------------------------------------------
+
+
+class _Ref:
+    """FP32 reference ops with the ws1 signatures (row keys and chunking do not change FP32 math)."""
+
+    embedding = staticmethod(reference.embedding)
+    rms_norm = staticmethod(reference.rms_norm)
+    qk_norm = staticmethod(reference.qk_norm)
+    det_gemm = staticmethod(reference.det_gemm)
+    lm_head = staticmethod(reference.lm_head)
+    rope = staticmethod(reference.rope)
+    swiglu = staticmethod(reference.swiglu)
+    logprob = staticmethod(reference.logprob)
+    batch_invariant_logp = staticmethod(reference.batch_invariant_logp)
+
+    @staticmethod
+    def attention(q, k, v, cu_q, cu_k, q_pos, scale=None, chunk=None):
+        return reference.attention(q, k, v, cu_q, cu_k, q_pos, scale)
+
+
+def param_dtype(profile: str) -> torch.dtype:
+    return F32 if profile == REFERENCE else BF16
+
+
+def check_profile(profile: str) -> None:
+    if profile in (REFERENCE, *CANDIDATES):
+        return
+    ws1_accel.family_of(profile)  # UnknownProfile names the choices
+
+
+# ---- modules (HF parameter names) -----------------------------------------------------------
+
+
+class _W(nn.Module):
+    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(shape, dtype=dtype))
+
+
+class _Attn(nn.Module):
+    def __init__(self, c: Qwen3Config, dt):
+        super().__init__()
+        H, D = c.hidden_size, c.head_dim
+        self.q_proj = _W((c.num_attention_heads * D, H), dt)
+        self.k_proj = _W((c.num_key_value_heads * D, H), dt)
+        self.v_proj = _W((c.num_key_value_heads * D, H), dt)
+        self.o_proj = _W((H, c.num_attention_heads * D), dt)
+        self.q_norm = _W((D,), dt)
+        self.k_norm = _W((D,), dt)
+
+
+class _MLP(nn.Module):
+    def __init__(self, c: Qwen3Config, dt):
+        super().__init__()
+        self.gate_proj = _W((c.intermediate_size, c.hidden_size), dt)
+        self.up_proj = _W((c.intermediate_size, c.hidden_size), dt)
+        self.down_proj = _W((c.hidden_size, c.intermediate_size), dt)
+
+
+class _Layer(nn.Module):
+    def __init__(self, c: Qwen3Config, dt):
+        super().__init__()
+        self.self_attn = _Attn(c, dt)
+        self.mlp = _MLP(c, dt)
+        self.input_layernorm = _W((c.hidden_size,), dt)
+        self.post_attention_layernorm = _W((c.hidden_size,), dt)
+
+
+class _Backbone(nn.Module):
+    def __init__(self, c: Qwen3Config, dt):
+        super().__init__()
+        self.embed_tokens = _W((c.vocab_size, c.hidden_size), dt)
+        self.layers = nn.ModuleList(_Layer(c, dt) for _ in range(c.num_hidden_layers))
+        self.norm = _W((c.hidden_size,), dt)
+
+
+# ---- batches as rows ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A batch as R rows. ``ids``, ``pos``, ``keys`` [R] int64 (keys: logical, -1 = padding);
+    ``attn`` [Tv] the valid rows, sequence by sequence in position order; ``cu`` [B+1] over ``attn``."""
+
+    ids: torch.Tensor
+    pos: torch.Tensor
+    keys: torch.Tensor
+    attn: torch.Tensor
+    cu: torch.Tensor
+
+    @property
+    def dense(self) -> bool:
+        """Every row attends, in row order (no padding, already sequence-major): no gather needed."""
+        return self.attn.numel() == self.ids.numel() and bool(torch.equal(self.attn, torch.arange(self.ids.numel())))
+
+
+Tracer = Callable[[int, str, torch.Tensor, torch.Tensor], None]  # (layer, node, output [R, ...], keys [R])
+
+
+class Qwen3ForCausalLM(nn.Module):
+    """Qwen3 dense causal LM on ws1 ops. Parameters use the HF names (``model.layers.0.mlp.up_proj.weight``).
+
+    ``profile`` picks the kernels: a ws1 profile, ``"reference"`` (FP32) or the candidate
+    ``"torch_default"``. ``synthetic`` is True for seeded random weights (never the formal gate)."""
+
+    def __init__(self, config: Qwen3Config, profile: str = "cpu_bf16", *, device: str | torch.device = "cpu"):
+        super().__init__()
+        check_profile(profile)
+        self.config, self.profile = config, profile
+        self.model = _Backbone(config, param_dtype(profile))
+        self.lm_head = _W((config.vocab_size, config.hidden_size), param_dtype(profile))
+        self.synthetic = False
+        self.weights_sha256: str | None = None
+        self.source = "empty"
+        self.tracer: Tracer | None = None
+        if torch.device(device).type != "cpu":
+            self.to(device)
+
+    # ---- execution context ---------------------------------------------------------------------
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    def ops(self):
+        return _Ref if self.profile == REFERENCE else ws1_ops
+
+    def activate(self) -> contextlib.AbstractContextManager:
+        """The kernels of this model's profile (fails closed: absent device or kernel package raises)."""
+        if self.profile == REFERENCE:
+            return contextlib.nullcontext()
+        if self.profile in CANDIDATES:
+            return ws1_ops.use_candidate(self.profile)
+        return ws1_ops.use_profile(self.profile, self.device)
+
+    def _trace(self, layer: int, node: str, t: torch.Tensor, keys: torch.Tensor) -> None:
+        if self.tracer is not None:
+            self.tracer(layer, node, t.detach(), keys)
+
+    # ---- the chain ---------------------------------------------------------------------------
+
+    def _check_ids(self, ids: torch.Tensor) -> None:
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.config.vocab_size):
+            bad = int(ids.max()) if int(ids.max()) >= self.config.vocab_size else int(ids.min())
+            raise ModelInputError(f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size})")
+
+    def _check_positions(self, pos: torch.Tensor) -> None:
+        if pos.numel() and int(pos.max()) >= self.config.max_position_embeddings:
+            raise ModelInputError(f"position {int(pos.max())} exceeds max_position_embeddings "
+                                  f"{self.config.max_position_embeddings}")
+
+    def hidden(self, rows: Rows, attend: Callable | None = None, chunk: int | None = None) -> torch.Tensor:
+        """Final-norm hidden states [R, H] (BF16; FP32 on the reference path).
+
+        ``attend(layer, q, k, v)`` computes attention of the valid rows (default: teacher forcing
+        over ``rows.cu``); ``chunk`` runs that attention as chunked prefill (see ws1_ops.attention)."""
+        c, ops, keys = self.config, self.ops(), rows.keys
+        self._check_ids(rows.ids)
+        self._check_positions(rows.pos)
+        R, D, Hq, Hkv, eps = rows.ids.numel(), c.head_dim, c.num_attention_heads, c.num_key_value_heads, c.rms_norm_eps
+        dev = self.device
+        ids, pos, keys = rows.ids.to(dev), rows.pos.to(dev), keys.to(dev)
+        dense = rows.dense
+        attn, cu = rows.attn.to(dev), rows.cu.to(dev)
+        apos = pos if dense else pos.index_select(0, attn)
+        if attend is None:
+            def attend(_i, q, k, v):
+                return ops.attention(q, k, v, cu, cu, apos, None, chunk)
+
+        h = ops.embedding(ids, self.model.embed_tokens.weight, keys).float()   # FP32 residual stream
+        self._trace(-1, "embedding", h, keys)
+        for i, L in enumerate(self.model.layers):
+            A, M = L.self_attn, L.mlp
+            x = ops.rms_norm(h, L.input_layernorm.weight, eps, keys)
+            q = ops.qk_norm(ops.det_gemm(x, A.q_proj.weight, keys).view(R, Hq, D), A.q_norm.weight, eps, keys)
+            k = ops.qk_norm(ops.det_gemm(x, A.k_proj.weight, keys).view(R, Hkv, D), A.k_norm.weight, eps, keys)
+            v = ops.det_gemm(x, A.v_proj.weight, keys).view(R, Hkv, D)
+            q, k = ops.rope(q, pos, c.rope_theta), ops.rope(k, pos, c.rope_theta)
+            self._trace(i, "rope_k", k, keys)
+            if dense:
+                o = attend(i, q, k, v)
+            else:   # pad rows do not attend: gather the valid rows, scatter the output back (exact copies)
+                o = attend(i, q.index_select(0, attn), k.index_select(0, attn), v.index_select(0, attn))
+                o = torch.zeros(R, Hq, D, dtype=o.dtype, device=dev).index_copy(0, attn, o)
+            self._trace(i, "attention", o, keys)
+            h = h + ops.det_gemm(o.reshape(R, Hq * D), A.o_proj.weight, keys).float()
+            self._trace(i, "attn_residual", h, keys)
+            x = ops.rms_norm(h, L.post_attention_layernorm.weight, eps, keys)
+            m = ops.swiglu(ops.det_gemm(x, M.gate_proj.weight, keys), ops.det_gemm(x, M.up_proj.weight, keys))
+            self._trace(i, "swiglu", m, keys)
+            h = h + ops.det_gemm(m, M.down_proj.weight, keys).float()
+            self._trace(i, "mlp_residual", h, keys)
+        x = ops.rms_norm(h, self.model.norm.weight, eps, keys)
+        self._trace(c.num_hidden_layers, "final_norm", x, keys)
+        return x
+
+    def logits_of(self, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """FP32 logits [n, V] of hidden rows x [n, H]."""
+        out = self.ops().lm_head(x, self.lm_head.weight, keys.to(x.device))
+        self._trace(self.config.num_hidden_layers, "lm_head", out, keys)
+        return out
+
+    # ---- the transformers-style entry ----------------------------------------------------------
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """input_ids [B, S] int64 (no padding; each row one sequence from position 0) -> FP32 logits [B, S, V]."""
+        if not isinstance(input_ids, torch.Tensor) or input_ids.dtype != torch.int64 or input_ids.dim() != 2:
+            raise ModelInputError(f"input_ids must be an int64 [B, S] tensor, got "
+                                  f"{getattr(input_ids, 'dtype', type(input_ids).__name__)} {tuple(getattr(input_ids, 'shape', ()))}")
+        B, S = input_ids.shape
+        if S > self.config.max_position_embeddings:
+            raise ModelInputError(f"sequence length {S} exceeds max_position_embeddings {self.config.max_position_embeddings}")
+        rank = torch.arange(B).repeat_interleave(S)
+        pos = torch.arange(S).repeat(B)
+        keys = ws1_ops.logical_keys(rank, pos)
+        rows = Rows(input_ids.reshape(-1).cpu(), pos, keys, torch.arange(B * S), torch.arange(0, B * S + 1, S))
+        with self.activate():
+            logits = self.logits_of(self.hidden(rows), keys)
+        return logits.view(B, S, -1)
+
+    # ---- KV-cache steps (the rollout engine) -------------------------------------------------
+
+    def new_cache(self, kind: str = "paged", *, max_seqs: int = 8, max_len: int | None = None, block_size: int = 16,
+                  num_blocks: int | None = None, prefix_reuse: bool = True) -> KVCache:
+        """A KV cache for this model (BF16, on the model's device): ``paged`` (B2) or ``contiguous`` (B1)."""
+        from ws1_kv import ContiguousKVCache, PagedKVCache
+
+        c = self.config
+        max_len = max_len or c.max_position_embeddings
+        dims = (c.num_hidden_layers, c.num_key_value_heads, c.head_dim)
+        dt = param_dtype(self.profile)
+        if kind == "contiguous":
+            return ContiguousKVCache(*dims, max_seqs=max_seqs, max_len=max_len, dtype=dt, device=self.device)
+        if kind == "paged":
+            nb = num_blocks or max_seqs * -(-max_len // block_size)
+            return PagedKVCache(*dims, num_blocks=nb, block_size=block_size, max_len=max_len, dtype=dt, device=self.device,
+                                prefix_reuse=prefix_reuse)
+        raise ModelInputError(f"unknown cache kind {kind!r}; expected 'paged' or 'contiguous'")
+
+    @torch.no_grad()
+    def step(self, cache: KVCache, new_tokens: dict[Hashable, Sequence[int]], ranks: dict[Hashable, int] | None = None,
+             all_logits: bool = False) -> dict[Hashable, torch.Tensor]:
+        """Append ``new_tokens[seq]`` to each sequence through the cache (prefill, a chunk, or decode).
+
+        Returns FP32 logits per sequence: [V] of its last new token, or [n, V] with ``all_logits``.
+        Validation and allocation happen before any write (a bad request changes nothing)."""
+        toks = {s: [int(t) for t in ts] for s, ts in new_tokens.items()}
+        for s, ts in toks.items():
+            if not ts:
+                raise ModelInputError(f"sequence {s!r}: no new tokens")
+            self._check_ids(torch.tensor(ts))
+            if cache.length(s) + len(ts) > self.config.max_position_embeddings:
+                raise ModelInputError(f"sequence {s!r}: {cache.length(s) + len(ts)} tokens exceed max_position_embeddings "
+                                      f"{self.config.max_position_embeddings}")
+        st = cache.reserve({s: len(ts) for s, ts in toks.items()})
+        ranks = ranks or {}
+        rank = torch.cat([torch.full((n,), ranks.get(s, i), dtype=torch.int64) for i, (s, n) in enumerate(zip(st.seq_ids, st.counts))])
+        keys = ws1_ops.logical_keys(rank, st.q_pos)
+        T = st.q_pos.numel()
+        rows = Rows(torch.tensor([t for s in st.seq_ids for t in toks[s]], dtype=torch.int64), st.q_pos, keys,
+                    torch.arange(T), st.cu_seqlens_q)
+        with self.activate():
+            x = self.hidden(rows, attend=lambda i, q, k, v: cached_attention(cache, i, st, q, k, v))
+            if not all_logits:
+                last = st.cu_seqlens_q[1:] - 1
+                x, keys = x.index_select(0, last.to(x.device)), keys.index_select(0, last)
+            logits = self.logits_of(x, keys)
+        cache.commit(st, toks)
+        if all_logits:
+            return dict(zip(st.seq_ids, logits.split(list(st.counts))))
+        return dict(zip(st.seq_ids, logits))
+
+    def prefill(self, cache: KVCache, prompts: dict[Hashable, Sequence[int]], chunk: int | None = None,
+                ranks: dict[Hashable, int] | None = None, all_logits: bool = False) -> dict[Hashable, torch.Tensor]:
+        """Feed each sequence's ``prompts[seq]`` (appended at its cursor) through the cache, in one step
+        or in chunks whose boundaries are absolute positions (multiples of ``chunk``).
+
+        Returns each sequence's logits of its last prompt token ([V]), or all of them ([n, V])."""
+        if chunk is None:
+            return self.step(cache, prompts, ranks, all_logits)
+        if not isinstance(chunk, int) or chunk <= 0:
+            raise ModelInputError(f"chunk must be a positive int, got {chunk!r}")
+        left = {s: list(p) for s, p in prompts.items()}
+        got: dict[Hashable, list[torch.Tensor]] = {s: [] for s in prompts}
+        while any(left.values()):
+            part = {}
+            for s, rest in left.items():
+                if rest:
+                    n = (cache.length(s) // chunk + 1) * chunk - cache.length(s)  # up to the next absolute boundary
+                    part[s], left[s] = rest[:n], rest[n:]
+            out = self.step(cache, part, ranks, all_logits)
+            for s, lg in out.items():
+                got[s].append(lg if all_logits else lg[None])
+        return {s: torch.cat(v) if all_logits else v[-1][0] for s, v in got.items()}
+
+    def decode(self, cache: KVCache, tokens: dict[Hashable, int], ranks: dict[Hashable, int] | None = None) -> dict[Hashable, torch.Tensor]:
+        """One decode step: append one token per sequence; returns each sequence's next-token logits [V]."""
+        return self.step(cache, {s: [t] for s, t in tokens.items()}, ranks)
+
+    def rollout_logp(self, logits: torch.Tensor) -> torch.Tensor:
+        """The rollout's full log-softmax of logits [n, V] (``batch_invariant_logp``), FP32."""
+        with self.activate():
+            return self.ops().batch_invariant_logp(logits)
