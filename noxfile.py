@@ -84,6 +84,30 @@ def c2_manifest(session: nox.Session) -> None:
         _gate(session, "ws1_ops.runtime", posargs=args)
 
 
+def _model_gate(session: nox.Session, gate: str) -> None:
+    _require(session, "ws1_qwen3")
+    _gate(session, "ws1_qwen3", gate)
+
+
+@nox.session
+def c6_decode_prefill(session: nox.Session) -> None:
+    """C6: decode vs prefill, bitwise — the six operator cases of DESIGN §6 and model-level decode
+    vs teacher forcing (``--models tiny,qwen3-8b-L2`` by default)."""
+    _model_gate(session, "c6")
+
+
+@nox.session
+def c7_stateful_kv(session: nox.Session) -> None:
+    """C7: B1 contiguous and B2 paged KV caches (paged == contiguous, warm prefix == cold), bitwise."""
+    _model_gate(session, "c7")
+
+
+@nox.session
+def c9_model(session: nox.Session) -> None:
+    """C9: the model runs on the profile's device; every required node observed with its declared kernel."""
+    _model_gate(session, "c9")
+
+
 def _pytest(session: nox.Session, marker: str) -> None:
     _require(session, "pytest", "ws1_accel", "ws1_contract")
     dirs = [d for d in TEST_DIRS if (ROOT / d).is_dir()]

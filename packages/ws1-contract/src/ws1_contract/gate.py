@@ -29,6 +29,9 @@ class GateRun:
         self.gate, self.profile, self.contract, self.manifest = gate, profile, contract, manifest
         self.cells: list[Cell] = []
         self.t0 = time.perf_counter()
+        # a body may set these; finish() writes them when gate_main calls it without arguments
+        self.provenance: dict | None = None
+        self.extra: dict = {}
 
     def add(self, cell: Cell) -> Cell:
         self.cells.append(cell)
@@ -36,9 +39,9 @@ class GateRun:
 
     def finish(self, provenance: dict | None = None, extra: dict | None = None, root: str | Path | None = None) -> Path:
         sha, dirty = git_state()
-        info = {"wall_time_s": round(time.perf_counter() - self.t0, 3), **(extra or {})}
+        info = {"wall_time_s": round(time.perf_counter() - self.t0, 3), **self.extra, **(extra or {})}
         return write_evidence(
-            self.gate, self.profile, self.cells, provenance,
+            self.gate, self.profile, self.cells, provenance if provenance is not None else self.provenance,
             contract_fingerprint=self.contract.fingerprint,
             fixture_hash=self.manifest.fixture_identity_sha256,
             git_sha=sha, dirty=dirty, root=root, extra=info,

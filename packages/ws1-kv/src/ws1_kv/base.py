@@ -98,6 +98,7 @@ class KVCache(ABC):
 
     def _on_commit(self, seq_id: Hashable, state: SeqState, start: int) -> None:
         """Hook after a sequence's cursor advanced (B2 registers full blocks for prefix reuse)."""
+        return None
 
     # ---- sequences ---------------------------------------------------------------------------
 
@@ -117,6 +118,7 @@ class KVCache(ABC):
 
     def _admit(self, seq_id: Hashable) -> None:
         """Check there is room for one more sequence (B1: a free slot)."""
+        return None
 
     def length(self, seq_id: Hashable) -> int:
         return self._state(seq_id).length

@@ -134,9 +134,9 @@ def decode_vs_prefill(case: str, lengths: Sequence[int], layout: str, *, hq: int
     chk = _cat_keys(_through_cache(new_cache(), seqs, CHUNK))
     facts = {"lengths": list(lengths), "layout": layout, "Hq": hq, "Hkv": hkv, "D": d, "cache": cache, "rows": int(pre.shape[0])}
     return [
-        Outcome(f"{case}/decode", bitwise(dec, pre, f"{case}: decode vs prefill"), {**facts, "lhs": "decode", "rhs": "prefill"}),
+        Outcome(f"{case}/decode", bitwise(dec, pre, f"{case}: decode vs prefill"), {**facts, "variant": "decode", "against": "prefill"}),
         Outcome(f"{case}/chunked{CHUNK}", bitwise(chk, pre, f"{case}: chunked-{CHUNK} prefill vs prefill"),
-                {**facts, "lhs": f"chunked{CHUNK}", "rhs": "prefill"}),
+                {**facts, "variant": f"chunked{CHUNK}", "against": "prefill"}),
     ]
 
 

@@ -1,0 +1,107 @@
+"""C9 the model is device-agnostic: it runs each profile on that profile's own device only, and every
+required node kind is observed running its declared kernel (from the registry's runtime record).
+
+    python -m ws1_qwen3 c9 cpu_bf16 [--model tiny] [--json]        (nox -s c9_model -- cpu_bf16)
+
+One training step (teacher forcing + canonical backward) and one generate step run under a
+recorder. Then, per required node: the recorded kernel ids must be exactly the manifest's
+declaration, the family the profile's, the device the profile's device; nodes with parameters need
+a backward record; nothing undeclared may have run. The parameters must sit on the profile's device.
+
+``silu``: the dense Qwen3 MLP computes silu(gate)·up with the fused ``swiglu`` node (one BF16
+rounding), so the chain itself never calls ``silu``; the gate observes it where it is defined to
+agree with the chain — ``silu(g) == swiglu(g, 1)`` bitwise on the model's own layer-0 gate
+activations, on the profile's device.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import ws1_accel
+import ws1_ops
+from ws1_contract import Cell, bitwise
+
+from .gatekit import attach_provenance, build_model, log, status
+from .generate import Request, generate
+from .teacher import fixture_samples, teacher_forcing
+
+PARAM_NODES = ("embedding", "rms_norm", "det_gemm", "qk_norm", "lm_head")
+
+
+def silu_identity(model) -> tuple[bool, str]:
+    """silu(g) vs swiglu(g, ones) on the model's layer-0 gate activations (the chain's own inputs)."""
+    captured = {}
+
+    def tracer(layer, node, t, keys):
+        if layer == 0 and node == "attn_residual":
+            captured["h"] = t
+
+    model.tracer = tracer
+    try:
+        teacher_forcing(model, fixture_samples()[:1], layout="packed")
+    finally:
+        model.tracer = None
+    L = model.model.layers[0]
+    with model.activate():
+        x = ws1_ops.rms_norm(captured["h"], L.post_attention_layernorm.weight, model.config.rms_norm_eps)
+        g = ws1_ops.det_gemm(x, L.mlp.gate_proj.weight)
+        cmp = bitwise(ws1_ops.silu(g), ws1_ops.swiglu(g, torch.ones_like(g)), "silu(g) vs swiglu(g, 1)")
+    return cmp.passed, cmp.detail
+
+
+def observe(model) -> tuple[ws1_ops.Recorder, tuple[bool, str]]:
+    with ws1_ops.record() as rec:
+        tf = teacher_forcing(model, fixture_samples(), layout="padded_right", padded_length=20, grad=True)
+        with ws1_ops.canonical_grads():
+            tf.loss.backward()
+        generate(model, [Request(prompt=(100, 101, 102, 103), max_new_tokens=3, seed=5)])
+        silu = silu_identity(model)
+    return rec, silu
+
+
+def c9(run, args) -> None:
+    profile, m = run.profile, run.manifest
+    family = run.contract.family(profile)
+    dev = ws1_accel.resolve_device(profile)
+    model = build_model(args.model, profile, weights=args.weights)
+    where = {p.device.type for p in model.parameters()}
+    run.add(Cell(id="parameters-on-device", judgment="model_device", status=status(where == {dev.type}),
+                 detail=f"{sum(1 for _ in model.parameters())} parameter tensors on {sorted(where)}; profile device {dev.type}"))
+    rec, silu = observe(model)
+    log("training step + generate observed")
+    summary = rec.summary()
+    declared = {node: m.kernel_id(profile, node) for node in m.required_nodes}
+    for node, kid in declared.items():
+        s = summary.get(node)
+        problems = []
+        if s is None:
+            problems.append("never ran")
+        else:
+            if s["kernel_ids"] != [kid]:
+                problems.append(f"ran {s['kernel_ids']}, declared {kid}")
+            if s["families"] != [family]:
+                problems.append(f"family {s['families']} is not {family} (undeclared fallback)")
+            if s["devices"] != [dev.type]:
+                problems.append(f"ran on {s['devices']}, not {dev.type}")
+            if node in PARAM_NODES and s["backward"] < 1:
+                problems.append("no backward record (it has parameters)")
+        detail = "; ".join(problems) if problems else f"{kid} on {dev.type}: forward {s['forward']}, backward {s['backward']} calls"
+        if node == "silu":
+            ok, why = silu
+            if not ok:
+                problems.append(why)
+            detail += f"; observed via the silu(g) == swiglu(g, 1) check on layer-0 gate activations: {why}"
+        run.add(Cell(id=f"node/{node}", judgment="model_observed", status=status(not problems), detail=detail,
+                     extra={"node": node, "declared": kid, "recorded": s}))
+    undeclared = sorted(op for op in summary if op not in declared)
+    run.add(Cell(id="nothing-undeclared", judgment="model_observed", status=status(not undeclared),
+                 detail=f"ops recorded outside the required nodes: {undeclared}" if undeclared else
+                 f"all {len(summary)} recorded ops are required nodes with declared kernels"))
+    attach_provenance(run, rec)
+    run.extra = {"model": model.config.name, "synthetic": model.synthetic, "observed": summary}
+
+
+def add_args(ap) -> None:
+    ap.add_argument("--model", default="tiny", help="preset to run (default tiny)")
+    ap.add_argument("--weights", default=None, help="an HF-format checkpoint directory instead of synthetic weights")

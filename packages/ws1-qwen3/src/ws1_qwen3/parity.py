@@ -1,0 +1,61 @@
+"""Model-level parity checks: the trainer's log-probs against the rollout engine's.
+
+* :func:`rollout_logp` — what inference computes for the completion tokens of each sample: prefill
+  the prompt through a KV cache (whole or chunked), then decode the completion one forced token per
+  step, the batch shrinking as samples finish; each token's log-prob is read from the rollout's
+  full log-softmax (``batch_invariant_logp``).
+* :func:`judge` — dlogp aggregates (contract thresholds) plus the raw-bit verdict, with the
+  contract's role pair ``training_style_teacher_forcing`` vs ``inference_style_rollout_decode``.
+
+Both are plain functions over log-prob tensors, so the same judgment runs on any model — ours, or
+transformers' Qwen3 as the negative control.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ws1_contract import AggregateResult, Contract, aggregates
+
+from .model import Qwen3ForCausalLM
+from .teacher import Sample
+
+LHS, RHS = "training_style_teacher_forcing", "inference_style_rollout_decode"
+
+
+def rollout_logp(model: Qwen3ForCausalLM, samples: Sequence[Sample], *, cache: str = "contiguous", chunk: int | None = None,
+                 together: bool = True, block_size: int = 16) -> torch.Tensor:
+    """Completion-token log-probs [n_active] FP32 in logical-key order (rank, then position).
+
+    ``together``: all samples share each step (sequences leave as they finish); else one at a time."""
+    groups = [list(samples)] if together else [[s] for s in samples]
+    got: dict[tuple[int, int], torch.Tensor] = {}
+    for group in groups:
+        longest = max(s.length for s in group)
+        kv = model.new_cache(cache, max_seqs=len(group), max_len=longest, block_size=block_size)
+        for s in group:
+            kv.begin(s.rank)
+        ranks = {s.rank: s.rank for s in group}
+        logits = model.prefill(kv, {s.rank: s.tokens[:s.n_prompt] for s in group}, chunk=chunk, ranks=ranks)
+        by_rank = {s.rank: s for s in group}
+        while logits:
+            lp = model.rollout_logp(torch.stack(list(logits.values())))
+            feed = {}
+            for (r, _), row in zip(logits.items(), lp):
+                s = by_rank[r]
+                p = kv.length(r)                    # the position this step predicts
+                got[(r, p)] = row[s.tokens[p]]
+                if p + 1 < s.length:
+                    feed[r] = s.tokens[p]
+                else:
+                    kv.finish(r)
+            logits = model.decode(kv, feed, ranks) if feed else {}
+    return torch.stack([got[k] for k in sorted(got)])
+
+
+def judge(tf_logp: torch.Tensor, rollout: torch.Tensor, contract: Contract, dtype: str = "bfloat16") -> AggregateResult:
+    """Aggregates of dlogp = teacher forcing − rollout over the active tokens (both [n_active])."""
+    contract.validate_role_pair("train_infer_parity", LHS, RHS)
+    return aggregates(tf_logp, rollout, thresholds=contract.aggregate_thresholds(dtype), clip_interval=contract.clip_interval)
