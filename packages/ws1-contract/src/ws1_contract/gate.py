@@ -73,10 +73,12 @@ def gate_main(
     needs_device: bool = False,
     add_args: Callable[[argparse.ArgumentParser], None] | None = None,
     description: str = "",
+    printer: Callable[[GateRun, Path], None] | None = None,
 ) -> int:
     """Parse ``[PROFILE ...] [--json]``, run ``body`` per profile, write evidence, return the exit code.
 
-    ``needs_device``: the gate executes kernels, so an absent device exits 2 (before any cell runs)."""
+    ``needs_device``: the gate executes kernels, so an absent device exits 2 (before any cell runs).
+    ``printer``: replaces the per-cell table (a gate with many cells prints a summary instead)."""
     ap = argparse.ArgumentParser(prog=f"ws1 {gate}", description=description)
     ap.add_argument("profiles", nargs="*", help="profiles to judge (default: all in the contract)")
     ap.add_argument("--json", action="store_true", help="print the evidence records as JSON instead of tables")
@@ -117,7 +119,7 @@ def gate_main(
         if args.json:
             records.append(json.loads(path.read_text()))
         else:
-            print_table(run, path)
+            (printer or print_table)(run, path)
         if not run.passed and code == EXIT_GREEN:
             code = EXIT_RED
     if args.json:

@@ -1,0 +1,354 @@
+"""Attention: invariance is judged per sequence, because the rows of one sequence are not independent.
+
+Canonical config: every sequence of the case packed in sample order into one varlen call, full
+prefill (``BN/full``; the attention op only ever sees packed sequences). Transforms:
+
+================  ============================================================================
+``B1``            each sequence in its own call (batch 1 vs N)
+``fillers``       the batch with a filler sequence before and after it (row positions, batch size)
+``permuted``      sequences in order [2, 0, 3, 1] (reversed when B != 4)
+``padded_right``  a right-padded [B, P, ...] batch, ``ws1_ops.pack``'ed, attention, ``unpack``'ed
+``padded_left``   the same with left padding (the op sees the same packed rows: this checks the
+                  pack path keeps the bits)
+``padded_inline`` each sequence carries P-L garbage rows after its end *inside* the call: causal
+                  queries never touch later keys, so the real rows cannot change; in backward the
+                  padding rows get dO = 0 (a masked loss)
+``chunked7``      chunked prefill as a KV-cache engine runs it: one call per 7-position chunk
+                  step (every sequence's chunk), queries at absolute positions, keys 0..chunk end
+``chunked7_op``   the op's own ``chunk=7`` mode: the same chunked forward inside one call, with
+                  the canonical whole-sequence backward (what a chunked training step runs)
+``threads1/2``    1 vs 2 CPU threads
+================  ============================================================================
+
+Decode (the ``long`` case, one query at position t = Skv-1): the canonical config is the full
+prefill of the sequence, the transforms are ``decode`` (the query alone against keys 0..t, the
+KV-cache step) and ``decode_batched`` (the same step batched with two other requests' steps, as
+continuous batching does), plus the thread counts. Its gradient canonical is the prefill's
+backward with dO on row t only: dq[t], dk, dv of the decode step must equal it bitwise.
+
+Gradients compared per sequence: dq, dk, dv, over every transform except ``chunked7``: with one
+call per chunk, a key's dk/dv would be a sum over calls made by autograd (each partial already
+rounded to BF16) — an inference-only path whose gradient no kernel could make layout-independent.
+The trainer's chunked step is ``chunked7_op``, and it is judged on all three gradients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+import ws1_ops
+from ws1_ops import reference
+from ws1_ops.invariance import num_threads
+
+from .cases import CHUNK, AttnCase
+from .compare import bitwise_blocks
+from .rows import Verdict
+
+BF16 = torch.bfloat16
+
+
+@dataclass
+class Item:
+    """One sequence's part of a call: queries, keys 0..end, and the queries' absolute positions."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    q_pos: torch.Tensor
+
+
+def call(items: list[Item], dev: torch.device, chunk: int | None = None) -> list[torch.Tensor]:
+    """One varlen ws1_ops.attention call over ``items``; the output split back per item.
+    ``chunk``: the op's own chunked-prefill mode (forward in chunks, canonical backward)."""
+    lq = torch.tensor([it.q.shape[0] for it in items])
+    lk = torch.tensor([it.k.shape[0] for it in items])
+    out = ws1_ops.attention(
+        torch.cat([it.q for it in items]), torch.cat([it.k for it in items]), torch.cat([it.v for it in items]),
+        ws1_ops.cu_seqlens_from_lengths(lq).to(dev), ws1_ops.cu_seqlens_from_lengths(lk).to(dev),
+        torch.cat([it.q_pos for it in items]).to(dev), chunk=chunk,
+    )
+    return list(torch.split(out, lq.tolist()))
+
+
+def _filler_seqs(ac: AttnCase, lengths: list[int], seed: int) -> list[tuple[torch.Tensor, ...]]:
+    g = torch.Generator().manual_seed(seed + 11)
+    Hq, Hkv, D = ac.heads
+    return [tuple((torch.randn(L, h, D, generator=g) * 2).to(BF16) for h in (Hq, Hkv, Hkv)) for L in lengths]
+
+
+@dataclass
+class SeqRun:
+    out: list[torch.Tensor]                       # per canonical sequence: its query rows' outputs (CPU)
+    grads: list[dict[str, torch.Tensor]] | None   # per sequence: dq, dk, dv (CPU); None forward-only
+
+
+class _Leaves:
+    """Per-sequence leaf tensors on the device (fresh per run, so gradients start empty)."""
+
+    def __init__(self, seqs, dev, grad: bool):
+        self.q, self.k, self.v = ([s[i].detach().to(dev).requires_grad_(grad) for s in seqs] for i in range(3))
+
+
+def _backward(outs: list[torch.Tensor], douts: list[torch.Tensor]) -> None:
+    torch.autograd.backward(outs, douts)
+
+
+def _prefill_run(ac: AttnCase, transform: str, dev: torch.device, douts: list[torch.Tensor] | None, seed: int) -> SeqRun:
+    """Run one prefill transform (``canonical`` included). ``douts`` [L_b, Hq, D] per sequence, or
+    None for forward only."""
+    grad = douts is not None
+    B = len(ac.seqs)
+    lengths = ac.lengths
+    pos = [torch.arange(L, device=dev) for L in lengths]
+    dv_ = [None if not grad else d.to(dev) for d in (douts or [None] * B)]
+    threads = {"threads1": 1, "threads2": 2}.get(transform)
+    fill = _filler_seqs(ac, [5, 13], seed)
+    with num_threads(threads), (torch.enable_grad() if grad else torch.no_grad()):
+        L = _Leaves(ac.seqs, dev, grad)
+        if transform in ("canonical", "threads1", "threads2", "permuted", "B1", "fillers", f"chunked{CHUNK}_op"):
+            items = [Item(L.q[b], L.k[b], L.v[b], pos[b]) for b in range(B)]
+            if transform == "B1":
+                outs = [call([it], dev)[0] for it in items]
+            elif transform == "permuted":
+                order = [2, 0, 3, 1] if B == 4 else list(reversed(range(B)))
+                got = call([items[b] for b in order], dev)
+                outs = [got[order.index(b)] for b in range(B)]
+            elif transform == "fillers":
+                F = [Item(*(t.to(dev) for t in f), torch.arange(f[0].shape[0], device=dev)) for f in fill]
+                outs = call([F[0], *items, F[1]], dev)[1:-1]
+            else:
+                outs = call(items, dev, chunk=CHUNK if transform.endswith("_op") else None)
+            if grad:
+                _backward(outs, dv_)
+            dq, dk, dv = ([t.grad for t in x] for x in (L.q, L.k, L.v)) if grad else (None, None, None)
+        elif transform in ("padded_right", "padded_left"):
+            P = ac.padded_length
+            valid = torch.zeros(B, P, dtype=torch.bool)
+            for b, Lb in enumerate(lengths):
+                if transform == "padded_right":
+                    valid[b, :Lb] = True
+                else:
+                    valid[b, P - Lb:] = True
+            g = torch.Generator().manual_seed(seed + 5)
+            Hq, Hkv, D = ac.heads
+
+            def padded(i, h):
+                t = (torch.randn(B, P, h, D, generator=g) * 3).to(BF16)  # garbage in the padding
+                for b in range(B):
+                    t[b][valid[b]] = ac.seqs[b][i]
+                return t.to(dev).requires_grad_(grad)
+
+            pq, pk, pv = padded(0, Hq), padded(1, Hkv), padded(2, Hkv)
+            vd = valid.to(dev)
+            q_pk, cu = ws1_ops.pack(pq, vd)
+            k_pk, _ = ws1_ops.pack(pk, vd)
+            v_pk, _ = ws1_ops.pack(pv, vd)
+            q_pos = torch.cat(pos)
+            out_pk = ws1_ops.attention(q_pk, k_pk, v_pk, cu.to(dev), cu.to(dev), q_pos)
+            out_pad = ws1_ops.unpack(out_pk, vd)
+            outs = [out_pad[b][vd[b]] for b in range(B)]
+            if grad:
+                dpad = (torch.randn(B, P, Hq, D, generator=g) * 5).to(BF16).to(dev)  # garbage dO in padding
+                for b in range(B):
+                    dpad[b][vd[b]] = dv_[b]
+                out_pad.backward(dpad)
+            dq, dk, dv = ([t.grad[b][vd[b]] for b in range(B)] for t in (pq, pk, pv)) if grad else (None, None, None)
+        elif transform == "padded_inline":
+            P = ac.padded_length
+            g = torch.Generator().manual_seed(seed + 7)
+            Hq, Hkv, D = ac.heads
+            ext = []
+            for b, Lb in enumerate(lengths):
+                parts = []
+                for i, h in ((0, Hq), (1, Hkv), (2, Hkv)):
+                    pad = (torch.randn(P - Lb, h, D, generator=g) * 3).to(BF16)
+                    parts.append(torch.cat([ac.seqs[b][i], pad]).to(dev).requires_grad_(grad))
+                ext.append(parts)
+            got = call([Item(q, k, v, torch.arange(P, device=dev)) for q, k, v in ext], dev)
+            outs = [o[:Lb] for o, Lb in zip(got, lengths)]
+            if grad:
+                # padding rows get dO = 0: the loss ignores them
+                _backward(got, [torch.cat([dv_[b], torch.zeros(P - Lb, *dv_[b].shape[1:], dtype=BF16, device=dev)])
+                                for b, Lb in enumerate(lengths)])
+            dq, dk, dv = ([e[i].grad[:Lb] for e, Lb in zip(ext, lengths)] for i in range(3)) if grad else (None, None, None)
+        elif transform == f"chunked{CHUNK}":
+            # separate query leaves per chunk (dq rows are then copied, never summed); k/v sliced
+            qs = [[s[0][c0:c0 + CHUNK].detach().to(dev).requires_grad_(grad) for c0 in range(0, Lb, CHUNK)]
+                  for s, Lb in zip(ac.seqs, lengths)]
+            per_seq: list[list[torch.Tensor]] = [[] for _ in range(B)]
+            outs_all, douts_all = [], []
+            for c in range(max(len(x) for x in qs)):
+                members = [b for b in range(B) if c < len(qs[b])]
+                items = []
+                for b in members:
+                    c0 = c * CHUNK
+                    c1 = min(lengths[b], c0 + CHUNK)
+                    items.append(Item(qs[b][c], L.k[b][:c1], L.v[b][:c1], torch.arange(c0, c1, device=dev)))
+                got = call(items, dev)
+                for b, o in zip(members, got):
+                    per_seq[b].append(o)
+                    if grad:
+                        outs_all.append(o)
+                        douts_all.append(dv_[b][c * CHUNK: c * CHUNK + o.shape[0]])
+            outs = [torch.cat(p) for p in per_seq]
+            if grad:
+                _backward(outs_all, douts_all)
+            dq = [torch.cat([x.grad for x in qb]) for qb in qs] if grad else None
+            dk = dv = None  # not comparable, see the module docstring
+        else:
+            raise ValueError(f"unknown attention transform {transform!r}")
+    res = SeqRun([o.detach().cpu() for o in outs], None)
+    if grad:
+        res.grads = [{name: g[b].detach().cpu() for name, g in (("dq", dq), ("dk", dk), ("dv", dv)) if g is not None}
+                     for b in range(B)]
+    return res
+
+
+def prefill_transforms(ac: AttnCase, device_type: str, grad: bool = False) -> list[str]:
+    out = []
+    if len(ac.seqs) > 1:
+        out += ["B1", "permuted"]
+    out += ["fillers", "padded_right", "padded_left", "padded_inline", f"chunked{CHUNK}_op"]
+    if not grad:
+        out.append(f"chunked{CHUNK}")  # separate calls per chunk: forward only (module docstring)
+    if device_type == "cpu":
+        out += ["threads1", "threads2"]
+    return out
+
+
+def _douts(ac: AttnCase, seed: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed + 3)
+    return [torch.randn(q.shape, generator=g).to(BF16) for q, _, _ in ac.seqs]
+
+
+def _cmp_out(name: str, got: SeqRun, ref: SeqRun) -> list:
+    return [bitwise_blocks(torch.cat(got.out), torch.cat(ref.out), f"{name} output")]
+
+
+def _cmp_grads(name: str, got: SeqRun, ref: SeqRun) -> list:
+    comps = []
+    for key in ("dq", "dk", "dv"):
+        if all(key in g for g in got.grads):
+            comps.append(bitwise_blocks(torch.cat([g[key] for g in got.grads]), torch.cat([r[key] for r in ref.grads]), f"{name} {key}"))
+    return comps
+
+
+# ---- decode -------------------------------------------------------------------------------------
+
+
+def _decode_run(ac: AttnCase, transform: str, dev: torch.device, dout: torch.Tensor | None, seed: int) -> SeqRun:
+    """The long case. ``canonical``: full prefill, row t (backward: dO on row t only).
+    ``decode``/``decode_batched``/``threads*``: the query at t alone against keys 0..t."""
+    grad = dout is not None
+    t = ac.decode_pos
+    q, k, v = ac.seqs[0]
+    threads = {"threads1": 1, "threads2": 2}.get(transform)
+    with num_threads(threads), (torch.enable_grad() if grad else torch.no_grad()):
+        K = k[: t + 1].detach().to(dev).requires_grad_(grad)
+        V = v[: t + 1].detach().to(dev).requires_grad_(grad)
+        if transform == "canonical":
+            Q = q[: t + 1].detach().to(dev).requires_grad_(grad)
+            full = call([Item(Q, K, V, torch.arange(t + 1, device=dev))], dev)[0]
+            out = full[t:t + 1]
+            if grad:
+                d = torch.zeros(full.shape, dtype=BF16, device=dev)
+                d[t] = dout[0].to(dev)
+                full.backward(d)
+            dq = None if not grad else Q.grad[t:t + 1]
+        else:
+            Q = q[t:t + 1].detach().to(dev).requires_grad_(grad)
+            me = Item(Q, K, V, torch.tensor([t], device=dev))
+            if transform == "decode_batched":
+                # two other requests' decode steps in the same call, at other lengths
+                f1, f2 = _filler_seqs(ac, [10, t + 9], seed)
+                others = [Item(f[0][-1:].to(dev), f[1].to(dev), f[2].to(dev), torch.tensor([f[0].shape[0] - 1], device=dev))
+                          for f in (f1, f2)]
+                out = call([others[0], me, others[1]], dev)[1]
+            else:
+                out = call([me], dev)[0]
+            if grad:
+                out.backward(dout.to(dev))
+            dq = None if not grad else Q.grad
+    res = SeqRun([out.detach().cpu()], None)
+    if grad:
+        res.grads = [{"dq": dq.detach().cpu(), "dk": K.grad.detach().cpu(), "dv": V.grad.detach().cpu()}]
+    return res
+
+
+def decode_transforms(device_type: str) -> list[str]:
+    return ["decode", "decode_batched"] + (["threads1", "threads2"] if device_type == "cpu" else [])
+
+
+# ---- the judgments --------------------------------------------------------------------------------
+
+
+def forward_invariance(ac: AttnCase, dev: torch.device, seed: int = 0) -> list[Verdict]:
+    if ac.mode == "decode":
+        ref = _decode_run(ac, "canonical", dev, None, seed)
+        return [Verdict(tr, _cmp_out(tr, _decode_run(ac, tr, dev, None, seed), ref)) for tr in decode_transforms(dev.type)]
+    ref = _prefill_run(ac, "canonical", dev, None, seed)
+    return [Verdict(tr, _cmp_out(tr, _prefill_run(ac, tr, dev, None, seed), ref)) for tr in prefill_transforms(ac, dev.type)]
+
+
+def gradient_invariance(ac: AttnCase, dev: torch.device, seed: int = 0) -> list[Verdict]:
+    if ac.mode == "decode":
+        dout = torch.randn((1, *ac.seqs[0][0].shape[1:]), generator=torch.Generator().manual_seed(seed + 3)).to(BF16)
+        ref = _decode_run(ac, "canonical", dev, dout, seed)
+        return [Verdict(tr, _cmp_grads(tr, _decode_run(ac, tr, dev, dout, seed), ref),
+                        "canonical: the prefill's backward with dO on the decoded row only")
+                for tr in decode_transforms(dev.type)]
+    douts = _douts(ac, seed)
+    ref = _prefill_run(ac, "canonical", dev, douts, seed)
+    out = []
+    for tr in prefill_transforms(ac, dev.type, grad=True):
+        out.append(Verdict(tr, _cmp_grads(tr, _prefill_run(ac, tr, dev, douts, seed), ref)))
+    return out
+
+
+def _reference_inputs(ac: AttnCase, grad: bool):
+    """The candidate's BF16 inputs upcast to FP32, packed like the candidate's call."""
+    if ac.mode == "decode":
+        t = ac.decode_pos
+        q, k, v = ac.seqs[0]
+        return (q[t:t + 1].float().requires_grad_(grad), k[: t + 1].float().requires_grad_(grad),
+                v[: t + 1].float().requires_grad_(grad), torch.tensor([0, 1]), torch.tensor([0, t + 1]), torch.tensor([t]))
+    cu = ws1_ops.cu_seqlens_from_lengths(torch.tensor(ac.lengths))
+    q, k, v = (torch.cat([s[i] for s in ac.seqs]).float().requires_grad_(grad) for i in range(3))
+    return q, k, v, cu, cu, torch.cat([torch.arange(L) for L in ac.lengths])
+
+
+def _candidate(ac: AttnCase, dev: torch.device, grad: bool):
+    if ac.mode == "decode":
+        t = ac.decode_pos
+        q, k, v = ac.seqs[0]
+        Q = q[t:t + 1].detach().to(dev).requires_grad_(grad)
+        K = k[: t + 1].detach().to(dev).requires_grad_(grad)
+        V = v[: t + 1].detach().to(dev).requires_grad_(grad)
+        out = call([Item(Q, K, V, torch.tensor([t], device=dev))], dev)[0]
+        return out, (Q, K, V)
+    L = _Leaves(ac.seqs, dev, grad)
+    outs = call([Item(L.q[b], L.k[b], L.v[b], torch.arange(n, device=dev)) for b, n in enumerate(ac.lengths)], dev)
+    return torch.cat(outs), (L.q, L.k, L.v)
+
+
+def forward_accuracy(ac: AttnCase, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    with torch.no_grad():
+        cand, _ = _candidate(ac, dev, False)
+        ref = reference.attention(*_reference_inputs(ac, False))
+    return cand.cpu(), ref
+
+
+def gradient_accuracy(ac: AttnCase, dev: torch.device, seed: int = 0) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    out, (Q, K, V) = _candidate(ac, dev, True)
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed + 3)).to(BF16)
+    out.backward(dout.to(dev))
+
+    def cat(x):
+        return (torch.cat([t.grad for t in x]) if isinstance(x, list) else x.grad).detach().cpu()
+
+    cand = {"dq": cat(Q), "dk": cat(K), "dv": cat(V)}
+    rq, rk, rv, cu_q, cu_k, q_pos = _reference_inputs(ac, True)
+    reference.attention(rq, rk, rv, cu_q, cu_k, q_pos).backward(dout.float())
+    return [("dq", cand["dq"], rq.grad), ("dk", cand["dk"], rk.grad), ("dv", cand["dv"], rv.grad)]

@@ -1,0 +1,86 @@
+"""C3 (forward) and C4 (gradient): every representative case of a profile, executed on its device.
+
+    python -m ws1_matrix c3 cpu_bf16 [--op det_gemm] [--json]     (nox -s c3_forward -- cpu_bf16)
+    python -m ws1_matrix c4 cpu_bf16 [--op det_gemm] [--json]     (nox -s c4_gradient -- cpu_bf16)
+
+Per op and tier (short, primary; long for attention decode) C3 judges forward_accuracy (vs the FP32
+reference) and forward_invariance (bitwise over the transforms of :mod:`ws1_matrix.rows` and
+:mod:`ws1_matrix.attn`); C4 judges gradient_accuracy and gradient_invariance over every input and
+parameter gradient. A profile whose device is absent exits 2 (gate_main); a profile whose kernel
+package is missing gets red cells with that reason — never another family's kernels.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import ws1_accel
+import ws1_ops
+from ws1_contract import Cell, collect_provenance, validate_provenance
+
+from . import cases
+from .judge import FORWARD, GRADIENT, Ctx, judge, red_cells, tiers_of
+
+
+def make_ctx(run, activate=None) -> Ctx:
+    profile = run.profile
+    dev = ws1_accel.resolve_device(profile)  # absent: AcceleratorUnavailable (gate_main: exit 2)
+    ws1_accel.disable_tf32(dev)
+    ws1_accel.disable_tf32("cpu")  # the FP32 reference runs on the CPU
+    return Ctx(profile, run.contract, run.manifest, dev, run.contract.family(profile),
+               activate or functools.partial(ws1_ops.use_profile, profile))
+
+
+def finish_provenance(run, ctx: Ctx, families: set[str], redden: bool = True) -> None:
+    """The run's provenance (what the registry recorded) and its validation; with ``redden`` a
+    problem turns every green cell red (fail closed: a report whose backend or TF32 state is wrong
+    proves nothing). C5 passes False: its cells carry their own per-item checks."""
+    actual = ",".join(sorted(families)) if families else "none"
+    prov = collect_provenance(ctx.profile, actual, run.contract, run.manifest.fixture_identity_sha256, device=ctx.device,
+                              reference_tf32=ws1_accel.tf32_enabled("cpu"))
+    problems = validate_provenance(prov, run.contract, run.manifest.fixture_identity_sha256)
+    run.provenance = prov.to_dict()
+    run.extra["provenance_problems"] = problems
+    if problems and redden:
+        why = "; ".join(problems)
+        run.cells[:] = [c if c.status != "green" else Cell(id=c.id, judgment=c.judgment, status="red",
+                                                           detail=f"provenance: {why} — {c.detail}", lhs_role=c.lhs_role,
+                                                           rhs_role=c.rhs_role, thresholds=c.thresholds, max_abs_err=c.max_abs_err,
+                                                           max_rel_err=c.max_rel_err, extra=c.extra)
+                        for c in run.cells]
+
+
+def recorded_families(cells: list[Cell]) -> set[str]:
+    fams: set[str] = set()
+    for c in cells:
+        for s in (c.extra.get("recorded") or {}).values():
+            fams.update(s["families"])
+    return fams
+
+
+def judge_profile(run, ops: list[str], judgments, tiers_for, activate=None) -> None:
+    """Add the cells of ``ops`` × tiers × ``judgments`` for ``run.profile`` (device present)."""
+    ctx = make_ctx(run, activate)
+    why = None if activate is not None else ws1_ops.family_available(ctx.family)
+    for op in ops:
+        for tier in tiers_for(op):
+            if why is not None and op != "pack":
+                for c in red_cells(ctx, op, tier, judgments, f"{ctx.family} kernel package missing: {why}"):
+                    run.add(c)
+                continue
+            for c in judge(ctx, op, tier, judgments):
+                run.add(c)
+    cases.forget()
+    finish_provenance(run, ctx, recorded_families(run.cells))
+
+
+def selected_ops(run, args) -> list[str]:
+    return list(args.op) if getattr(args, "op", None) else list(run.manifest.ops)
+
+
+def c3_forward(run, args, activate=None) -> None:
+    judge_profile(run, selected_ops(run, args), FORWARD, lambda op: tiers_of(run.manifest, op, extra=True), activate)
+
+
+def c4_gradient(run, args, activate=None) -> None:
+    judge_profile(run, selected_ops(run, args), GRADIENT, lambda op: tiers_of(run.manifest, op, extra=True), activate)

@@ -1,0 +1,268 @@
+"""One judgment of one representative case -> one evidence cell.
+
+A cell carries: ``profile``, ``op``, ``tier``, ``judgment``, ``case_id``, the comparison roles
+(validated against the contract), the thresholds from the resolver (invariance: bitwise, 0/0),
+the max errors, what each comparison or transform found, and ``kernel``: what the registry
+recorded while the cell executed. A cell is green only if its comparisons pass *and* the recorded
+kernel is exactly the one the manifest declares for the profile, on the profile's family and device;
+anything else is red ("undeclared fallback"). A cell that cannot be executed is red with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+import ws1_ops
+from ws1_contract import Cell, Comparison, Contract, Manifest, red_not_executed, within_tolerance
+from ws1_contract.errors import ContractError
+from ws1_contract.evidence import ALLOWED_NA_REASONS
+
+from . import attn, cases, packcheck, rows
+from .compare import merge, tolerance_blocks
+
+JUDGMENTS = ("forward_accuracy", "forward_invariance", "gradient_accuracy", "gradient_invariance")
+FORWARD = JUDGMENTS[:2]
+GRADIENT = JUDGMENTS[2:]
+PACK_NA = ALLOWED_NA_REASONS[0]  # "profile_independent"
+
+
+@dataclass
+class Ctx:
+    """What every cell of one profile's run shares."""
+
+    profile: str
+    contract: Contract
+    manifest: Manifest
+    device: torch.device
+    family: str
+    # the kernels under test: use_profile(profile); the negative controls pass use_candidate(...)
+    activate: Callable[[], contextlib.AbstractContextManager]
+    seed: int = 0
+
+    @property
+    def dtype(self) -> str:
+        return self.contract.profiles[self.profile].execution_dtype
+
+
+def cell_id(op: str, tier: str, judgment: str) -> str:
+    return f"{op}-{tier}-{judgment}"
+
+
+def tiers_of(manifest: Manifest, op: str, extra: bool) -> list[str]:
+    """short, primary (+ long for attention when ``extra``): the tiers an op has cases for."""
+    out = list(manifest.tiers)
+    if extra:
+        out += [t for t, ops in manifest.extra_tiers.items() if op in ops]
+    return out
+
+
+def _base(ctx: Ctx, op: str, tier: str, judgment: str, case) -> dict:
+    return {"profile": ctx.profile, "op": op, "tier": tier, "case_id": None if case is None else case.case_id,
+            "shape": None if case is None else dict(case.shape)}
+
+
+def _roles(ctx: Ctx, judgment: str) -> tuple[str, str]:
+    kind = "accuracy" if judgment.endswith("accuracy") else "invariance"
+    pair = ctx.contract.comparison_roles.pairs[kind]
+    ctx.contract.validate_role_pair(kind, pair.lhs, pair.rhs)  # a reversed or forbidden pair raises
+    return pair.lhs, pair.rhs
+
+
+def _thresholds(ctx: Ctx, op: str, judgment: str) -> dict:
+    th = ctx.contract.resolve(judgment, op, ctx.dtype)
+    return {"atol": th.atol, "rtol": th.rtol, "dtype": ctx.dtype, "bitwise": ctx.contract.is_bitwise(judgment)}
+
+
+def red_cells(ctx_or_profile, op: str, tier: str, judgments, why: str, case=None, not_executed: bool = True) -> list[Cell]:
+    """Red cells for a case that could not be judged (``not_executed``: the host cannot run it)."""
+    profile = ctx_or_profile if isinstance(ctx_or_profile, str) else ctx_or_profile.profile
+    base = {"profile": profile, "op": op, "tier": tier, "case_id": None if case is None else case.case_id}
+    out = []
+    for j in judgments:
+        if not_executed:
+            out.append(red_not_executed(cell_id(op, tier, j), j, why, **base))
+        else:
+            out.append(Cell(id=cell_id(op, tier, j), judgment=j, status="red", detail=why, extra=base))
+    return out
+
+
+def pack_na(profile: str, manifest: Manifest, tier: str, judgment: str, detail: str, case=None, extra=None) -> Cell:
+    reason = manifest.helper_nodes["pack"].reason
+    return Cell(id=cell_id("pack", tier, judgment), judgment=judgment, status="N/A", na_reason=PACK_NA,
+                detail=f"{PACK_NA}: {reason}; {detail}",
+                extra={"profile": profile, "op": "pack", "tier": tier, "case_id": None if case is None else case.case_id,
+                       "kernel": {"declared": None, "note": "profile-independent helper: torch index copies, no ws1 kernel"},
+                       **(extra or {})})
+
+
+# ---- kernel provenance --------------------------------------------------------------------------
+
+
+def kernel_problems(ctx: Ctx, op: str, judgment: str, summary: dict) -> tuple[list[str], dict]:
+    """Problems with what ran (empty: exactly the declared kernel, family and device), and the record."""
+    try:
+        declared = ctx.manifest.kernel_id(ctx.profile, op)
+    except ContractError as exc:
+        return [f"missing_required: {exc}"], {"declared": None}
+    own = summary.get(op)
+    rec = {"declared": declared, **(own or {})}
+    problems = []
+    if own is None:
+        problems.append(f"{op} never ran a ws1 kernel")
+    else:
+        if own["kernel_ids"] != [declared]:
+            problems.append(f"ran {own['kernel_ids']}, declared {declared}")
+        if own["families"] != [ctx.family]:
+            problems.append(f"undeclared fallback: family {own['families']} is not {ctx.profile}'s {ctx.family!r}")
+        if own["devices"] != [ctx.device.type]:
+            problems.append(f"ran on {own['devices']}, not the profile's {ctx.device.type}")
+        if judgment in GRADIENT and own["backward"] < 1:
+            problems.append("no backward kernel call was recorded")
+    for other, s in summary.items():
+        if other != op and s["families"] != [ctx.family]:
+            problems.append(f"undeclared fallback: {other} ran family {s['families']}")
+    return problems, rec
+
+
+# ---- the judgments --------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    passed: bool
+    detail: str
+    max_abs: float | None
+    max_rel: float | None
+    extra: dict
+
+
+def _accuracy(ctx: Ctx, op: str, judgment: str, pairs: list[tuple[str, torch.Tensor, torch.Tensor]]) -> Outcome:
+    th = ctx.contract.resolve(judgment, op, ctx.dtype)
+    comps: list[tuple[str, Comparison]] = []
+    for name, cand, ref in pairs:
+        if ref is None:
+            comps.append((name, Comparison(False, f"{name}: the FP32 reference produced no gradient")))
+        elif isinstance(ref, rows.BlockwiseRef):
+            parts = [(lo, within_tolerance(c, r, th.atol, th.rtol, name)) for lo, (c, r) in ref.parts]
+            comps.append((name, merge(parts, name, cand.numel(), "tolerance")))
+        else:
+            comps.append((name, tolerance_blocks(cand, ref, th.atol, th.rtol, name)))
+    if not comps:
+        return Outcome(False, "nothing was compared", None, None, {})
+    bad = [c for _, c in comps if not c.passed]
+    mx = max((c.max_abs for _, c in comps if c.max_abs is not None), default=None)
+    mr = max((c.max_rel for _, c in comps if c.max_rel is not None), default=None)
+    names = ", ".join(n for n, _ in comps)
+    detail = (f"{bad[0].detail}" + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else "")) if bad else \
+        f"{names} within atol {th.atol:g} + rtol {th.rtol:g}*|ref|; max |err| {mx:.3e}"
+    return Outcome(not bad, detail, mx, mr, {"comparisons": [{"name": n, **c.to_dict()} for n, c in comps]})
+
+
+def _invariance(verdicts: list[rows.Verdict]) -> Outcome:
+    if not verdicts:
+        return Outcome(False, "no transform compared anything", None, None, {"transforms": []})
+    bad = [v for v in verdicts if not v.passed]
+    names = [v.transform for v in verdicts]
+    mx = max(v.max_abs for v in verdicts)
+    if bad:
+        first = bad[0].to_dict()["detail"]
+        detail = f"{len(bad)} of {len(verdicts)} transforms differ ({', '.join(v.transform for v in bad[:6])}); first: {first}"
+    else:
+        detail = f"bitwise across {len(verdicts)} transforms ({', '.join(names)})"
+    return Outcome(not bad, detail, mx, None, {"transforms": [v.to_dict() for v in verdicts]})
+
+
+def _execute(ctx: Ctx, op: str, judgment: str, built) -> Outcome:
+    dev = ctx.device
+    if built.kind == "token":
+        if judgment == "forward_accuracy":
+            cand, ref = rows.forward_accuracy(built, dev)
+            return _accuracy(ctx, op, judgment, [("output", cand, ref)])
+        if judgment == "gradient_accuracy":
+            return _accuracy(ctx, op, judgment, rows.gradient_accuracy(built, dev, ctx.seed))
+        if judgment == "forward_invariance":
+            return _invariance(rows.forward_invariance(built, dev, ctx.seed))
+        return _invariance(rows.gradient_invariance(built, dev, ctx.seed))
+    if built.kind == "attention":
+        if judgment == "forward_accuracy":
+            cand, ref = attn.forward_accuracy(built, dev)
+            return _accuracy(ctx, op, judgment, [("output", cand, ref)])
+        if judgment == "gradient_accuracy":
+            return _accuracy(ctx, op, judgment, attn.gradient_accuracy(built, dev, ctx.seed))
+        if judgment == "forward_invariance":
+            return _invariance(attn.forward_invariance(built, dev, ctx.seed))
+        return _invariance(attn.gradient_invariance(built, dev, ctx.seed))
+    raise ValueError(f"unknown case kind {built.kind!r}")
+
+
+def judge_pack(ctx_profile: str, manifest: Manifest, tier: str, judgments, dev: torch.device, where: str) -> list[Cell]:
+    """pack's cells: N/A (profile_independent) with the executed round trip, red if it fails."""
+    found = manifest.cases(profile=ctx_profile, op="pack", tier=tier)
+    if not found:
+        return red_cells(ctx_profile, "pack", tier, judgments, f"missing representative case for pack × {tier}", not_executed=False)
+    case = found[0]
+    built = cases.build(case, manifest)
+    out = []
+    for j in judgments:
+        try:
+            comps = packcheck.check(built, j, dev)
+        except Exception as exc:  # noqa: BLE001 - an executed check that breaks is red, never N/A
+            comps = [Comparison(False, f"error: {type(exc).__name__}: {exc}")]
+        ok = bool(comps) and all(c.passed for c in comps)
+        record = {"comparisons": [c.to_dict() for c in comps], "executed_on": where}
+        shape = f"B{len(built.lengths)} S{built.x.shape[1]} H{built.x.shape[2]}, lengths {built.lengths}"
+        if ok:
+            out.append(pack_na(ctx_profile, manifest, tier, j, f"executed on {where}: {len(comps)} bitwise checks of {shape}",
+                               case, record))
+        else:
+            bad = next(c for c in comps if not c.passed)
+            out.append(Cell(id=cell_id("pack", tier, j), judgment=j, status="red", detail=f"pack round trip failed: {bad.detail}",
+                            extra={"profile": ctx_profile, "op": "pack", "tier": tier, "case_id": case.case_id, **record}))
+    return out
+
+
+def judge(ctx: Ctx, op: str, tier: str, judgments=JUDGMENTS) -> list[Cell]:
+    """The cells of ``op`` × ``tier`` for ``judgments``, executed on the profile's device."""
+    if op == "pack":
+        return judge_pack(ctx.profile, ctx.manifest, tier, judgments, ctx.device, ctx.device.type)
+    found = ctx.manifest.cases(profile=ctx.profile, op=op, tier=tier)
+    if not found:
+        # a missing representative case is red, not skipped
+        return red_cells(ctx, op, tier, judgments, f"missing representative case for {op} × {tier} in the manifest", not_executed=False)
+    case = found[0]
+    try:
+        built = cases.build(case, ctx.manifest)
+    except ContractError as exc:
+        return red_cells(ctx, op, tier, judgments, f"case {case.case_id} cannot be built: {exc}", case, not_executed=False)
+    out = []
+    for j in judgments:
+        lhs, rhs = _roles(ctx, j)
+        th = _thresholds(ctx, op, j)
+        base = _base(ctx, op, tier, j, case)
+        base["inputs"] = getattr(getattr(built, "rows", None), "source", None) or getattr(built, "source", "")
+        try:
+            with ctx.activate(), ws1_ops.record() as rec:
+                res = _execute(ctx, op, j, built)
+        except ws1_ops.KernelUnavailable as exc:
+            out.append(Cell(id=cell_id(op, tier, j), judgment=j, status="red", detail=f"missing_required: {exc}",
+                            lhs_role=lhs, rhs_role=rhs, thresholds=th, extra=base))
+            continue
+        except Exception as exc:  # noqa: BLE001 - a judgment that cannot complete is red with the reason
+            out.append(Cell(id=cell_id(op, tier, j), judgment=j, status="red", detail=f"error: {type(exc).__name__}: {exc}",
+                            lhs_role=lhs, rhs_role=rhs, thresholds=th, extra=base))
+            continue
+        finally:
+            gc.collect()
+        problems, kernel = kernel_problems(ctx, op, j, rec.summary())
+        detail = "; ".join(problems) + (" — " if problems else "") + res.detail
+        out.append(Cell(
+            id=cell_id(op, tier, j), judgment=j, status="green" if res.passed and not problems else "red", detail=detail,
+            lhs_role=lhs, rhs_role=rhs, thresholds=th, max_abs_err=res.max_abs, max_rel_err=res.max_rel,
+            extra={**base, "kernel": kernel, "recorded": rec.summary(), **res.extra},
+        ))
+    return out

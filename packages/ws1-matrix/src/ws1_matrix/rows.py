@@ -1,0 +1,314 @@
+"""Per-token ops: run the canonical batch and each transformed layout on the profile's device, and
+compare every logical row's output (C3) and gradients (C4) bit for bit.
+
+The layouts are ws1_ops.invariance's (:func:`~ws1_ops.invariance.standard_layouts`: batch size
+M=1..16 and single rows alone, a permutation, rows at random positions among filler rows, left and
+right padding, 1 vs 2 CPU threads), plus two *multi-call* transforms built from the fixture:
+
+* ``B1`` — one call per sample (the trainer's four B=1 runs, aggregated);
+* ``chunked7`` — one call per 7-position chunk of every sample (chunked prefill).
+
+A multi-call transform runs its backward inside ``ws1_ops.canonical_grads()``, so a parameter's
+gradient is one canonical reduction over the rows of all calls; the canonical run is a single call
+without that scope, so B1 vs BN also checks that the two paths give the same bits.
+
+Filler rows (``-1`` in a layout) are garbage — random values ×3, the pad id for token ids — and
+carry garbage output gradients (×5): a kernel that let padding leak into a parameter gradient, or
+into a neighbour row, turns red. Parameter gradients are sums over rows, so they are compared only
+when the transform has every row; per-row input gradients are compared row by row.
+
+Unlike ws1_ops.invariance.run this places rows on the CPU and then moves the batch to the device,
+so the same harness runs on cuda and npu (the inputs are identical on every device).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+
+import ws1_ops
+from ws1_contract import Comparison
+from ws1_ops.invariance import Layout, num_threads, standard_layouts
+
+from .cases import TokenCase
+from .compare import bitwise_blocks, blocks, digest
+
+FILLER_ROWS = 7
+
+
+@dataclass(frozen=True)
+class Transform:
+    """One transformed configuration: one or more op calls, each a layout of canonical rows."""
+
+    name: str
+    calls: tuple[Layout, ...]
+    threads: int | None = None
+
+    @property
+    def multi_call(self) -> bool:
+        return len(self.calls) > 1
+
+
+def token_transforms(tc: TokenCase, device_type: str, seed: int = 0) -> list[Transform]:
+    out = []
+    for lay in standard_layouts(tc.n, seed=seed):
+        if lay.threads is not None and device_type != "cpu":
+            continue  # the thread count is a CPU knob; GPU/NPU kernels get no such transform
+        out.append(Transform(lay.name, (lay,), lay.threads))
+    for name, parts in tc.rows.split_calls().items():
+        out.append(Transform(name, tuple(Layout(f"{name}[{i}]", p) for i, p in enumerate(parts))))
+    return out
+
+
+def canonical(tc: TokenCase) -> Transform:
+    return Transform("canonical", (Layout("canonical", torch.arange(tc.n)),))
+
+
+def fillers(tc: TokenCase, seed: int = 0) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed + 1)
+    out = []
+    for x, fill in zip(tc.inputs, tc.int_fill):
+        if x.is_floating_point():
+            out.append((torch.randn(FILLER_ROWS, *x.shape[1:], generator=g) * 3).to(x.dtype))
+        else:
+            out.append(torch.full((FILLER_ROWS, *x.shape[1:]), int(fill), dtype=x.dtype))
+    return out
+
+
+def place(x: torch.Tensor, rows: torch.Tensor, filler: torch.Tensor) -> torch.Tensor:
+    """The transformed batch: canonical row ``rows[i]`` at position i, a filler row where rows[i] == -1."""
+    picked = x.index_select(0, rows.clamp_min(0))
+    fill = filler.index_select(0, torch.arange(rows.numel()) % filler.shape[0])
+    mask = (rows >= 0).reshape(-1, *([1] * (x.dim() - 1)))
+    return torch.where(mask, picked, fill)
+
+
+@dataclass
+class TokenRun:
+    idx: torch.Tensor                                  # canonical rows present, ascending
+    out: torch.Tensor                                  # [len(idx), ...] outputs of those rows (CPU)
+    row_grads: dict[str, torch.Tensor] = field(default_factory=dict)
+    param_grads: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class Upstream:
+    """Output gradients: ``dy`` [n, ...] per canonical row, ``fill`` for filler rows."""
+
+    dy: torch.Tensor
+    fill: torch.Tensor
+
+
+def upstream_for(out: torch.Tensor, n: int, seed: int = 0) -> Upstream:
+    g = torch.Generator().manual_seed(seed + 2)
+    shape = tuple(out.shape[1:])
+    dy = torch.randn((n, *shape), generator=g).to(out.dtype)
+    return Upstream(dy, (torch.randn((FILLER_ROWS, *shape), generator=g) * 5).to(out.dtype))
+
+
+def run(tc: TokenCase, tr: Transform, dev: torch.device, fill: list[torch.Tensor], params: list[torch.Tensor],
+        up: Upstream | None) -> TokenRun:
+    """Execute one transform. ``params`` are device tensors (BF16 for forward runs, FP32 masters
+    holding the same values for gradient runs); each run takes fresh leaves of them.
+    ``up`` None: forward only, under no_grad (the rollout's inference path)."""
+    grad = up is not None
+    ps = [p.detach().requires_grad_(grad) for p in params]
+    outs, leaves = [], []
+    with num_threads(tr.threads), (contextlib.nullcontext() if grad else torch.no_grad()):
+        for lay in tr.calls:
+            xs = [place(x, lay.rows, f).to(dev).requires_grad_(grad and x.is_floating_point()) for x, f in zip(tc.inputs, fill)]
+            outs.append(tc.call(*xs, *ps, row_keys=tc.rows.keys(lay.rows).to(dev)))
+            leaves.append(xs)
+        if grad:
+            dys = [place(up.dy, lay.rows, up.fill).to(dev) for lay in tr.calls]
+            scope = ws1_ops.canonical_grads() if tr.multi_call else contextlib.nullcontext()
+            with scope:
+                torch.autograd.backward(outs, dys)
+    # gather the valid rows of every call, in canonical order
+    canon, picks = [], []
+    for lay in tr.calls:
+        valid = torch.nonzero(lay.rows >= 0).flatten()
+        canon.append(lay.rows.index_select(0, valid))
+        picks.append(valid)
+    canon_all = torch.cat(canon)
+    order = torch.argsort(canon_all)
+    idx = canon_all.index_select(0, order)
+    if idx.unique().numel() != idx.numel():
+        raise ValueError(f"transform {tr.name}: a canonical row appears twice")
+
+    def gather(parts: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat([p.detach().cpu().index_select(0, v) for p, v in zip(parts, picks)]).index_select(0, order)
+
+    res = TokenRun(idx, gather(outs))
+    if grad:
+        for i, (x, name) in enumerate(zip(tc.inputs, tc.names)):
+            if x.is_floating_point():
+                res.row_grads[name] = gather([xs[i].grad for xs in leaves])
+        if idx.numel() == tc.n:
+            for p, name in zip(ps, tc.names[len(tc.inputs):]):
+                res.param_grads[name] = p.grad.detach().cpu()
+    return res
+
+
+@dataclass
+class Verdict:
+    """One transform judged against the canonical config: every comparison bitwise."""
+
+    transform: str
+    comparisons: list[Comparison]
+    note: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.comparisons) and all(c.passed for c in self.comparisons)
+
+    @property
+    def max_abs(self) -> float:
+        return max((c.max_abs for c in self.comparisons if c.max_abs is not None), default=0.0)
+
+    def to_dict(self) -> dict:
+        bad = [c for c in self.comparisons if not c.passed]
+        return {"transform": self.transform, "passed": self.passed,
+                "compared": len(self.comparisons), "max_abs": self.max_abs,
+                "detail": bad[0].detail if bad else f"bitwise ({len(self.comparisons)} tensor(s))",
+                **({"note": self.note} if self.note else {})}
+
+
+DIGEST_ABOVE = 1 << 26  # elements (256 MB FP32): above this a canonical gradient is kept as digests
+
+
+def _bf16(params: list[torch.Tensor], dev: torch.device) -> list[torch.Tensor]:
+    """The execution-dtype weights (exact: the masters hold BF16 values)."""
+    return [p.to(dev).to(torch.bfloat16) for p in params]
+
+
+def forward_invariance(tc: TokenCase, dev: torch.device, seed: int = 0) -> list[Verdict]:
+    fill = fillers(tc, seed)
+    params = _bf16(tc.params, dev)
+    ref = run(tc, canonical(tc), dev, fill, params, None)
+    out = []
+    for tr in token_transforms(tc, dev.type, seed):
+        got = run(tc, tr, dev, fill, params, None)
+        out.append(Verdict(tr.name, [bitwise_blocks(got.out, ref.out.index_select(0, got.idx), f"{tr.name} output")]))
+    return out
+
+
+def _digest_mismatch(tc, dev, fill, params, up, name: str, label: str, got_blocks: dict[int, torch.Tensor],
+                     n_bad: int, n_blocks: int) -> Comparison:
+    """Explain a digest mismatch: rerun the canonical config and compare the kept differing block."""
+    ref = run(tc, canonical(tc), dev, fill, params, up).param_grads[name]
+    lo, blk = next(iter(got_blocks.items()))
+    c = bitwise_blocks(blk, ref[lo:lo + blk.shape[0]], label)
+    return Comparison(False, f"{label}: {n_bad} of {n_blocks} row blocks differ in their bits (sha256 of each block vs the "
+                             f"canonical's); first differing block starts at row {lo}: {c.detail}",
+                      n_total=ref.numel(), n_diff=c.n_diff, max_abs=c.max_abs, first_diff=c.first_diff)
+
+
+def gradient_invariance(tc: TokenCase, dev: torch.device, seed: int = 0) -> list[Verdict]:
+    """Input gradients row by row, parameter gradients whole, from the FP32 masters (the trainer's
+    layout: the kernels' FP32 accumulation judged without a BF16 rounding that could hide a
+    low-bit change). A canonical parameter gradient above DIGEST_ABOVE elements (dE and lm_head's dW
+    are [151936, 4096]) is kept as sha256 digests per row block, not as a second 2.5 GB tensor; a
+    differing block is then explained against a rerun of the canonical config."""
+    fill = fillers(tc, seed)
+    params = [p.to(dev) for p in tc.params]
+    with torch.no_grad():
+        probe = tc.call(*[x.to(dev) for x in tc.inputs], *_bf16(tc.params, dev), row_keys=tc.rows.keys(torch.arange(tc.n)).to(dev))
+    up = upstream_for(probe.cpu(), tc.n, seed)
+    del probe
+    ref = run(tc, canonical(tc), dev, fill, params, up)
+    digests = {}
+    for name in list(ref.param_grads):
+        g = ref.param_grads[name]
+        if g.numel() > DIGEST_ABOVE:
+            digests[name] = (tuple(g.shape), g.dtype, digest(g))
+            del ref.param_grads[name], g
+    out = []
+    for tr in token_transforms(tc, dev.type, seed):
+        got = run(tc, tr, dev, fill, params, up)
+        comps = [bitwise_blocks(g, ref.row_grads[name].index_select(0, got.idx), f"{tr.name} d{name}")
+                 for name, g in got.row_grads.items()]
+        pending = []
+        for name, g in got.param_grads.items():
+            label = f"{tr.name} d{name}"
+            if name not in digests:
+                comps.append(bitwise_blocks(g, ref.param_grads[name], label))
+                continue
+            shape, dtype, want = digests[name]
+            if (tuple(g.shape), g.dtype) != (shape, dtype):
+                comps.append(Comparison(False, f"{label}: {tuple(g.shape)} {g.dtype} vs canonical {shape} {dtype}"))
+                continue
+            have = digest(g)
+            bad = [i for i, (a, b) in enumerate(zip(have, want)) if a != b]
+            if not bad:
+                comps.append(Comparison(True, f"{label}: bitwise equal ({g.numel()} elements; sha256 per row block vs the canonical's)",
+                                        n_total=g.numel(), max_abs=0.0))
+            else:
+                lo, hi = blocks(g)[bad[0]]
+                pending.append((name, label, {lo: g[lo:hi].clone()}, len(bad), len(have)))
+        del got
+        for name, label, kept, n_bad, n_blocks in pending:
+            comps.append(_digest_mismatch(tc, dev, fill, params, up, name, label, kept, n_bad, n_blocks))
+        if comps:
+            out.append(Verdict(tr.name, comps))
+    return out
+
+
+def forward_accuracy(tc: TokenCase, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(candidate, FP32 reference) outputs. The candidate runs with the BF16 weights; the reference on
+    the CPU with the same values in FP32 (the masters) and the candidate's own inputs upcast."""
+    keys = tc.rows.keys(torch.arange(tc.n)).to(dev)
+    with torch.no_grad():
+        cand = tc.call(*[x.to(dev) for x in tc.inputs], *_bf16(tc.params, dev), row_keys=keys).cpu()
+        ref = tc.ref(*tc.inputs, *tc.params)
+    return cand, ref
+
+
+def gradient_accuracy(tc: TokenCase, dev: torch.device, seed: int = 0) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """(name, candidate grad, reference grad) for every float input and every parameter.
+
+    Candidate: the ws1 op's backward with the FP32 masters as parameters (the forward executes
+    exactly their BF16 values). Reference: torch.autograd through the FP32 reference op on the same
+    values, with the same output gradient upcast. For a vocabulary-sized weight (``ref_block``) the
+    reference runs block by block over the weight's rows — each block's gradient is that block's
+    autograd through the same reference op, and the input gradient accumulates over blocks in FP32 —
+    so no second [151936, 4096] FP32 gradient is ever alive."""
+    keys = tc.rows.keys(torch.arange(tc.n)).to(dev)
+    # .detach() first: the built case's tensors are shared (cached) and must never become leaves
+    xs = [x.detach().to(dev).requires_grad_(x.is_floating_point()) for x in tc.inputs]
+    ps = [p.detach().to(dev).requires_grad_() for p in tc.params]
+    out = tc.call(*xs, *ps, row_keys=keys)
+    up = upstream_for(out.detach().cpu(), tc.n, seed)
+    out.backward(up.dy.to(dev))
+    del out
+    names = tc.names
+    cand = {n: t.grad.detach().cpu() for n, t in zip(names, xs + ps) if t.grad is not None}
+    del xs, ps
+    rx = [x.detach().float().requires_grad_() if x.is_floating_point() else x for x in tc.inputs]
+    big = tc.ref_block is not None and any(p.numel() > DIGEST_ABOVE for p in tc.params)
+    if not big:
+        rp = [p.detach().requires_grad_() for p in tc.params]
+        tc.ref(*rx, *rp).backward(up.dy.float())
+        refs = {n: t.grad for n, t in zip(names, rx + rp) if isinstance(t, torch.Tensor) and t.grad is not None}
+        return [(n, cand[n], refs.get(n)) for n in names if n in cand]
+    (W,) = tc.params
+    wname = names[len(tc.inputs)]
+    parts = []
+    for lo, hi in blocks(W):
+        wb = W[lo:hi].detach().requires_grad_()
+        tc.ref_block(rx, wb, lo, hi, up.dy)
+        ref_b = wb.grad if wb.grad is not None else torch.zeros_like(wb)  # no row of this block was used
+        parts.append((lo, (cand[wname][lo:hi], ref_b)))
+    refs = {n: t.grad for n, t in zip(names, rx) if isinstance(t, torch.Tensor) and t.grad is not None}
+    out_pairs = [(n, cand[n], refs.get(n)) for n in names[: len(tc.inputs)] if n in cand]
+    out_pairs.append((wname, cand[wname], BlockwiseRef(parts)))
+    return out_pairs
+
+
+@dataclass
+class BlockwiseRef:
+    """A reference gradient given as (row offset, (candidate block, reference block)) pairs."""
+
+    parts: list
