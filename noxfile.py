@@ -84,6 +84,37 @@ def c2_manifest(session: nox.Session) -> None:
         _gate(session, "ws1_ops.runtime", posargs=args)
 
 
+def _matrix_gate(session: nox.Session, gate: str) -> None:
+    _require(session, "ws1_matrix")
+    _gate(session, "ws1_matrix", gate)
+
+
+@nox.session
+def c3_forward(session: nox.Session) -> None:
+    """C3: forward accuracy vs FP32 and bitwise forward invariance per op, on the profile's device
+    (``-- PROFILE [--op OP]``; exit 2 when the device is absent)."""
+    _matrix_gate(session, "c3")
+
+
+@nox.session
+def c4_gradient(session: nox.Session) -> None:
+    """C4: gradient accuracy and bitwise gradient invariance (canonical backward) per op."""
+    _matrix_gate(session, "c4")
+
+
+@nox.session
+def c5_inventory(session: nox.Session) -> None:
+    """C5: the elementwise inventory, a verdict per item and profile (pass / tracked_red / blocker)."""
+    _matrix_gate(session, "c5")
+
+
+@nox.session
+def c8_matrix(session: nox.Session) -> None:
+    """C8: profile × 12 ops × {short, primary} × 4 judgments. ``--execute`` runs every cell through
+    C3/C4; without it the matrix is assembled from their evidence. An absent profile is red, not exit 2."""
+    _matrix_gate(session, "c8")
+
+
 def _model_gate(session: nox.Session, gate: str) -> None:
     _require(session, "ws1_qwen3")
     _gate(session, "ws1_qwen3", gate)
