@@ -1,0 +1,60 @@
+"""triton family: the Triton kernels of ws1_ops.triton (profile ``triton_cuda_bf16``).
+
+Importing this module imports ``triton``; if it is missing the import fails and the registry
+refuses the profile with the reason (no fallback). The kernels run on CUDA tensors; CPU tensors
+are accepted only under ``TRITON_INTERPRET=1`` (the interpreter unit tests), and no gate
+activates this family on a host without a GPU (``use_profile`` resolves the device first).
+
+Same function names and signatures as the cpu backend; kernel ids are the manifest's
+``ws1_ops.triton.<node>:<node>_fwd_kernel``.
+"""
+
+from __future__ import annotations
+
+import triton  # noqa: F401  (a missing triton must fail here, at family load)
+
+from ..registry import Kernel, register
+from ..triton import attention as _attention
+from ..triton import batch_invariant_logp as _bilp
+from ..triton import det_gemm as _det_gemm
+from ..triton import embedding as _embedding
+from ..triton import lm_head as _lm_head
+from ..triton import logprob as _logprob
+from ..triton import qk_norm as _qk_norm
+from ..triton import rms_norm as _rms_norm
+from ..triton import rope as _rope
+from ..triton import silu as _silu
+from ..triton import swiglu as _swiglu
+from ..triton._common import INTERPRET
+
+FAMILY = "triton"
+
+
+def _kid(node: str) -> str:
+    return f"ws1_ops.triton.{node}:{node}_fwd_kernel"
+
+
+# node: (forward, backward, param_grad) — the launchers; signatures as ws1_ops.backends.cpu
+_TABLE = {
+    "embedding": (_embedding.embedding, None, _embedding.embedding_dw),
+    "rms_norm": (_rms_norm.rms_norm, _rms_norm.rms_norm_bwd, _rms_norm.rms_dw),
+    "qk_norm": (_qk_norm.qk_norm, _qk_norm.qk_norm_bwd, _qk_norm.qk_dw),
+    "det_gemm": (_det_gemm.det_gemm, _det_gemm.gemm_dx, _det_gemm.gemm_dw),
+    "lm_head": (_lm_head.lm_head, _det_gemm.gemm_dx, _det_gemm.gemm_dw),
+    "rope": (_rope.rope, _rope.rope_bwd, None),
+    "attention": (_attention.attention, _attention.attention_bwd, None),
+    "swiglu": (_swiglu.swiglu, _swiglu.swiglu_bwd, None),
+    "silu": (_silu.silu, _silu.silu_bwd, None),
+    "logprob": (_logprob.logprob, _logprob.logprob_bwd, None),
+    "batch_invariant_logp": (_bilp.batch_invariant_logp, _bilp.batch_invariant_logp_bwd, None),
+}
+MODULES = {"embedding": _embedding, "rms_norm": _rms_norm, "qk_norm": _qk_norm, "det_gemm": _det_gemm,
+           "lm_head": _lm_head, "rope": _rope, "attention": _attention, "swiglu": _swiglu, "silu": _silu,
+           "logprob": _logprob, "batch_invariant_logp": _bilp}
+
+for _node, (_fwd, _bwd, _pg) in _TABLE.items():
+    # the declared entry point must exist: a renamed kernel is a missing kernel, not a silent one
+    getattr(MODULES[_node], f"{_node}_fwd_kernel")
+    register(Kernel(op=_node, family=FAMILY, kernel_id=_kid(_node), fwd=_fwd, bwd=_bwd, param_grad=_pg))
+
+__all__ = ["FAMILY", "INTERPRET", "MODULES"]

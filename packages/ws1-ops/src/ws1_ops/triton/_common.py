@@ -1,0 +1,74 @@
+"""Shared pieces of the Triton kernels: interpreter detection, BF16 rounding, launch checks.
+
+Interpreter vs GPU is decided once, when this module is imported: ``triton.jit`` returns an
+``InterpretedFunction`` when ``TRITON_INTERPRET=1`` was set before the kernels were defined, and
+then every kernel runs on CPU tensors in numpy. Two things differ there and are handled here:
+
+* ``tl.dot`` on BF16 operands is wrong in the interpreter (it multiplies the raw uint16 bit
+  patterns), so every kernel takes ``DOT_F32`` and, when it is set, upcasts its dot operands to
+  FP32 before ``tl.dot`` (exact: BF16 -> FP32 is a 16-bit shift). On the GPU ``DOT_F32`` is False
+  for BF16 operands: the tensor cores multiply BF16 and accumulate in FP32.
+* The interpreter's FP32 -> BF16 cast truncates. Every BF16 result is therefore rounded by
+  :func:`rne_bf16`, round-to-nearest-even written with integer bit operations, which gives the
+  same bits in the interpreter, on the GPU and in the cpu kernels (``f32_to_bf16_bits``).
+
+So an interpreter run checks the kernels' logic, masking, tiling and invariance, and their
+accuracy with the GPU's rounding points; it does not check the GPU's dot numerics (numpy sums
+each FP32 dot block in its own order, the tensor cores in theirs). Evidence comes from the GPU.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _probe():
+    pass
+
+
+# True when triton.jit produced interpreter functions (TRITON_INTERPRET=1 before import).
+INTERPRET = type(_probe).__name__ == "InterpretedFunction"
+
+
+def dot_f32(*tensors: torch.Tensor) -> bool:
+    """Whether a kernel's dot operands are upcast to FP32: always in the interpreter; on the GPU
+    only when an operand is already FP32 (then the dot is an IEEE FP32 dot, never TF32)."""
+    return INTERPRET or any(t.dtype == torch.float32 for t in tensors)
+
+
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def check_device(op: str, *tensors: torch.Tensor) -> None:
+    """Triton kernels run on CUDA tensors; CPU tensors only under the interpreter (tests)."""
+    for t in tensors:
+        if not isinstance(t, torch.Tensor):
+            continue
+        if t.device.type == "cuda":
+            continue
+        if t.device.type == "cpu" and INTERPRET:
+            continue
+        raise ValueError(f"triton {op}: tensors must be on a CUDA device, got {t.device}"
+                         + ("" if INTERPRET else " (CPU tensors run only under TRITON_INTERPRET=1)"))
+
+
+@triton.jit
+def rne_bf16(x):
+    """FP32 -> BF16, round to nearest even, with integer ops (identical in the interpreter and on
+    the GPU). NaN stays a quiet NaN with its sign and high payload bits; overflow rounds to Inf."""
+    u = x.to(tl.uint32, bitcast=True)
+    lsb = (u >> 16) & 1
+    r = (u + 0x7FFF + lsb) >> 16
+    is_nan = (u & 0x7FFFFFFF) > 0x7F800000
+    r = tl.where(is_nan, (u >> 16) | 0x40, r)
+    return r.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
+def bf16_round_f32(x):
+    """x rounded to BF16 (RNE) and back to FP32: the value a BF16 dot operand carries."""
+    return rne_bf16(x).to(tl.float32)

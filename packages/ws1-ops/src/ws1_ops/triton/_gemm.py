@@ -1,0 +1,124 @@
+"""The one GEMM main loop of the Triton family (det_gemm, lm_head, and both of their backwards).
+
+    C[i, j] = sum_k A[i, k] * B[k, j]       A, B addressed by strides; FP32 accumulator
+
+Numerics (why a row's bits do not depend on the batch):
+
+* K is never split. One program owns one (BM x BN) output tile and walks K from 0 upward in
+  BK-wide steps, ``acc = dot(a_blk, b_blk, acc)``: every output element sees the same blocks in
+  the same order, fixed by K alone. No split-K, no stream-K, no atomics.
+* Tiles are aligned to absolute row / column 0; the M and N edges are masked (zero rows and
+  columns that are never stored), the K edge is masked with zeros that add nothing. A row
+  therefore gets the same instruction sequence in a batch of 1, 59 or 4096, and wherever it sits
+  in its tile (an MMA computes each output row from that row of A alone).
+* One tile configuration per operand dtype (:data:`BF16_CONFIG`, :data:`F32_CONFIG`), never
+  chosen by M; no autotuning. Row counts are excluded from Triton's integer specialization
+  (``do_not_specialize``), so every M runs the same compiled binary.
+* The program -> tile mapping is grouped (GROUP_M) for L2 reuse. It decides which program
+  computes a tile, not how: the tile's arithmetic is the same whichever program runs it.
+
+Parameter gradients use the same loop with the *row* axis as K (``GATHER_K``): dW = dy.T @ x
+over the rows in canonical order (``perm``), BK rows at a time, ascending, never split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import dot_f32, rne_bf16
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    BM: int
+    BN: int
+    BK: int
+    GROUP_M: int
+    num_warps: int
+    num_stages: int
+
+
+# BF16 operands (tensor cores, FP32 accumulation). Chosen for sm_90 (H100/H200) as one
+# compromise for every M: BM 64 keeps the wasted MMA work of a decode step (M = 1 computes a
+# 64-row tile) at half of a 128-row tile's, and 64x128 tiles give 128 programs at M 256, N 4096
+# (one wave on 132 SMs) while large M still runs full wgmma tiles. A different M never selects
+# another configuration (DESIGN §7b rule 4): the trade-off is measured by benchmarks/bench_triton.py.
+BF16_CONFIG = GemmConfig(BM=64, BN=128, BK=64, GROUP_M=8, num_warps=4, num_stages=4)
+# An FP32 operand (lm_head's backward: FP32 logit gradients): IEEE FP32 dot, no TF32.
+F32_CONFIG = GemmConfig(BM=64, BN=64, BK=32, GROUP_M=8, num_warps=4, num_stages=3)
+
+
+def config_for(*operands: torch.Tensor) -> GemmConfig:
+    return F32_CONFIG if any(t.dtype == torch.float32 for t in operands) else BF16_CONFIG
+
+
+@triton.jit
+def tile_of_program(M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of this program: tiles grouped GROUP_M rows at a time (L2 reuse only)."""
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(M, BM)
+    num_n = tl.cdiv(N, BN)
+    per_group = GROUP_M * num_n
+    first_m = (pid // per_group) * GROUP_M
+    size_m = tl.minimum(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % size_m
+    pid_n = (pid % per_group) // size_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def gemm_acc(a_ptr, b_ptr, k_idx_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, pid_m, pid_n,
+             GATHER_K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+             DOT_F32: tl.constexpr):
+    """FP32 [BM, BN] accumulator of tile (pid_m, pid_n): K ascending in BK steps, never split.
+
+    ``GATHER_K``: the k-th reduction index addresses row ``k_idx[k]`` (canonical row order)."""
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    m_ok = rm < M
+    n_ok = rn < N
+    a_rows = a_ptr + rm.to(tl.int64)[:, None] * s_am
+    b_cols = b_ptr + rn.to(tl.int64)[None, :] * s_bn
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        rk = k0 + tl.arange(0, BK)
+        k_ok = rk < K
+        if GATHER_K:
+            kk = tl.load(k_idx_ptr + rk, mask=k_ok, other=0).to(tl.int64)
+        else:
+            kk = rk.to(tl.int64)
+        a = tl.load(a_rows + kk[None, :] * s_ak, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+        b = tl.load(b_cols + kk[:, None] * s_bk, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+        if DOT_F32:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+    return acc
+
+
+@triton.jit
+def store_tile(c_ptr, acc, M, N, s_cm, pid_m, pid_n, BM: tl.constexpr, BN: tl.constexpr, OUT_BF16: tl.constexpr):
+    """Store the tile's valid part: FP32 as is, or rounded once to BF16 (RNE)."""
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    ptrs = c_ptr + rm.to(tl.int64)[:, None] * s_cm + rn[None, :]
+    mask = (rm < M)[:, None] & (rn < N)[None, :]
+    if OUT_BF16:
+        tl.store(ptrs, rne_bf16(acc), mask=mask)
+    else:
+        tl.store(ptrs, acc, mask=mask)
+
+
+def grid(M: int, N: int, a: torch.Tensor, b: torch.Tensor) -> tuple[int]:
+    cfg = config_for(a, b)
+    return (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
+
+
+def launch_kwargs(a: torch.Tensor, b: torch.Tensor) -> dict:
+    cfg = config_for(a, b)
+    return dict(BM=cfg.BM, BN=cfg.BN, BK=cfg.BK, GROUP_M=cfg.GROUP_M, DOT_F32=dot_f32(a, b),
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
