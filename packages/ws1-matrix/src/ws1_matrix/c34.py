@@ -32,17 +32,22 @@ def make_ctx(run, activate=None) -> Ctx:
 
 
 def finish_provenance(run, ctx: Ctx, families: set[str], redden: bool = True) -> None:
-    """The run's provenance (what the registry recorded) and its validation; with ``redden`` a
-    problem turns every green cell red (fail closed: a report whose backend or TF32 state is wrong
-    proves nothing). C5 passes False: its cells carry their own per-item checks."""
+    """The run's provenance (what the registry recorded) and its validation.
+
+    A wrong *family* is already red where it happened: every cell checks the families recorded while
+    it ran (judge.kernel_problems), so the report fails and the other cells keep their verdicts.
+    Any other problem (TF32 on, a wrong dtype, another contract) undermines every comparison, so
+    with ``redden`` it turns every green cell red (fail closed). C5 passes False: its cells carry
+    their own per-item checks."""
     actual = ",".join(sorted(families)) if families else "none"
     prov = collect_provenance(ctx.profile, actual, run.contract, run.manifest.fixture_identity_sha256, device=ctx.device,
                               reference_tf32=ws1_accel.tf32_enabled("cpu"))
     problems = validate_provenance(prov, run.contract, run.manifest.fixture_identity_sha256)
     run.provenance = prov.to_dict()
     run.extra["provenance_problems"] = problems
-    if problems and redden:
-        why = "; ".join(problems)
+    general = [p for p in problems if not p.startswith("actual backend")]
+    if general and redden:
+        why = "; ".join(general)
         run.cells[:] = [c if c.status != "green" else Cell(id=c.id, judgment=c.judgment, status="red",
                                                            detail=f"provenance: {why} — {c.detail}", lhs_role=c.lhs_role,
                                                            rhs_role=c.rhs_role, thresholds=c.thresholds, max_abs_err=c.max_abs_err,

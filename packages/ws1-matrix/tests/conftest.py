@@ -1,0 +1,45 @@
+import os
+import sys
+from argparse import Namespace
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))  # tests share small.py (pytest runs in importlib mode)
+
+from small import small_contracts  # noqa: E402
+
+from ws1_contract import GateRun, load_contract, load_manifest  # noqa: E402
+from ws1_matrix import cases  # noqa: E402
+
+
+@pytest.fixture
+def small_env(tmp_path, monkeypatch):
+    """The shrunk contracts (WS1_CONTRACTS_DIR) and a private evidence root; returns tmp_path."""
+    monkeypatch.setenv("WS1_CONTRACTS_DIR", str(small_contracts(tmp_path / "contracts")))
+    monkeypatch.setenv("WS1_EVIDENCE_DIR", str(tmp_path / "evidence"))
+    cases.forget()
+    yield tmp_path
+    cases.forget()
+
+
+def make_run(gate: str, profile: str = "cpu_bf16") -> GateRun:
+    c = load_contract()
+    return GateRun(gate, profile, c, load_manifest(contract=c))
+
+
+def args(**kw) -> Namespace:
+    return Namespace(**{"op": None, "execute": True, "evidence_dir": None, "json": False, **kw})
+
+
+@pytest.fixture(scope="session")
+def small_matrix(tmp_path_factory):
+    """One shrunk C8 run over cpu_bf16 (executed) and cuda_bf16 (absent here): (exit code, evidence root)."""
+    from ws1_matrix.c8 import main
+
+    root = tmp_path_factory.mktemp("c8")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WS1_CONTRACTS_DIR", str(small_contracts(root / "contracts")))
+        cases.forget()
+        code = main(["cpu_bf16", "cuda_bf16", "--execute", "--evidence-dir", str(root / "evidence")])
+        cases.forget()
+    return code, root / "evidence"
