@@ -60,18 +60,10 @@ def observe(model) -> tuple[ws1_ops.Recorder, tuple[bool, str]]:
     return rec, silu
 
 
-def c9(run, args) -> None:
-    profile, m = run.profile, run.manifest
-    family = run.contract.family(profile)
-    dev = ws1_accel.resolve_device(profile)
-    model = build_model(args.model, profile, weights=args.weights)
-    where = {p.device.type for p in model.parameters()}
-    run.add(Cell(id="parameters-on-device", judgment="model_device", status=status(where == {dev.type}),
-                 detail=f"{sum(1 for _ in model.parameters())} parameter tensors on {sorted(where)}; profile device {dev.type}"))
-    rec, silu = observe(model)
-    log("training step + generate observed")
-    summary = rec.summary()
-    declared = {node: m.kernel_id(profile, node) for node in m.required_nodes}
+def node_cells(summary: dict, declared: dict[str, str], family: str, dev_type: str, silu: tuple[bool, str]) -> list[Cell]:
+    """Judge a recorder summary: each required node ran exactly its declared kernel, of the profile's
+    family, on the profile's device (with a backward record where it has parameters); nothing else ran."""
+    cells = []
     for node, kid in declared.items():
         s = summary.get(node)
         problems = []
@@ -82,24 +74,40 @@ def c9(run, args) -> None:
                 problems.append(f"ran {s['kernel_ids']}, declared {kid}")
             if s["families"] != [family]:
                 problems.append(f"family {s['families']} is not {family} (undeclared fallback)")
-            if s["devices"] != [dev.type]:
-                problems.append(f"ran on {s['devices']}, not {dev.type}")
+            if s["devices"] != [dev_type]:
+                problems.append(f"ran on {s['devices']}, not {dev_type}")
             if node in PARAM_NODES and s["backward"] < 1:
                 problems.append("no backward record (it has parameters)")
-        detail = "; ".join(problems) if problems else f"{kid} on {dev.type}: forward {s['forward']}, backward {s['backward']} calls"
+        detail = "; ".join(problems) if problems else f"{kid} on {dev_type}: forward {s['forward']}, backward {s['backward']} calls"
         if node == "silu":
             ok, why = silu
             if not ok:
                 problems.append(why)
             detail += f"; observed via the silu(g) == swiglu(g, 1) check on layer-0 gate activations: {why}"
-        run.add(Cell(id=f"node/{node}", judgment="model_observed", status=status(not problems), detail=detail,
-                     extra={"node": node, "declared": kid, "recorded": s}))
+        cells.append(Cell(id=f"node/{node}", judgment="model_observed", status=status(not problems), detail=detail,
+                          extra={"node": node, "declared": kid, "recorded": s}))
     undeclared = sorted(op for op in summary if op not in declared)
-    run.add(Cell(id="nothing-undeclared", judgment="model_observed", status=status(not undeclared),
-                 detail=f"ops recorded outside the required nodes: {undeclared}" if undeclared else
-                 f"all {len(summary)} recorded ops are required nodes with declared kernels"))
+    cells.append(Cell(id="nothing-undeclared", judgment="model_observed", status=status(not undeclared),
+                      detail=f"ops recorded outside the required nodes: {undeclared}" if undeclared else
+                      f"all {len(summary)} recorded ops are required nodes with declared kernels"))
+    return cells
+
+
+def c9(run, args) -> None:
+    profile, m = run.profile, run.manifest
+    family = run.contract.family(profile)
+    dev = ws1_accel.resolve_device(profile)
+    model = build_model(args.model, profile, weights=args.weights)
+    where = {p.device.type for p in model.parameters()}
+    run.add(Cell(id="parameters-on-device", judgment="model_device", status=status(where == {dev.type}),
+                 detail=f"{sum(1 for _ in model.parameters())} parameter tensors on {sorted(where)}; profile device {dev.type}"))
+    rec, silu = observe(model)
+    log("training step + generate observed")
+    declared = {node: m.kernel_id(profile, node) for node in m.required_nodes}
+    for cell in node_cells(rec.summary(), declared, family, dev.type, silu):
+        run.add(cell)
     attach_provenance(run, rec)
-    run.extra = {"model": model.config.name, "synthetic": model.synthetic, "observed": summary}
+    run.extra = {"model": model.config.name, "synthetic": model.synthetic, "observed": rec.summary()}
 
 
 def add_args(ap) -> None:
