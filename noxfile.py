@@ -37,6 +37,9 @@ TEST_DIRS = [
     "packages/ws1-qwen3/tests",
     "packages/ws1-matrix/tests",
 ]
+# The Triton kernels' unit tests under the interpreter (TRITON_INTERPRET=1, CPU tensors). Their own
+# pytest process: Triton fixes interpreter vs GPU when a kernel is defined, once per process.
+INTERPRETER_TEST_DIRS = ["packages/ws1-ops/tests_triton"]
 
 
 def _require(session: nox.Session, *modules: str) -> None:
@@ -139,12 +142,12 @@ def c9_model(session: nox.Session) -> None:
     _model_gate(session, "c9")
 
 
-def _pytest(session: nox.Session, marker: str) -> None:
+def _pytest(session: nox.Session, marker: str, dirs: list[str] = TEST_DIRS, posargs: bool = True, env: dict | None = None) -> None:
     _require(session, "pytest", "ws1_accel", "ws1_contract")
-    dirs = [d for d in TEST_DIRS if (ROOT / d).is_dir()]
-    cmd = [PY, "-m", "pytest", "-q", "-m", marker, *dirs, *session.posargs]
+    dirs = [d for d in dirs if (ROOT / d).is_dir()]
+    cmd = [PY, "-m", "pytest", "-q", "-m", marker, *dirs, *(session.posargs if posargs else [])]
     session.log(" ".join(cmd[2:]))
-    rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})})
     if rc == 5:
         # Deliberate: a test run that collected nothing must never look like a pass.
         session.error("pytest collected no tests (exit 5): treated as a failure")
@@ -154,8 +157,22 @@ def _pytest(session: nox.Session, marker: str) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Every package's tests except the `slow` marker (CI runs this)."""
+    """Every package's tests except the `slow` marker (CI runs this), then the Triton interpreter tests."""
     _pytest(session, "not slow")
+    _interpreter_tests(session, posargs=False)
+
+
+def _interpreter_tests(session: nox.Session, posargs: bool) -> None:
+    _require(session, "triton")
+    _pytest(session, "not slow", INTERPRETER_TEST_DIRS, posargs=posargs, env={"TRITON_INTERPRET": "1"})
+
+
+@nox.session
+def tests_triton(session: nox.Session) -> None:
+    """The Triton kernels under the interpreter (TRITON_INTERPRET=1, CPU tensors): logic and invariance.
+
+    Unit tests only: the triton_cuda_bf16 profile is judged on a GPU (ci/gpu_check.sh)."""
+    _interpreter_tests(session, posargs=True)
 
 
 @nox.session

@@ -1,0 +1,77 @@
+"""The interpreter is really in use, the family registers the manifest's kernel ids, and the
+profile itself stays refused on a host without a GPU."""
+
+import pytest
+import torch
+
+import ws1_accel
+import ws1_ops
+from ws1_contract import load_manifest
+
+
+def test_kernels_are_interpreted_and_run_on_cpu_tensors(tri):
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from ws1_ops.backends import triton as tb
+    from ws1_ops.triton import _common
+
+    assert _common.INTERPRET
+    for node, mod in tb.MODULES.items():
+        assert isinstance(getattr(mod, f"{node}_fwd_kernel"), InterpretedFunction), node
+    x = torch.randn(5, 16).bfloat16()
+    with ws1_ops.record() as rec:
+        y = ws1_ops.silu(x)
+    assert y.device.type == "cpu"
+    s = rec.summary()["silu"]
+    assert s["kernel_ids"] == ["ws1_ops.triton.silu:silu_fwd_kernel"] and s["families"] == ["triton"] and s["devices"] == ["cpu"]
+
+
+def test_every_node_registers_the_manifest_kernel_id():
+    ks = ws1_ops.kernels_for("triton")
+    assert sorted(ks) == sorted(ws1_ops.REQUIRED_NODES)
+    m = load_manifest()
+    for node, k in ks.items():
+        assert k.kernel_id == m.kernel_id("triton_cuda_bf16", node), node
+        assert k.bwd is not None or k.param_grad is not None, node
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this host has a CUDA device")
+def test_profile_is_refused_without_a_gpu():
+    """On a CPU host the profile never runs (so its cells stay red 'not executed on this host')."""
+    with pytest.raises(ws1_accel.AcceleratorUnavailable):
+        with ws1_ops.use_profile("triton_cuda_bf16"):
+            pass
+
+
+def test_cpu_tensors_outside_the_interpreter_are_refused(monkeypatch):
+    from ws1_ops.triton import _common
+
+    monkeypatch.setattr(_common, "INTERPRET", False)
+    with pytest.raises(ValueError, match="must be on a CUDA device, got cpu .*TRITON_INTERPRET"):
+        _common.check_device("det_gemm", torch.zeros(2))
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda m: m["det_gemm"].det_gemm(torch.zeros(2, 8), torch.zeros(4, 8, dtype=torch.bfloat16)), "must be bfloat16"),
+    (lambda m: m["det_gemm"].det_gemm(torch.zeros(2, 8, dtype=torch.bfloat16), torch.zeros(4, 9, dtype=torch.bfloat16)),
+     r"need x \[M, K\] and weight \[N, K\]"),
+    (lambda m: m["logprob"].logprob(torch.zeros(2, 0), torch.zeros(2, dtype=torch.int64)), "V > 0"),
+    (lambda m: m["rms_norm"].rms_norm(torch.zeros(2, 8), torch.zeros(7, dtype=torch.bfloat16), 1e-6), r"weight must be \[8\]"),
+    (lambda m: m["attention"].attention(*(torch.zeros(3, 2, 8, dtype=torch.bfloat16),) * 3, torch.tensor([0, 3]),
+                                        torch.tensor([0, 3]), torch.tensor([0, 1, 3]), 1.0), "query 2 at position 3"),
+    (lambda m: m["swiglu"].swiglu(torch.zeros(2, 8, dtype=torch.bfloat16), torch.zeros(2, 9, dtype=torch.bfloat16)),
+     "one shape"),
+])
+def test_launchers_reject_bad_inputs_with_one_line(call, match):
+    from ws1_ops.backends import triton as tb
+
+    with pytest.raises(ValueError, match=match) as ei:
+        call(tb.MODULES)
+    assert "\n" not in str(ei.value)
+
+
+def test_empty_inputs(tri):
+    bf = torch.bfloat16
+    assert ws1_ops.det_gemm(torch.zeros(0, 8, dtype=bf), torch.zeros(4, 8, dtype=bf)).shape == (0, 4)
+    assert ws1_ops.rms_norm(torch.zeros(0, 8), torch.ones(8, dtype=bf)).shape == (0, 8)
+    assert ws1_ops.silu(torch.zeros(0, 8, dtype=bf)).shape == (0, 8)
