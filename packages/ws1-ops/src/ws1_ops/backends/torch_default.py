@@ -63,10 +63,10 @@ def _attn(q, k, v, cu_q, cu_k, q_pos, scale):
         qb = q[qs:qe].transpose(0, 1)[None]
         kb = k[ks:ke].repeat_interleave(group, 1).transpose(0, 1)[None]
         vb = v[ks:ke].repeat_interleave(group, 1).transpose(0, 1)[None]
-        mask = torch.arange(ke - ks)[None, :] <= q_pos[qs:qe][:, None]
+        mask = torch.arange(ke - ks, device=q.device)[None, :] <= q_pos[qs:qe][:, None]
         outs.append(F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale)[0].transpose(0, 1))
     out = torch.cat(outs, 0)
-    return out, torch.zeros(q.shape[:2], dtype=torch.float32)
+    return out, torch.zeros(q.shape[:2], dtype=torch.float32, device=q.device)
 
 
 def _swiglu(g, u):
@@ -104,7 +104,7 @@ def _rms_dw(dy, x, rstd, w, perm):
 
 
 def _emb_dw(dy, ids, V, perm):
-    return torch.zeros(V, dy.shape[1]).index_add_(0, ids, dy.float())
+    return torch.zeros(V, dy.shape[1], device=dy.device).index_add_(0, ids, dy.float())
 
 
 register(Kernel("embedding", FAMILY, "torch::embedding", _emb, None, _emb_dw))
