@@ -229,17 +229,28 @@ def _tiles(starts: list[int], lengths: list[int], block: int, relative: bool, de
 
 
 def _common_args(q, k) -> dict:
-    return dict(BM=BM, BN=BN, BD=next_pow2(q.shape[2]), DOT_F32=dot_f32(q, k))
+    # BD >= 16: a tl.dot needs every dimension >= 16 on the GPU (masked columns add zeros)
+    return dict(BM=BM, BN=BN, BD=max(16, next_pow2(q.shape[2])), DOT_F32=dot_f32(q, k))
+
+
+def plan(q, k, v, cu_q, cu_k, q_pos) -> torch.Tensor:
+    """Validate on the host and return the forward's query-tile table (one host sync); a decode
+    loop or a benchmark can reuse it with :func:`attention_planned` (e.g. inside a CUDA graph)."""
+    qs, lq, _, _ = _meta("attention", q, k, v, cu_q, cu_k, q_pos)
+    return _tiles(qs, lq, BM, False, q.device)
 
 
 def attention(q, k, v, cu_q, cu_k, q_pos, scale):
     """-> (out [Tq, Hq, D] BF16, lse [Tq, Hq] FP32)."""
-    qs, lq, _, _ = _meta("attention", q, k, v, cu_q, cu_k, q_pos)
+    return attention_planned(q, k, v, cu_q, cu_k, q_pos, scale, plan(q, k, v, cu_q, cu_k, q_pos))
+
+
+def attention_planned(q, k, v, cu_q, cu_k, q_pos, scale, tiles):
+    """The forward launch for a tile table from :func:`plan` (no host sync, no validation)."""
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     Tq, HQ, D = q.shape
     out = torch.empty_like(q)
     lse = torch.empty(Tq, HQ, dtype=torch.float32, device=q.device)
-    tiles = _tiles(qs, lq, BM, False, q.device)
     if tiles.shape[0] and HQ and D:
         attention_fwd_kernel[(tiles.shape[0], HQ)](q, k, v, out, lse, cu_q, cu_k, q_pos.contiguous(), tiles, float(scale),
                                                    HQ, k.shape[1], D, **_common_args(q, k), num_warps=FWD_WARPS,
