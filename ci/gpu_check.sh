@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# GPU check of the triton_cuda_bf16 profile, on a CUDA host (H100/H200, sm_90 is what the kernels
+# are tuned for):
+#
+#   1. facts: GPU, driver, torch / triton / python versions (exit 2 at once without a CUDA device);
+#   2. installs the WS1 packages into the host's own Python (--no-deps: its CUDA torch and triton
+#      stay; packages it lacks, e.g. nox and cattrs, come from a wheel folder: WS1_WHEELS);
+#   3. runs the gates for triton_cuda_bf16 by their nox session names — c1_contract,
+#      c2_manifest (--runtime), c3_forward, c4_gradient, c5_inventory, c6_decode_prefill,
+#      c7_stateful_kv, c8_matrix, c9_model, c10_chain_gate — each with a timeout; a session the
+#      noxfile does not have is reported "absent", never run some other way, never counted green;
+#   4. runs benchmarks/bench_triton.py (det_gemm vs cuBLAS, attention vs SDPA, logprob vs torch,
+#      the chain vs torch_default) with its targets;
+#   5. writes, into OUT_DIR: summary.json (every step, exit codes, targets), bench_triton.json, and
+#      gpu_check_artifacts.tar.gz (the gates' evidence JSON and every log). Three files, so the
+#      result fits a transfer that returns only a few files.
+#
+#   bash ci/gpu_check.sh [OUT_DIR]          OUT_DIR default: $OUT, else ./evidence-gpu
+#
+# Environment: PYTHON (default python3), WS1_WHEELS (default .whl), WS1_GATES (space-separated
+# session names to run instead of the full list), WS1_GATE_TIMEOUT (seconds per gate, default 300),
+# WS1_BENCH=0 (skip the benchmark), WS1_BENCH_ARGS (extra arguments, e.g. "--no-chain --reps 10"),
+# WS1_SKIP_INSTALL=1 (packages already installed), WS1_GPU_CHECK_ALLOW_CPU=1 (test this script's
+# plumbing on a CPU host: the gates then exit 2 and the result can never be green).
+#
+# Exit: 0 every gate present and green; 1 a gate red, failed or timed out (or the benchmark
+# failed); 3 nothing red but some gate absent (incomplete: not a pass); 2 no CUDA device.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+DEST=${1:-${OUT:-$ROOT/evidence-gpu}}
+PY=${PYTHON:-python3}
+WHEELS=${WS1_WHEELS:-$ROOT/.whl}
+GATE_TIMEOUT=${WS1_GATE_TIMEOUT:-300}
+PROFILE=triton_cuda_bf16
+GATES=${WS1_GATES:-"c1_contract c2_manifest c3_forward c4_gradient c5_inventory c6_decode_prefill c7_stateful_kv c8_matrix c9_model c10_chain_gate"}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/ws1_gpu_check.XXXXXX")
+mkdir -p "$DEST" "$WORK/logs" "$WORK/evidence"
+export WS1_EVIDENCE_DIR="$WORK/evidence" PYTHONUNBUFFERED=1
+unset TRITON_INTERPRET   # the kernels must compile for the GPU here, never run in the interpreter
+STEPS="$WORK/steps.jsonl"
+: >"$STEPS"
+
+say() { printf '\033[1m[gpu_check]\033[0m %s\n' "$*" | tee -a "$WORK/logs/gpu_check.log"; }
+# step NAME RC SECONDS DETAIL [LOG] -> one JSON line in steps.jsonl
+step() {
+  "$PY" - "$@" >>"$STEPS" <<'EOF'
+import json, sys
+name, rc, secs, detail = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+log = sys.argv[5] if len(sys.argv) > 5 else None
+print(json.dumps({"step": name, "rc": rc, "seconds": secs, "detail": detail, "log": log}))
+EOF
+}
+timed() {  # timed NAME LOGFILE TIMEOUT CMD... -> runs CMD, records rc and time
+  local name=$1 log=$2 tmo=$3
+  shift 3
+  local t0=$SECONDS
+  timeout --kill-after=20 "$tmo" "$@" >"$log" 2>&1
+  local rc=$?
+  step "$name" "$rc" "$((SECONDS - t0))" "$*" "$(basename "$log")"
+  tail -n 15 "$log" | sed 's/^/    /'
+  return $rc
+}
+
+finish() {  # write summary.json, pack the artifacts, copy the three files into DEST
+  "$PY" - "$STEPS" "$WORK" "$GATES" <<'EOF' >"$WORK/summary.json"
+import json, os, sys
+steps = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+work, gates = sys.argv[2], sys.argv[3].split()
+facts = json.load(open(os.path.join(work, "facts.json"))) if os.path.exists(os.path.join(work, "facts.json")) else {}
+by = {s["step"]: s for s in steps}
+gate_rows = []
+for g in gates:
+    s = by.get(f"gate:{g}")
+    if s is None:
+        status = "not run"
+    elif s["rc"] == 0:
+        status = "green"
+    elif s["rc"] == 200:
+        status = "absent"
+    elif s["rc"] in (124, 137):
+        status = "timeout"
+    elif s["rc"] == 2:
+        status = "device absent (exit 2)"
+    else:
+        status = "red"
+    gate_rows.append({"session": g, "status": status, **({k: s[k] for k in ("rc", "seconds", "detail", "log")} if s else {})})
+bench = None
+bp = os.path.join(work, "bench_triton.json")
+if os.path.exists(bp):
+    b = json.load(open(bp))
+    bench = {"targets": b.get("targets"), "errors": b.get("errors")}
+red = [g for g in gate_rows if g["status"] not in ("green", "absent")]
+absent = [g["session"] for g in gate_rows if g["status"] == "absent"]
+bench_failed = by.get("bench") is not None and by["bench"]["rc"] != 0
+no_device = by.get("facts", {}).get("rc") == 2
+overall = "no_device" if no_device else "red" if red or bench_failed else ("incomplete" if absent else "green")
+print(json.dumps({"profile": "triton_cuda_bf16", "overall": overall, "absent_gates": absent, "facts": facts,
+                  "gates": gate_rows, "benchmark": bench, "steps": steps}, indent=1))
+EOF
+  cp "$WORK/summary.json" "$DEST/summary.json"
+  [ -f "$WORK/bench_triton.json" ] && cp "$WORK/bench_triton.json" "$DEST/bench_triton.json"
+  tar -czf "$DEST/gpu_check_artifacts.tar.gz" -C "$WORK" . 2>/dev/null
+  "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print('overall:', d['overall']); [print(f\"  {g['session']:<20} {g['status']}\") for g in d['gates']]" "$WORK/summary.json"
+  say "wrote $(cd "$DEST" && ls summary.json bench_triton.json gpu_check_artifacts.tar.gz 2>/dev/null | tr '\n' ' ')into $DEST"
+}
+
+# ---- 1. facts ----------------------------------------------------------------------------------
+say "facts"
+"$PY" - "$WORK/facts.json" <<'EOF' 2>&1 | tee "$WORK/logs/facts.log"
+import json, platform, subprocess, sys
+f = {"python": platform.python_version(), "executable": sys.executable}
+try:
+    import torch
+    f.update(torch=torch.__version__, cuda=torch.version.cuda, cuda_available=torch.cuda.is_available())
+    if torch.cuda.is_available():
+        f.update(device=torch.cuda.get_device_name(0), capability=list(torch.cuda.get_device_capability(0)),
+                 sm_count=torch.cuda.get_device_properties(0).multi_processor_count)
+except Exception as e:
+    f["torch_error"] = repr(e)
+try:
+    import triton
+    f["triton"] = triton.__version__
+except Exception as e:
+    f["triton_error"] = repr(e)
+try:
+    f["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
+                                      "--format=csv,noheader"], capture_output=True, text=True, timeout=30).stdout.strip()
+except Exception as e:
+    f["nvidia_smi_error"] = repr(e)
+try:
+    f["git_sha"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    f["git_dirty"] = bool(subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True).stdout.strip())
+except Exception:
+    pass
+json.dump(f, open(sys.argv[1], "w"), indent=1)
+print(json.dumps(f, indent=1))
+sys.exit(0 if f.get("cuda_available") else 2)
+EOF
+if [ "${PIPESTATUS[0]}" -ne 0 ]; then
+  step facts 2 0 "no CUDA device" facts.log
+  if [ "${WS1_GPU_CHECK_ALLOW_CPU:-0}" != 1 ]; then
+    say "no CUDA device here: triton_cuda_bf16 cannot be checked on this host (exit 2)"
+    finish
+    exit 2
+  fi
+  say "no CUDA device: continuing only to test this script's plumbing (WS1_GPU_CHECK_ALLOW_CPU=1); nothing can be green"
+else
+  step facts 0 0 "CUDA device present" facts.log
+fi
+
+# ---- 2. install --------------------------------------------------------------------------------
+if [ "${WS1_SKIP_INSTALL:-0}" = 1 ]; then
+  say "install skipped (WS1_SKIP_INSTALL=1: the packages are already installed in $PY)"
+  step install 0 0 "skipped by WS1_SKIP_INSTALL=1" ""
+else
+say "dependencies the host lacks (from $WHEELS if present)"
+missing=$("$PY" - <<'EOF'
+import importlib.util
+need = ["nox", "cattrs", "attrs", "pytest", "numpy", "safetensors", "tqdm", "transformers", "hypothesis"]
+print(" ".join(m for m in need if importlib.util.find_spec(m) is None))
+EOF
+)
+if [ -n "$missing" ]; then
+  if [ -d "$WHEELS" ]; then
+    timed deps "$WORK/logs/deps.log" 600 "$PY" -m pip install --no-index --find-links "$WHEELS" --no-cache-dir $missing
+  else
+    say "missing: $missing, and no wheel folder $WHEELS (the host has no registry access; see docs/triton.md)"
+    step deps 1 0 "missing: $missing; no wheel folder" ""
+  fi
+else
+  step deps 0 0 "all present" ""
+fi
+say "install the WS1 packages (editable, --no-deps; the host's torch and triton stay)"
+for pkg in packages/ws1-accel packages/ws1-contract packages/ws1-ops packages/ws1-kv packages/ws1-qwen3 packages/ws1-matrix; do
+  [ -f "$pkg/pyproject.toml" ] || continue
+  timed "install:$(basename "$pkg")" "$WORK/logs/install_$(basename "$pkg").log" 600 \
+    "$PY" -m pip install --no-deps --no-build-isolation --no-cache-dir -e "$pkg"
+done
+fi
+
+# ---- 3. gates ----------------------------------------------------------------------------------
+sessions=$("$PY" -m nox -l 2>"$WORK/logs/nox_list.log" | sed -n 's/^[*-] \([a-z0-9_]*\).*/\1/p')
+for g in $GATES; do
+  if ! grep -qx "$g" <<<"$sessions"; then
+    say "gate $g: absent (no nox session of that name in noxfile.py): reported, not run"
+    step "gate:$g" 200 0 "absent: no nox session '$g' in noxfile.py" ""
+    continue
+  fi
+  extra=()
+  [ "$g" = c2_manifest ] && extra=(--runtime)
+  say "gate $g -- $PROFILE ${extra[*]}"
+  timed "gate:$g" "$WORK/logs/gate_$g.log" "$GATE_TIMEOUT" "$PY" -m nox -s "$g" -- "$PROFILE" "${extra[@]}"
+done
+
+# ---- 4. benchmark ------------------------------------------------------------------------------
+if [ "${WS1_BENCH:-1}" != 0 ]; then
+  say "benchmark (benchmarks/bench_triton.py)"
+  # shellcheck disable=SC2086
+  timed bench "$WORK/logs/bench.log" 1200 "$PY" benchmarks/bench_triton.py --json "$WORK/bench_triton.json" ${WS1_BENCH_ARGS:-}
+fi
+
+# ---- 5. summary --------------------------------------------------------------------------------
+finish
+overall=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['overall'])" "$WORK/summary.json")
+case "$overall" in
+  green) exit 0 ;;
+  incomplete) exit 3 ;;
+  no_device) exit 2 ;;
+  *) exit 1 ;;
+esac
