@@ -142,6 +142,13 @@ def c9_model(session: nox.Session) -> None:
     _model_gate(session, "c9")
 
 
+@nox.session
+def c10_chain_gate(session: nox.Session) -> None:
+    """C10: the chain gate on the whole model (``--model tiny|qwen3-8b-L2|qwen3-8b``, ``--weights DIR``,
+    ``--formal``); ``--candidate torch_default`` runs the negative control, which must come out red."""
+    _model_gate(session, "c10")
+
+
 def _pytest(session: nox.Session, marker: str, dirs: list[str] = TEST_DIRS, posargs: bool = True, env: dict | None = None) -> None:
     _require(session, "pytest", "ws1_accel", "ws1_contract")
     dirs = [d for d in dirs if (ROOT / d).is_dir()]

@@ -125,19 +125,21 @@ def teacher_forcing(model: Qwen3ForCausalLM, samples: Sequence[Sample], *, layou
     if len(set(ranks)) != len(ranks):
         raise ModelInputError(f"sample ranks must be distinct, got {ranks}")
     rows, first = _rows(model, samples, layout, padded_length)
-    sel, tgt, keys, act = [], [], [], []
+    sel, tgt, keys, act, row_keys = [], [], [], [], []
     for s, r0 in zip(samples, first):
         for p in range(1 if all_tokens else s.n_prompt, s.length):
             sel.append(r0 + p - 1)          # the row that predicts position p
             tgt.append(s.tokens[p])
             keys.append((s.rank << 32) | p)
+            row_keys.append((s.rank << 32) | (p - 1))
             act.append(p >= s.n_prompt)
     sel_t, tgt_t, keys_t = (torch.tensor(x, dtype=torch.int64) for x in (sel, tgt, keys))
     act_t = torch.tensor(act, dtype=torch.bool)
     dev = model.device
     with torch.set_grad_enabled(grad), model.activate():
         x = model.hidden(rows, chunk=chunk)
-        logits = model.logits_of(x.index_select(0, sel_t.to(dev)), keys_t)
+        # the lm_head row is position p − 1 (its own logical key, as in a decode step)
+        logits = model.logits_of(x.index_select(0, sel_t.to(dev)), torch.tensor(row_keys, dtype=torch.int64))
         logp = model.ops().logprob(logits, tgt_t.to(dev))
         order = torch.argsort(keys_t)
         logp = logp.index_select(0, order.to(dev))

@@ -1,0 +1,339 @@
+"""C10 chain gate: the whole model, every cell of DESIGN §5, train/infer parity, the FP32 reference,
+the C6 sweep, observed node kinds, and first_drift.
+
+    python -m ws1_qwen3 c10 cpu_bf16 [--model tiny|qwen3-8b-L2|qwen3-8b] [--weights DIR [--formal]]
+    python -m ws1_qwen3 c10 cpu_bf16 --candidate torch_default     # the negative control: must be red
+
+Cells, each compared with the canonical ``BN/full`` (the 4 samples right-padded to 20) by logical
+key: ``B1/full`` (four B=1 runs, losses summed, one backward), ``BN/chunked``, ``B1/chunked``
+(chunk 7 in absolute positions), ``padded_left``, ``padded_right`` (padded to 24), ``permuted``
+(order [2, 0, 3, 1]), ``packed``. Per cell: the selected log-probs (bitwise, with the three
+aggregates), the loss, a backward, and every parameter gradient bitwise. Then train/infer parity
+(teacher forcing vs prompt prefill + stateful decode, B=4 and B=1), the FP32 reference cell
+(forward and gradient accuracy), the six-case decode sweep of C6, every required node observed with
+its declared kernel, and ``first_drift`` — the first (layer, node) whose per-token bits differ
+between a cell and the canonical run (null when none does).
+
+Modes: ``synthetic`` (seeded weights, any preset), ``checkpoint`` (``--weights``), ``formal``
+(``--formal``: the pinned Qwen3-8B whose content hash the manifest records; refused while the hash
+is not pinned). A synthetic run never claims the formal gate.
+
+Gradient comparison: full tensors (max |Δ| and the first differing element named) when the
+gradients fit in memory beside the model, else per-parameter sha256 digests of the raw bits
+(``--grad-compare``; the gradient-accuracy cell then reads the canonical gradients back one at a
+time from a temporary file); the evidence says which.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import resource
+import time
+
+import torch
+
+import ws1_accel
+import ws1_ops
+from ws1_contract import Cell, Comparison, aggregates, bitwise, within_tolerance
+from ws1_kv.checks import c6_operator_cases
+
+from . import parity
+from .c9 import node_cells, silu_identity
+from .drift import drift_map, first_drift, tracing
+from .gatekit import attach_provenance, build_model, comparison_cell, log, parity_cell, status
+from .model import REFERENCE
+from .teacher import fixture_samples, teacher_forcing
+
+CANONICAL = "BN/full"
+PERMUTATION = (2, 0, 3, 1)
+DIGEST_ABOVE_BYTES = 6 << 30     # gradients larger than this are compared by digest
+
+
+def cell_plans(samples) -> dict[str, tuple[list, dict]]:
+    """cell -> (teacher-forcing calls, each a list of samples; layout kwargs). B1 cells: one call per sample."""
+    return {
+        CANONICAL: ([samples], dict(layout="padded_right", padded_length=20)),
+        "B1/full": ([[s] for s in samples], dict(layout="packed")),
+        "BN/chunked": ([samples], dict(layout="padded_right", padded_length=20, chunk=7)),
+        "B1/chunked": ([[s] for s in samples], dict(layout="packed", chunk=7)),
+        "padded_left": ([samples], dict(layout="padded_left", padded_length=20)),
+        "padded_right": ([samples], dict(layout="padded_right", padded_length=24)),
+        "permuted": ([[samples[i] for i in PERMUTATION]], dict(layout="padded_right", padded_length=20)),
+        "packed": ([samples], dict(layout="packed")),
+    }
+
+
+def digest(t: torch.Tensor) -> str:
+    return hashlib.sha256(t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+def run_cell(model, calls, kw, n_active: int):
+    """One cell: forward (traced), loss, one backward in canonical_grads. Returns (logp [n] by key,
+    active [n], loss, {param: grad}, trace)."""
+    model.zero_grad(set_to_none=True)
+    with tracing(model) as tr:
+        outs = [teacher_forcing(model, c, n_active=n_active, grad=True, **kw) for c in calls]
+    loss = sum(o.loss for o in outs)
+    if model.profile == REFERENCE:
+        loss.backward()
+    else:
+        with ws1_ops.canonical_grads():
+            loss.backward()
+    keys = torch.cat([o.keys for o in outs])
+    order = torch.argsort(keys)
+    logp = torch.cat([o.logp.detach() for o in outs]).index_select(0, order.to(outs[0].logp.device))
+    active = torch.cat([o.active for o in outs]).index_select(0, order)
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    return logp, active, loss.detach(), grads, tr
+
+
+def param_op(name: str) -> str:
+    """The chain node whose threshold row judges a parameter's gradient."""
+    if name.endswith("embed_tokens.weight"):
+        return "embedding"
+    if name == "lm_head.weight":
+        return "lm_head"
+    if name.endswith(("q_norm.weight", "k_norm.weight")):
+        return "qk_norm"
+    if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
+        return "rms_norm"
+    return "det_gemm"
+
+
+def compare_grads(grads, canon, mode: str, cell: str) -> Comparison:
+    """Every parameter gradient bitwise equal to the canonical cell's ('full' tensors or 'digest')."""
+    n, bad, first = len(canon), [], None
+    for name, ref in canon.items():
+        g = grads.get(name)
+        if g is None:
+            bad.append(name)
+            first = first or f"{name}: no gradient"
+            continue
+        if mode == "digest":
+            if digest(g) != ref:
+                bad.append(name)
+                first = first or f"{name}: raw-bit digest differs"
+        else:
+            c = bitwise(g, ref, name)
+            if not c.passed:
+                bad.append(name)
+                first = first or c.detail
+    ok = not bad
+    detail = f"{cell}: {n - len(bad)} of {n} parameter gradients bitwise" + ("" if ok else f"; first: {first}")
+    return Comparison(ok, detail, n_total=n, n_diff=len(bad), first_diff={"parameters": bad[:10]} if bad else None)
+
+
+def c10(run, args) -> None:
+    t0 = time.perf_counter()
+    profile, contract, manifest = run.profile, run.contract, run.manifest
+    dev = ws1_accel.resolve_device(profile)
+    mode = "formal" if args.formal else ("checkpoint" if args.weights else "synthetic")
+    if args.formal:
+        pinned = manifest.model.formal_weights_sha256
+        if not pinned or not args.weights:
+            run.add(Cell(id="formal-weights", judgment="chain_gate", status="red",
+                         detail="formal mode needs --weights and the manifest's pinned formal_weights_sha256 "
+                                f"(pinned: {pinned!r}); nothing was run"))
+            run.extra = {"mode": mode}
+            return
+    samples = fixture_samples(manifest)
+    n_active = manifest.active_tokens
+    model = build_model(args.model, profile, weights=args.weights)
+    if args.formal and model.weights_sha256 != manifest.model.formal_weights_sha256:
+        run.add(Cell(id="formal-weights", judgment="chain_gate", status="red",
+                     detail=f"weights hash {model.weights_sha256} is not the pinned {manifest.model.formal_weights_sha256}"))
+        return
+    if args.candidate:
+        model.profile = args.candidate          # plain PyTorch ops for every node: not a profile
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    gmode = args.grad_compare or ("digest" if grad_bytes > DIGEST_ABOVE_BYTES else "full")
+    summary: dict = {"mode": mode, "model": model.config.name, "synthetic": model.synthetic, "candidate": args.candidate,
+                     "grad_compare": gmode, "parameters": sum(1 for _ in model.parameters())}
+    rec_ctx = ws1_ops.record()
+    rec = rec_ctx.__enter__()
+    drifts: list[dict] = []
+    try:
+        # ---- the invariance cells ----------------------------------------------------------
+        plans = cell_plans(samples)
+        t = time.perf_counter()
+        c_logp, c_active, c_loss, c_grads, c_trace = run_cell(model, *plans[CANONICAL], n_active)
+        canon = {n: (digest(g) if gmode == "digest" else g.detach().clone()) for n, g in c_grads.items() if g is not None}
+        if gmode == "digest":   # the gradient-accuracy cell reads them back one at a time from disk
+            spill = _spill(c_grads)
+        finite = bool(torch.isfinite(c_logp).all() and torch.isfinite(c_loss))
+        run.add(Cell(id=f"cell/{CANONICAL}", judgment="chain_gate", status=status(finite and len(canon) == summary["parameters"]),
+                     detail=f"canonical: loss {float(c_loss):.6f}, {int(c_active.sum())} active tokens, "
+                            f"{len(canon)} parameter gradients", extra={"loss": float(c_loss)}))
+        log(f"{CANONICAL} in {time.perf_counter() - t:.1f}s")
+        grad_counts = []
+        for name, (calls, kw) in plans.items():
+            if name == CANONICAL:
+                continue
+            t = time.perf_counter()
+            logp, active, loss, grads, trace = run_cell(model, calls, kw, n_active)
+            agg = aggregates(logp, c_logp, active, contract.aggregate_thresholds("bfloat16"), contract.clip_interval)
+            fd = first_drift(trace, c_trace)
+            if fd:
+                drifts.append({"cell": name, **fd, "map": drift_map(trace, c_trace)})
+            cmp = bitwise(logp, c_logp, f"{name} log-probs vs {CANONICAL}")
+            run.add(comparison_cell(f"cell/{name}/logp", "forward_invariance", cmp, lhs="transformed_config", rhs="canonical_config",
+                                    loss=float(loss), aggregates={"max_abs_dlogp": agg.max_abs_dlogp, "approx_kl0": agg.approx_kl0,
+                                                                  "clipfrac0": agg.clipfrac0},
+                                    bitwise_equal=agg.bitwise_equal, tokens_different=agg.tokens_different, first_drift=fd))
+            g = compare_grads(grads, canon, gmode, name)
+            grad_counts.append(g.n_total - g.n_diff)
+            run.add(comparison_cell(f"cell/{name}/grads", "gradient_invariance", g, lhs="transformed_config", rhs="canonical_config",
+                                    grad_compare=gmode))
+            log(f"{name}: logp {'bitwise' if cmp.passed else 'DIFFERS'}, {g.n_total - g.n_diff}/{g.n_total} grads bitwise "
+                f"({time.perf_counter() - t:.1f}s)")
+        summary["gradient_invariance"] = {"min_bitwise": min(grad_counts), "of": len(canon), "cells": len(grad_counts)}
+        model.zero_grad(set_to_none=True)
+
+        # ---- train/infer parity ------------------------------------------------------------
+        tf_act = c_logp[c_active]
+        worst = 0.0
+        for name, together in (("B4", True), ("B1", False)):
+            t = time.perf_counter()
+            with tracing(model) as tr:
+                ro = parity.rollout_logp(model, samples, together=together)
+            agg = parity.judge(tf_act, ro, contract)
+            fd = first_drift(tr, c_trace)
+            if fd:
+                drifts.append({"cell": f"parity/{name}", **fd, "map": drift_map(tr, c_trace)})
+            worst = max(worst, agg.max_abs_dlogp)
+            run.add(parity_cell(f"parity/{name}", agg, parity.LHS, parity.RHS, first_drift=fd))
+            log(f"train/infer parity {name}: max|dlogp| {agg.max_abs_dlogp:.3e} ({time.perf_counter() - t:.1f}s)")
+        summary["train_infer"] = {"max_abs_dlogp": worst, "bitwise": worst == 0.0}
+
+        # ---- the C6 decode sweep -----------------------------------------------------------
+        t = time.perf_counter()
+        with model.activate():
+            sweep = c6_operator_cases(device=dev)
+        for o in sweep:
+            run.add(comparison_cell(f"sweep/{o.name}", "decode_prefill", o.comparison, lhs="transformed_config",
+                                    rhs="canonical_config", **o.facts))
+        log(f"decode sweep: {sum(o.passed for o in sweep)}/{len(sweep)} bitwise ({time.perf_counter() - t:.1f}s)")
+
+        # ---- observed node kinds -----------------------------------------------------------
+        silu = silu_identity(model)
+        declared = {node: manifest.kernel_id(profile, node) for node in manifest.required_nodes}
+        for cell in node_cells(rec.summary(), declared, contract.family(profile), dev.type, silu):
+            run.add(Cell(id=f"observed/{cell.id}", judgment=cell.judgment, status=cell.status, detail=cell.detail, extra=cell.extra))
+    finally:
+        rec_ctx.__exit__(None, None, None)
+
+    # ---- the FP32 reference cell (last: it needs an FP32 copy of the weights) --------------
+    t = time.perf_counter()
+    ref = reference_copy(model)
+    cand_grads = canon if gmode == "full" else _Spilled(spill)
+    del model
+    r_logp, r_active, r_loss, _, _ = run_cell_streaming(ref, plans[CANONICAL], n_active, cand_grads, contract, run)
+    fa = contract.resolve("forward_accuracy", "logprob", "bfloat16")
+    cmp = within_tolerance(c_logp, r_logp, fa.atol, fa.rtol, "bf16 chain log-probs vs FP32 reference")
+    run.add(Cell(id="reference/forward_accuracy", judgment="forward_accuracy", status=status(cmp.passed), detail=cmp.detail,
+                 lhs_role="bf16_candidate", rhs_role="fp32_reference", thresholds={"atol": fa.atol, "rtol": fa.rtol},
+                 max_abs_err=cmp.max_abs, extra={"loss_candidate": float(c_loss), "loss_reference": float(r_loss)}))
+    log(f"FP32 reference cell ({time.perf_counter() - t:.1f}s)")
+
+    # ---- verdict extras ------------------------------------------------------------------------
+    fd = drifts[0] if drifts else None
+    run.add(Cell(id="first_drift", judgment="chain_gate", status=status(fd is None),
+                 detail="null: no node's per-token bits differ between any cell and the canonical run" if fd is None else
+                 f"{fd['cell']}: first differing node layer {fd['layer']} {fd['node']} ({fd['tokens_differ']} of {fd['tokens']} tokens; "
+                 f"first at {fd['first_key']})", extra={"first_drift": {k: v for k, v in fd.items() if k != 'map'} if fd else None}))
+    attach_provenance(run, rec)
+    summary.update(first_drift={k: v for k, v in fd.items() if k != "map"} if fd else None, drift_maps=drifts,
+                   wall_time_s=round(time.perf_counter() - t0, 1),
+                   peak_rss_gib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2))
+    run.extra = summary
+
+
+def reference_copy(model):
+    """The FP32 reference model: the candidate's own BF16 parameters upcast to FP32 (DESIGN §3)."""
+    from .model import Qwen3ForCausalLM
+
+    ref = Qwen3ForCausalLM(model.config, REFERENCE)
+    with torch.no_grad():
+        src = dict(model.named_parameters())
+        for name, p in ref.named_parameters():
+            p.copy_(src[name].float())
+    return ref.to(model.device) if model.device.type != "cpu" else ref
+
+
+def run_cell_streaming(ref, plan, n_active, cand_grads, contract, run):
+    """The reference forward + backward, judging each parameter's gradient as soon as it is ready
+    (then freeing it), so an FP32 copy of every gradient never has to exist at once."""
+    results: list[tuple[str, Comparison]] = []
+    names = {id(p): n for n, p in ref.named_parameters()}
+
+    def judge(p):
+        name = names[id(p)]
+        th = contract.resolve("gradient_accuracy", param_op(name), "bfloat16")
+        results.append((name, within_tolerance(cand_grads[name], p.grad, th.atol, th.rtol, name)))
+        p.grad = None
+
+    hooks = [p.register_post_accumulate_grad_hook(judge) for p in ref.parameters()]
+    try:
+        out = run_cell(ref, *plan, n_active)
+    finally:
+        for h in hooks:
+            h.remove()
+    bad = [(n, c) for n, c in results if not c.passed]
+    worst = max(results, key=lambda nc: nc[1].max_abs or 0.0)
+    n = len(results)
+    ok = not bad and n == len(cand_grads)
+    detail = (f"{n - len(bad)} of {len(cand_grads)} parameter gradients within the gradient_accuracy rows; "
+              f"largest |err| {worst[1].max_abs:.3e} ({worst[0]})") + (f"; first failure: {bad[0][1].detail}" if bad else "")
+    run.add(Cell(id="reference/gradient_accuracy", judgment="gradient_accuracy", status=status(ok), detail=detail,
+                 lhs_role="bf16_candidate", rhs_role="fp32_reference", max_abs_err=worst[1].max_abs,
+                 extra={"per_parameter_max_abs": {n: c.max_abs for n, c in results}}))
+    return out
+
+
+def _spill(grads: dict) -> str:
+    """Write the canonical candidate gradients to a temporary safetensors file (digest mode keeps
+    only their digests in memory); the file is removed when read back."""
+    import tempfile
+
+    from safetensors.torch import save_file
+
+    fd, path = tempfile.mkstemp(suffix=".safetensors", prefix="ws1-c10-grads-")
+    import os
+
+    os.close(fd)
+    save_file({n: g.detach().contiguous().cpu() for n, g in grads.items() if g is not None}, path)
+    return path
+
+
+class _Spilled:
+    """dict-like view of spilled gradients: one tensor read at a time, the file deleted when done."""
+
+    def __init__(self, path: str):
+        from safetensors import safe_open
+
+        self.path, self._f = path, safe_open(path, "pt")
+        self._names = set(self._f.keys())
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._f.get_tensor(name)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __del__(self):
+        import os
+
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
+def add_args(ap) -> None:
+    ap.add_argument("--model", default="tiny", help="preset: tiny (default), qwen3-8b-L2, qwen3-8b")
+    ap.add_argument("--weights", default=None, help="an HF-format checkpoint directory instead of synthetic weights")
+    ap.add_argument("--formal", action="store_true", help="the formal gate: --weights must hash to the manifest's pinned value")
+    ap.add_argument("--candidate", default=None, choices=["torch_default"],
+                    help="negative control: plain PyTorch ops for every node (not a profile); the gate must come out red")
+    ap.add_argument("--grad-compare", default=None, choices=["full", "digest"],
+                    help="gradient invariance on full tensors or raw-bit digests (default: digest above 6 GiB of gradients)")
