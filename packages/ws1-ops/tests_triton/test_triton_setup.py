@@ -75,3 +75,19 @@ def test_empty_inputs(tri):
     assert ws1_ops.det_gemm(torch.zeros(0, 8, dtype=bf), torch.zeros(4, 8, dtype=bf)).shape == (0, 4)
     assert ws1_ops.rms_norm(torch.zeros(0, 8), torch.ones(8, dtype=bf)).shape == (0, 8)
     assert ws1_ops.silu(torch.zeros(0, 8, dtype=bf)).shape == (0, 8)
+
+
+def test_missing_triton_refuses_the_family_with_the_reason():
+    import subprocess
+    import sys
+
+    code = r"""
+import sys
+sys.modules["triton"] = None   # as if triton were not installed
+import ws1_ops
+print("why:", ws1_ops.family_available("triton"))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "why: backend family 'triton' is not available: ModuleNotFoundError" in r.stdout or \
+           "why: backend family 'triton' is not available: ImportError" in r.stdout, r.stdout
