@@ -149,6 +149,23 @@ def c10_chain_gate(session: nox.Session) -> None:
     _model_gate(session, "c10")
 
 
+@nox.session
+def c11_ci(session: nox.Session) -> None:
+    """C11: the per-host flow — static gates → build → linkage → tests → C2 runtime → C3/C4/C5 →
+    C6/C7/C9 → C8 → C10 and its negative control — stopping at the first red gate; then the report.
+
+    ``-- cpu_bf16 [--model qwen3-8b-L2|tiny] [--skip-tests]``; the profile list is explicit."""
+    _require(session, "ws1_qwen3", "ws1_matrix")
+    if not session.posargs:
+        session.error("c11_ci needs the profiles this host proves, e.g. `nox -s c11_ci -- cpu_bf16`")
+    rc = subprocess.call([PY, str(ROOT / "ci" / "c11.py"), *session.posargs], cwd=ROOT)
+    if rc == 2:
+        session.log("exit 2: a requested profile's device is absent on this host (or bad arguments)")
+        sys.exit(2)
+    if rc != 0:
+        session.error(f"c11_ci: red (exit {rc}); see the summary above and evidence/<profile>/report.md")
+
+
 def _pytest(session: nox.Session, marker: str, dirs: list[str] = TEST_DIRS, posargs: bool = True, env: dict | None = None) -> None:
     _require(session, "pytest", "ws1_accel", "ws1_contract")
     dirs = [d for d in dirs if (ROOT / d).is_dir()]

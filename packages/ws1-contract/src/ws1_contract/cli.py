@@ -4,6 +4,7 @@
     ws1-contract c2 [PROFILE ...] [--json]     manifest gate (static)
     ws1-contract show [--json]                 where the files are read from, versions, fingerprints
     ws1-contract rehash                        recompute fixture_identity_sha256 after an intended edit
+    ws1-contract report EVIDENCE_DIR           write report.md and report.html from a profile's evidence
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import sys
 
 from .contract import load_contract
-from .errors import ContractError
+from .errors import ContractError, EvidenceError
 from .gate import gate_main
 from .gates import c1_contract, c2_manifest
 from .manifest import load_manifest, rehash
@@ -41,14 +42,23 @@ def main(argv: list[str] | None = None) -> int:
                 for k, v in info.items():
                     print(f"{k:<24} {v}")
             return 0
+        if cmd == "report":
+            if len(rest) != 1:
+                print("ws1-contract report: give one evidence folder, e.g. evidence/cpu_bf16", file=sys.stderr)
+                return 2
+            from .report import write_report
+
+            md, hp = write_report(rest[0])
+            print(f"wrote {md} and {hp}")
+            return 0
         if cmd == "rehash":
             old, new = rehash()
             print(f"fixture_identity_sha256: {old} -> {new}" if old != new else f"fixture_identity_sha256 unchanged: {new}")
             return 0
-    except (ContractError, FileNotFoundError) as exc:
+    except (ContractError, EvidenceError, FileNotFoundError) as exc:
         print(f"ws1-contract {cmd}: {exc}", file=sys.stderr)
         return 1
-    print(f"ws1-contract: unknown command {cmd!r} (c1, c2, show, rehash)", file=sys.stderr)
+    print(f"ws1-contract: unknown command {cmd!r} (c1, c2, show, rehash, report)", file=sys.stderr)
     return 2
 
 

@@ -1,0 +1,317 @@
+"""C11: the per-host CI flow, in order, stopping at the first red gate.
+
+    python ci/c11.py cpu_bf16 [more profiles] [--model tiny|qwen3-8b-L2] [--skip-tests] [--json]
+    (nox -s c11_ci -- cpu_bf16; ci/run_ws1_<family>_ci.sh with WS1_PROFILES)
+
+Per profile: static gates (C1 contract, C2 manifest; both run, any red is reported) → the
+profile's device (absent: one line, exit 2 — the flow cannot go on here, whatever the static gates
+said) → build (its kernel package imports) → linkage (every required node registered with the
+manifest's kernel id) → tests (``nox -s tests``, once per run) → C2 runtime evidence → C3, C4, C5 →
+C6, C7, C9 → C8 (assembled from the C3/C4 evidence just written) → C10 → the C10 negative control
+(plain PyTorch ops; it must come out red). Each gate is its own process; its full output goes to
+``evidence/<profile>/logs/<gate>.log`` while its progress and verdict lines are shown here. At the
+end: ``evidence/<profile>/c11_ci.json``, ``report.md``, ``report.html`` and a one-screen summary.
+
+Exit codes: 0 every gate green and the negative control red; 1 a red gate (the flow stops there);
+2 a requested profile's device is absent (after its static gates) or bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+DEFAULT_MODEL = "qwen3-8b-L2"
+C6_MODELS = "tiny,qwen3-8b-L2"
+
+
+@dataclass
+class Step:
+    key: str                       # the cell id in c11_ci.json, and the log's name
+    title: str
+    cmd: list[str] | None = None   # a gate process; None: an in-process check
+    evidence: str | None = None    # the gate's evidence file name
+    expect_red: bool = False       # the negative control
+
+
+@dataclass
+class Outcome:
+    step: Step
+    status: str                    # green / red / skipped
+    detail: str
+    seconds: float
+    extra: dict = field(default_factory=dict)
+
+
+def steps_for(profile: str, args) -> tuple[list[Step], list[Step]]:
+    """(static steps, device steps) for one profile."""
+    m = [PY, "-m"]
+    ev = ["--evidence-dir", str(args.evidence_root)]
+    static = [
+        Step("c1_contract", "C1 contract", m + ["ws1_contract", "c1", profile] + ev, "c1_contract.json"),
+        Step("c2_manifest", "C2 manifest (static)", m + ["ws1_contract", "c2", profile] + ev, "c2_manifest.json"),
+    ]
+    device = [
+        Step("build", "build: the kernel package imports"),
+        Step("linkage", "linkage: every required node registered"),
+        Step("tests", "tests (nox -s tests)", m + ["nox", "-s", "tests"]),
+        Step("c2_runtime", "C2 runtime evidence", m + ["ws1_ops.runtime", profile] + ev, "c2_runtime.json"),
+        Step("c3_forward", "C3 forward", m + ["ws1_matrix", "c3", profile] + ev, "c3_forward.json"),
+        Step("c4_gradient", "C4 gradient", m + ["ws1_matrix", "c4", profile] + ev, "c4_gradient.json"),
+        Step("c5_inventory", "C5 inventory", m + ["ws1_matrix", "c5", profile] + ev, "c5_inventory.json"),
+        Step("c6_decode_prefill", "C6 decode vs prefill", m + ["ws1_qwen3", "c6", profile, "--models", args.c6_models] + ev,
+             "c6_decode_prefill.json"),
+        Step("c7_stateful_kv", "C7 stateful KV", m + ["ws1_qwen3", "c7", profile] + ev, "c7_stateful_kv.json"),
+        Step("c9_model", "C9 model on its device", m + ["ws1_qwen3", "c9", profile] + ev, "c9_model.json"),
+        Step("c8_matrix", "C8 four-judgment matrix", m + ["ws1_matrix", "c8", profile] + ev, "c8_matrix.json"),
+        Step("c10_chain_gate", f"C10 chain gate ({args.model})", m + ["ws1_qwen3", "c10", profile, "--model", args.model] + ev,
+             "c10_chain_gate.json"),
+        Step("c10_negative_control", "C10 negative control (torch_default)",
+             m + ["ws1_qwen3", "c10", profile, "--model", args.model, "--candidate", "torch_default"] + ev,
+             "c10_negative_control.json", expect_red=True),
+    ]
+    if args.skip_tests:
+        device = [s for s in device if s.key != "tests"]
+    return static, device
+
+
+def _show(line: str, step: Step) -> bool:
+    """Which lines of a gate's output reach the terminal (all of them go to its log)."""
+    s = line.strip()
+    if step.key == "tests":   # pytest's progress dots and its result lines
+        return s[:1] in (".", "F", "E", "s", "x") or any(w in s for w in ("passed", "failed", "error"))
+    return s.startswith("·") or ": PASS" in s or ": FAIL" in s or s.startswith(("ws1 ", "exit 2", "Traceback")) or "Error" in s
+
+
+def run_process(step: Step, log: Path) -> tuple[int, float]:
+    t = time.perf_counter()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(log, "w") as f, subprocess.Popen(step.cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                               text=True, env=env, bufsize=1) as p:
+        for line in p.stdout:
+            f.write(line)
+            if _show(line, step):
+                print(f"      {line.rstrip()[:150]}", flush=True)
+        rc = p.wait()
+    return rc, time.perf_counter() - t
+
+
+def _record(path: Path) -> dict | None:
+    from ws1_contract import read_evidence
+
+    try:
+        return read_evidence(path)
+    except Exception:  # noqa: BLE001 — a missing or corrupt record is reported by the caller as red
+        return None
+
+
+def run_gate(step: Step, profile: str, args) -> Outcome:
+    log = args.evidence_root / profile / "logs" / f"{step.key}.log"
+    rc, secs = run_process(step, log)
+    rec = _record(args.evidence_root / profile / step.evidence) if step.evidence else None
+    counts = f"green {rec['counts']['green']}, red {rec['counts']['red']}, N/A {rec['counts']['N/A']}" if rec else "no evidence record"
+    if step.expect_red:
+        ok = rc == 1 and rec is not None and not rec["passed"] and rec.get("first_drift") is not None
+        why = (f"red as required ({counts}); first drift {rec['first_drift']['cell']} layer {rec['first_drift']['layer']} "
+               f"{rec['first_drift']['node']}") if ok else f"the negative control did not come out red with a first_drift (exit {rc}; {counts})"
+        return Outcome(step, "green" if ok else "red", why, secs, {"exit_code": rc, "log": str(log)})
+    if rc == 2:
+        return Outcome(step, "red", f"exit 2: device or arguments (see {log})", secs, {"exit_code": rc, "log": str(log)})
+    ok = rc == 0 and (rec is None and step.evidence is None or rec is not None and rec["passed"])
+    detail = counts if step.evidence else ("passed" if rc == 0 else f"exit {rc}")
+    if not ok and rec is not None:
+        red = [c for c in rec["cells"] if c["status"] == "red"]
+        detail += "; first red: " + (f"{red[0]['id']}: {red[0]['detail']}" if red else f"exit {rc}")
+    return Outcome(step, "green" if ok else "red", detail + ("" if ok else f" (log: {log})"), secs, {"exit_code": rc, "log": str(log)})
+
+
+def build_check(profile: str) -> Outcome:
+    """The profile's kernel package imports (its build exists) — never another family's."""
+    import ws1_accel
+    import ws1_ops
+
+    t = time.perf_counter()
+    family = ws1_accel.family_of(profile)
+    why = ws1_ops.family_available(family)
+    step = Step("build", "build")
+    if why is not None:
+        hint = {"cpu": "run `bash ci/setup_cpu.sh`"}.get(family, f"build the {family} kernel package on this host")
+        return Outcome(step, "red", f"{why} — {hint}", time.perf_counter() - t)
+    info = ""
+    if family == "cpu":
+        import ws1_kernels_cpu
+
+        info = f"ws1_kernels_cpu built, ISA {ws1_kernels_cpu.isa()}"
+    elif family == "triton":
+        import triton
+
+        info = f"triton {triton.__version__}"
+    return Outcome(step, "green", info or f"{family} kernels import", time.perf_counter() - t)
+
+
+def linkage_check(profile: str) -> Outcome:
+    import ws1_accel
+    import ws1_ops
+    from ws1_contract import load_manifest
+
+    t = time.perf_counter()
+    m = load_manifest()
+    family = ws1_accel.family_of(profile)
+    have = ws1_ops.kernels_for(family)
+    problems = []
+    for node in m.required_nodes:
+        want = m.kernel_id(profile, node)
+        k = have.get(node)
+        if k is None:
+            problems.append(f"{node}: not registered (missing_required)")
+        elif k.kernel_id != want:
+            problems.append(f"{node}: registered {k.kernel_id}, manifest declares {want}")
+    step = Step("linkage", "linkage")
+    if problems:
+        return Outcome(step, "red", "; ".join(problems), time.perf_counter() - t)
+    return Outcome(step, "green", f"{len(m.required_nodes)} required nodes registered with their declared {family} kernel ids",
+                   time.perf_counter() - t)
+
+
+def summary_lines(profile: str, outcomes: list[Outcome], root: Path) -> list[str]:
+    c10 = _record(root / profile / "c10_chain_gate.json") if any(o.step.key == "c10_chain_gate" for o in outcomes) else None
+    neg = _record(root / profile / "c10_negative_control.json") if any(o.step.key == "c10_negative_control" for o in outcomes) else None
+    lines = []
+    if c10:
+        ti, gi = c10.get("train_infer") or {}, c10.get("gradient_invariance") or {}
+        if ti:
+            lines.append(f"  train/infer    max |Δlogp| {ti['max_abs_dlogp']:.3e} — {'bitwise' if ti['bitwise'] else 'NOT bitwise'} "
+                         f"(teacher forcing vs prefill + decode, B=4 and B=1; model {c10.get('model')}, {c10.get('mode')})")
+        if gi:
+            lines.append(f"  gradients      {gi['min_bitwise']} of {gi['of']} parameters bitwise in every one of {gi['cells']} cells "
+                         f"(compared as {c10.get('grad_compare')})")
+        lines.append(f"  first_drift    {c10.get('first_drift') or 'null'}")
+    if neg:
+        ti = neg.get("train_infer") or {}
+        fd = neg.get("first_drift") or {}
+        lines.append(f"  neg. control   torch_default: {'red as required' if not neg['passed'] else 'GREEN (the gate could not fail!)'}"
+                     f" — train/infer max |Δlogp| {ti.get('max_abs_dlogp', float('nan')):.3e}; first drift "
+                     f"{fd.get('cell')} layer {fd.get('layer')} {fd.get('node')} ({fd.get('tokens_differ')} tokens)")
+    return lines
+
+
+def flow(profile: str, args, tests_done: dict) -> tuple[int, list[Outcome]]:
+    import ws1_accel
+
+    static, device = steps_for(profile, args)
+    outcomes: list[Outcome] = []
+    total = len(static) + len(device)
+    n = 0
+
+    def head(title: str) -> None:
+        nonlocal n
+        n += 1
+        print(f"\n[{profile} {n}/{total}] {title}", flush=True)
+
+    def tail(o: Outcome) -> None:
+        print(f"   → {o.status.upper() if o.status == 'red' else o.status}  {o.detail[:200]}  ({o.seconds:.1f}s)", flush=True)
+
+    for s in static:          # both static gates run: they need no device, and each red is reported
+        head(s.title)
+        o = run_gate(s, profile, args)
+        outcomes.append(o)
+        tail(o)
+    static_red = [o.step.title for o in outcomes if o.status != "green"]
+    why = ws1_accel.unavailable_reason(profile)
+    if why is not None:
+        reds = f"; static gates red: {', '.join(static_red)}" if static_red else "; static gates green"
+        print(f"\nws1 c11_ci: {profile} needs a {ws1_accel.device_type_of(profile)} device: {why}{reds} — "
+              "the rest of the flow must run on the profile's own host", file=sys.stderr, flush=True)
+        outcomes.append(Outcome(Step("device", "device"), "red", f"not executed on this host: {why}", 0.0))
+        return 2, outcomes
+    if static_red:
+        print(f"\nws1 c11_ci: {profile}: stopped after the static gates: {', '.join(static_red)} red", file=sys.stderr, flush=True)
+        return 1, outcomes
+    for s in device:
+        head(s.title)
+        if s.key == "build":
+            o = build_check(profile)
+        elif s.key == "linkage":
+            o = linkage_check(profile)
+        elif s.key == "tests" and "tests" in tests_done:
+            o = Outcome(s, tests_done["tests"].status, "ran once for this run: " + tests_done["tests"].detail, 0.0)
+        else:
+            o = run_gate(s, profile, args)
+            if s.key == "tests":
+                tests_done["tests"] = o
+        o.step = s
+        outcomes.append(o)
+        tail(o)
+        if o.status != "green":
+            print(f"\nws1 c11_ci: {profile}: stopped at {s.title}: {o.detail}", file=sys.stderr, flush=True)
+            return 1, outcomes
+    return 0, outcomes
+
+
+def write_c11(profile: str, outcomes: list[Outcome], args, code: int, t0: float) -> Path:
+    from ws1_contract import Cell, load_contract, load_manifest, write_evidence
+    from ws1_contract.provenance import git_state
+
+    c = load_contract()
+    m = load_manifest(contract=c)
+    cells = [Cell(id=o.step.key, judgment="ci_step", status="red" if o.status != "green" else "green", detail=o.detail,
+                  extra={"title": o.step.title, "seconds": round(o.seconds, 1), **o.extra}) for o in outcomes]
+    sha, dirty = git_state()
+    return write_evidence("c11_ci", profile, cells, None, contract_fingerprint=c.fingerprint, fixture_hash=m.fixture_identity_sha256,
+                          git_sha=sha, dirty=dirty, root=args.evidence_root,
+                          extra={"exit_code": code, "wall_time_s": round(time.perf_counter() - t0, 1), "model": args.model,
+                                 "stopped_at": next((o.step.key for o in outcomes if o.status != "green"), None)})
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="c11_ci", description="C11: the per-host flow, in order, stopping at the first red gate")
+    ap.add_argument("profiles", nargs="+", help="the profiles this host proves (explicit: no default)")
+    ap.add_argument("--model", default=DEFAULT_MODEL, help=f"C10's model preset (default {DEFAULT_MODEL})")
+    ap.add_argument("--c6-models", default=C6_MODELS, help=f"C6's model-level presets (default {C6_MODELS})")
+    ap.add_argument("--skip-tests", action="store_true", help="skip the test step (developer iterations; CI never skips)")
+    ap.add_argument("--evidence-dir", default=None, help="evidence root (default $WS1_EVIDENCE_DIR or ./evidence)")
+    ap.add_argument("--json", action="store_true", help="print the C11 records as JSON at the end")
+    args = ap.parse_args(argv)
+    import ws1_accel
+    from ws1_contract.evidence import evidence_root
+    from ws1_contract.report import write_report
+
+    args.evidence_root = Path(args.evidence_dir) if args.evidence_dir else evidence_root()
+    unknown = [p for p in args.profiles if p not in ws1_accel.PROFILE_FAMILY]
+    if unknown:
+        print(f"ws1 c11_ci: unknown profile(s) {unknown}; expected some of {sorted(ws1_accel.PROFILE_FAMILY)}", file=sys.stderr)
+        return 2
+    code, tests_done, screens, records = 0, {}, [], []
+    for profile in args.profiles:
+        t0 = time.perf_counter()
+        rc, outcomes = flow(profile, args, tests_done)
+        path = write_c11(profile, outcomes, args, rc, t0)
+        md, hp = write_report(args.evidence_root / profile)
+        records.append(json.loads(path.read_text()))
+        verdict = {0: "PASS", 1: "FAIL", 2: "NOT EXECUTED (device absent)"}[rc]
+        screen = [f"\n══ WS1 C11 · {profile} — {verdict} in {time.perf_counter() - t0:.0f}s ══",
+                  f"  {'step':<40} {'status':<7} {'time':>7}  detail"]
+        for o in outcomes:
+            screen.append(f"  {o.step.title[:40]:<40} {o.status:<7} {o.seconds:>6.1f}s  {o.detail[:70]}")
+        screen += summary_lines(profile, outcomes, args.evidence_root)
+        screen += [f"  evidence       {args.evidence_root / profile}/", f"  report         {md}  ·  {hp}"]
+        screens.append("\n".join(screen))
+        code = 1 if 1 in (code, rc) else max(code, rc)
+    for s in screens:
+        print(s)
+    if args.json:
+        print(json.dumps({"gate": "c11_ci", "exit_code": code, "records": records}, indent=1))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""One report per profile from its evidence files: ``report.md`` and a self-contained ``report.html``.
+
+    python -m ws1_contract report evidence/cpu_bf16          (C11 writes it at the end of its flow)
+
+Every evidence record in the folder is read back through :func:`read_evidence` (a corrupt file is
+an error, never skipped). The report shows each gate's verdict and counts, its red cells, the C8
+matrix (its Markdown table and SVG heat map when present), the C10 summary, and — for any C10 record
+whose chain drifted (a red run, or the negative control) — the per-layer first-drift view: for
+each (layer, node), how many tokens' bits differ from the canonical run.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from .errors import EvidenceError
+from .evidence import read_evidence
+
+GATE_ORDER = ("c1_contract", "c2_manifest", "c2_runtime", "c3_forward", "c4_gradient", "c5_inventory", "c6_decode_prefill",
+              "c7_stateful_kv", "c9_model", "c8_matrix", "c10_chain_gate", "c10_negative_control", "c11_ci")
+DRIFT_NODES = ("embedding", "rope_k", "attention", "attn_residual", "swiglu", "mlp_residual", "final_norm", "lm_head")
+
+
+def load_records(folder: Path) -> list[tuple[Path, dict]]:
+    recs = []
+    for p in sorted(folder.glob("*.json")):
+        try:
+            recs.append((p, read_evidence(p)))
+        except EvidenceError as exc:
+            if "schema" in str(exc) and "is not" in str(exc):
+                continue                      # not a gate record (e.g. a benchmark's JSON)
+            raise
+    order = {g: i for i, g in enumerate(GATE_ORDER)}
+    return sorted(recs, key=lambda pr: (order.get(pr[1]["gate"], 99), pr[1]["gate"]))
+
+
+def _verdict(rec: dict) -> str:
+    if rec["gate"] == "c10_negative_control":
+        return "red (expected)" if not rec["passed"] else "GREEN — the negative control must be red"
+    return "PASS" if rec["passed"] else "FAIL"
+
+
+def drift_table(m: list[dict]) -> tuple[list[int], dict[tuple[int, str], dict]]:
+    layers = sorted({r["layer"] for r in m})
+    return layers, {(r["layer"], r["node"]): r for r in m}
+
+
+def _layer_name(layer: int, cells: dict) -> str:
+    """input (embedding), head (final norm, lm_head) or the decoder layer's number."""
+    if layer < 0:
+        return "input"
+    return "head" if any((layer, n) in cells for n in ("final_norm", "lm_head")) else f"layer {layer}"
+
+
+def render_markdown(folder: Path, recs: list[tuple[Path, dict]]) -> str:
+    profile = recs[0][1]["profile"] if recs else folder.name
+    out = [f"# WS1 report — `{profile}`", ""]
+    if recs:
+        r0 = recs[0][1]
+        out += [f"git `{r0['git_sha'][:12]}`{' (dirty)' if r0['dirty'] else ''} · contract `{r0['contract_fingerprint'][:16]}` · "
+                f"fixtures `{r0['fixture_hash'][:16]}`", ""]
+    out += ["| gate | verdict | green | red | N/A | wall s | evidence |", "|---|---|---|---|---|---|---|"]
+    for p, r in recs:
+        c = r["counts"]
+        out.append(f"| {r['gate']} | {_verdict(r)} | {c['green']} | {c['red']} | {c['N/A']} | {r.get('wall_time_s', '')} | `{p.name}` |")
+    out.append("")
+    for p, r in recs:
+        if r["gate"] in ("c10_chain_gate", "c10_negative_control"):
+            out += _c10_md(r)
+        if r["gate"] == "c8_matrix":
+            md, svg = p.with_suffix(".md"), p.with_suffix(".svg")
+            out += ["## C8 matrix", ""]
+            if svg.exists():
+                out += [f"![C8 matrix]({svg.name})", ""]
+            if md.exists():
+                out += [md.read_text().strip(), ""]
+    for _p, r in recs:
+        red = [c for c in r["cells"] if c["status"] == "red"]
+        if red and r["gate"] != "c10_negative_control":
+            out += [f"## {r['gate']}: {len(red)} red", ""]
+            out += [f"- `{c['id']}` — {c['detail']}" for c in red[:40]]
+            if len(red) > 40:
+                out.append(f"- … {len(red) - 40} more in the evidence file")
+            out.append("")
+    return "\n".join(out) + "\n"
+
+
+def _c10_md(r: dict) -> list[str]:
+    title = "C10 negative control (plain PyTorch ops: must be red)" if r["gate"] == "c10_negative_control" else "C10 chain gate"
+    out = [f"## {title}", ""]
+    ti, gi = r.get("train_infer") or {}, r.get("gradient_invariance") or {}
+    out.append(f"- mode **{r.get('mode')}**, model `{r.get('model')}`, gradients compared as {r.get('grad_compare')}")
+    if ti:
+        out.append(f"- train/infer max |Δlogp| {ti['max_abs_dlogp']:.3e} — {'bitwise' if ti['bitwise'] else 'NOT bitwise'}")
+    if gi:
+        out.append(f"- gradient invariance: {gi['min_bitwise']} of {gi['of']} parameters bitwise (worst of {gi['cells']} cells)")
+    fd = r.get("first_drift")
+    out.append(f"- first_drift: {'null' if fd is None else _fd(fd)}")
+    out.append("")
+    for d in (r.get("drift_maps") or [])[:1]:
+        out += [f"First-drift view — `{d['cell']}` vs the canonical run (tokens whose bits differ / tokens compared):", ""]
+        layers, cells = drift_table(d["map"])
+        out.append("| | " + " | ".join(DRIFT_NODES) + " |")
+        out.append("|---" * (len(DRIFT_NODES) + 1) + "|")
+        for layer in layers:
+            row = []
+            for node in DRIFT_NODES:
+                c = cells.get((layer, node))
+                row.append("" if c is None else (f"**{c['tokens_differ']}**/{c['tokens']}" if c["tokens_differ"] else f"0/{c['tokens']}"))
+            out.append(f"| {_layer_name(layer, cells)} | " + " | ".join(row) + " |")
+        out.append("")
+    return out
+
+
+def _fd(fd: dict) -> str:
+    return f"`{fd.get('cell', '?')}` layer {fd['layer']} `{fd['node']}`, {fd['tokens_differ']} of {fd['tokens']} tokens, first at {fd['first_key']}"
+
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:13px}
+.green{background:#d8f3dc}.red{background:#ffd6d6}.na{background:#eee}.hot{background:#ff8a8a;font-weight:bold}
+code{background:#f4f4f4;padding:0 3px}details{margin:.5em 0}"""
+
+
+def render_html(folder: Path, recs: list[tuple[Path, dict]]) -> str:
+    e = html.escape
+    profile = recs[0][1]["profile"] if recs else folder.name
+    parts = [f"<!doctype html><meta charset=utf-8><title>WS1 report {e(profile)}</title><style>{_CSS}</style>",
+             f"<h1>WS1 report — <code>{e(profile)}</code></h1>"]
+    if recs:
+        r0 = recs[0][1]
+        parts.append(f"<p>git <code>{e(r0['git_sha'][:12])}</code>{' (dirty)' if r0['dirty'] else ''} · contract "
+                     f"<code>{e(r0['contract_fingerprint'][:16])}</code> · fixtures <code>{e(r0['fixture_hash'][:16])}</code></p>")
+    parts.append("<table><tr><th>gate<th>verdict<th>green<th>red<th>N/A<th>wall s<th>evidence</tr>")
+    for p, r in recs:
+        c = r["counts"]
+        ok = r["passed"] != (r["gate"] == "c10_negative_control")
+        parts.append(f"<tr class={'green' if ok else 'red'}><td>{e(r['gate'])}<td>{e(_verdict(r))}<td>{c['green']}<td>{c['red']}"
+                     f"<td>{c['N/A']}<td>{r.get('wall_time_s', '')}<td><code>{e(p.name)}</code></tr>")
+    parts.append("</table>")
+    for p, r in recs:
+        if r["gate"] in ("c10_chain_gate", "c10_negative_control"):
+            parts.append(_c10_html(r))
+        if r["gate"] == "c8_matrix" and p.with_suffix(".svg").exists():
+            parts.append("<h2>C8 matrix</h2>" + p.with_suffix(".svg").read_text())
+    for _p, r in recs:
+        rows = "".join(f"<tr class={'green' if c['status'] == 'green' else 'red' if c['status'] == 'red' else 'na'}>"
+                       f"<td>{e(c['status'])}<td><code>{e(c['id'])}</code><td>{e(str(c['detail']))}</tr>" for c in r["cells"])
+        red = r["counts"]["red"]
+        parts.append(f"<details{' open' if red and r['gate'] != 'c10_negative_control' else ''}><summary>{e(r['gate'])}: "
+                     f"{len(r['cells'])} cells, {red} red</summary><table>{rows}</table></details>")
+    return "\n".join(parts) + "\n"
+
+
+def _c10_html(r: dict) -> str:
+    e = html.escape
+    md = _c10_md(r)
+    head = [f"<h2>{e(md[0][3:])}</h2><ul>"] + [f"<li>{e(x[2:])}</li>" for x in md[2:] if x.startswith("- ")] + ["</ul>"]
+    for d in (r.get("drift_maps") or [])[:1]:
+        layers, cells = drift_table(d["map"])
+        head.append(f"<p>First-drift view — <code>{e(d['cell'])}</code> vs the canonical run "
+                    "(tokens whose bits differ / tokens compared):</p><table><tr><th>")
+        head.append("".join(f"<th>{e(n)}" for n in DRIFT_NODES) + "</tr>")
+        for layer in layers:
+            row = f"<tr><th>{e(_layer_name(layer, cells))}"
+            for node in DRIFT_NODES:
+                c = cells.get((layer, node))
+                if c is None:
+                    row += "<td>"
+                else:
+                    row += f"<td class={'hot' if c['tokens_differ'] else 'green'}>{c['tokens_differ']}/{c['tokens']}"
+            head.append(row + "</tr>")
+        head.append("</table>")
+    return "\n".join(head)
+
+
+def write_report(folder: str | Path) -> tuple[Path, Path]:
+    """Write ``report.md`` and ``report.html`` in ``folder`` from its evidence records."""
+    f = Path(folder)
+    if not f.is_dir():
+        raise EvidenceError(f"{f}: no evidence folder")
+    recs = load_records(f)
+    if not recs:
+        raise EvidenceError(f"{f}: no evidence records to report")
+    md, hp = f / "report.md", f / "report.html"
+    md.write_text(render_markdown(f, recs))
+    hp.write_text(render_html(f, recs))
+    return md, hp
