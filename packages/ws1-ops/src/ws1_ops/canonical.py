@@ -43,4 +43,4 @@ def canonical_order(row_keys: torch.Tensor | None, n_rows: int) -> torch.Tensor:
 
 def expand_rows(perm: torch.Tensor, inner: int) -> torch.Tensor:
     """Row order of a [T, inner] -> [T*inner] view: each token's ``inner`` rows (heads) in order."""
-    return (perm[:, None] * inner + torch.arange(inner, dtype=torch.int64)[None, :]).reshape(-1)
+    return (perm[:, None] * inner + torch.arange(inner, dtype=torch.int64, device=perm.device)[None, :]).reshape(-1)

@@ -14,7 +14,7 @@ from ..errors import check
 
 def cu_seqlens_from_lengths(lengths: torch.Tensor) -> torch.Tensor:
     """[B] lengths -> [B+1] int64 offsets (0, l0, l0+l1, ...)."""
-    return torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths.to(torch.int64), 0)])
+    return torch.cat([torch.zeros(1, dtype=torch.int64, device=lengths.device), torch.cumsum(lengths.to(torch.int64), 0)])
 
 
 def pack(x: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -34,6 +34,6 @@ def unpack(packed: torch.Tensor, valid: torch.Tensor, pad_value: float | int = 0
     B, S = valid.shape
     idx = torch.nonzero(valid.reshape(-1)).flatten()
     check(idx.numel() == packed.shape[0], "unpack", f"{packed.shape[0]} packed rows but the mask has {idx.numel()} valid positions")
-    out = torch.full((B * S, *packed.shape[1:]), pad_value, dtype=packed.dtype)
+    out = torch.full((B * S, *packed.shape[1:]), pad_value, dtype=packed.dtype, device=packed.device)
     out = out.index_copy(0, idx, packed)
     return out.reshape(B, S, *packed.shape[1:])

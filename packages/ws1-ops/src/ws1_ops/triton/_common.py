@@ -56,6 +56,12 @@ def check_device(op: str, *tensors: torch.Tensor) -> None:
                          + ("" if INTERPRET else " (CPU tensors run only under TRITON_INTERPRET=1)"))
 
 
+def index_on(data: torch.Tensor, *index: torch.Tensor) -> list[torch.Tensor]:
+    """Index tensors (ids, positions, cu_seqlens, row orders) moved to the data's device, contiguous.
+    A row order built on the host (``canonical_order`` without keys) is a valid input on a GPU."""
+    return [t.to(data.device).contiguous() for t in index]
+
+
 @triton.jit
 def rne_bf16(x):
     """FP32 -> BF16, round to nearest even, with integer ops (identical in the interpreter and on

@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import bf16_round_f32, check_device, dot_f32, next_pow2, rne_bf16
+from ._common import bf16_round_f32, check_device, dot_f32, index_on, next_pow2, rne_bf16
 
 BM, BN = 64, 64            # query rows, keys per tile (fixed)
 FWD_WARPS, BWD_WARPS = 4, 8
@@ -200,7 +200,7 @@ def attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, d
 
 def _meta(op: str, q, k, v, cu_q, cu_k, q_pos) -> tuple[list[int], list[int], list[int], list[int]]:
     """Validate on the host (as ws1_cpu does) and return per-sequence query/key starts and lengths."""
-    check_device(op, q, k, v, cu_q, cu_k, q_pos)
+    check_device(op, q, k, v)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 3 or t.dtype != torch.bfloat16:
             raise ValueError(f"triton {op}: {name} must be BF16 [T, heads, D], got {t.dtype} {tuple(t.shape)}")
@@ -242,6 +242,7 @@ def plan(q, k, v, cu_q, cu_k, q_pos) -> torch.Tensor:
 
 def attention(q, k, v, cu_q, cu_k, q_pos, scale):
     """-> (out [Tq, Hq, D] BF16, lse [Tq, Hq] FP32)."""
+    cu_q, cu_k, q_pos = index_on(q, cu_q, cu_k, q_pos)
     return attention_planned(q, k, v, cu_q, cu_k, q_pos, scale, plan(q, k, v, cu_q, cu_k, q_pos))
 
 
@@ -260,6 +261,7 @@ def attention_planned(q, k, v, cu_q, cu_k, q_pos, scale, tiles):
 
 def attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, q_pos, scale):
     """-> (dq [Tq, Hq, D], dk [Tk, Hkv, D], dv [Tk, Hkv, D]) FP32, as ws1_cpu::attention_bwd."""
+    cu_q, cu_k, q_pos = index_on(q, cu_q, cu_k, q_pos)
     qs, lq, ks, lk = _meta("attention_bwd", q, k, v, cu_q, cu_k, q_pos)
     dout, q, k, v, out = (t.contiguous() for t in (dout, q, k, v, out))
     if dout.dtype != torch.bfloat16:

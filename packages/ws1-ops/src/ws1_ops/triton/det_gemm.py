@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import check_device
+from ._common import check_device, index_on
 from ._gemm import gemm_acc, grid, launch_kwargs, store_tile, tile_of_program
 
 
@@ -98,10 +98,10 @@ def gemm_dw(dy: torch.Tensor, x: torch.Tensor, perm: torch.Tensor) -> torch.Tens
     """dw = dy[perm].T @ x[perm]: dy [M, N], x [M, K], perm [R] int64 (canonical rows) -> [N, K] FP32.
 
     The rows are gathered inside the kernel in ``perm`` order; that order is the reduction order."""
+    (perm,) = index_on(dy, perm.to(torch.int64))
     check_device("gemm_dw", dy, x, perm)
     dy, x = _rowmajor(dy), _rowmajor(x)
     N, K = dy.shape[1], x.shape[1]
-    perm = perm.to(device=dy.device, dtype=torch.int64).contiguous()
     dw = torch.empty(N, K, dtype=torch.float32, device=dy.device)
     if N and K:
         det_gemm_bwd_dw_kernel[grid(N, K, dy, x)](dy, x, perm, dw, perm.numel(), N, K, dy.stride(0), x.stride(0),

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import check_device
+from ._common import check_device, index_on
 
 BLOCK_H = 256
 
@@ -47,6 +47,7 @@ def embedding_bwd_kernel(dy_ptr, rows_ptr, seg_start_ptr, seg_len_ptr, seg_id_pt
 
 def embedding(ids: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """ids [T] int64, w [V, H] -> [T, H] (w's dtype)."""
+    (ids,) = index_on(w, ids)
     check_device("embedding", ids, w)
     w = w.contiguous()
     T, H = ids.shape[0], w.shape[1]
@@ -58,10 +59,10 @@ def embedding(ids: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 def embedding_dw(dy: torch.Tensor, ids: torch.Tensor, V: int, perm: torch.Tensor) -> torch.Tensor:
     """param_grad: dy [T, H], ids [T], perm [R] (canonical rows, padding dropped) -> dE [V, H] FP32."""
+    ids, perm = index_on(dy, ids, perm.to(torch.int64))
     check_device("embedding_dw", dy, ids, perm)
     dy = dy.contiguous()
     H = dy.shape[1]
-    perm = perm.to(device=dy.device, dtype=torch.int64)
     de = torch.zeros(V, H, dtype=torch.float32, device=dy.device)
     if perm.numel() == 0 or H == 0:
         return de

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import check_device
+from ._common import check_device, index_on
 
 LSE_BLOCK = 4096     # lanes of the lse reduction (fixed; the order depends on V only)
 ROW_BLOCK = 2048     # columns per program of the elementwise passes (any value: no reduction)
@@ -81,8 +81,8 @@ def row_lse(logits: torch.Tensor) -> torch.Tensor:
 
 def logprob(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     check_logits("logprob", logits)
-    check_device("logprob", targets)
-    logits, targets = logits.contiguous(), targets.contiguous()
+    (targets,) = index_on(logits, targets)
+    logits = logits.contiguous()
     T = logits.shape[0]
     lse = row_lse(logits)
     out = torch.empty(T, dtype=torch.float32, device=logits.device)
@@ -94,10 +94,11 @@ def logprob(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, 
 def logprob_bwd(g: torch.Tensor, logits: torch.Tensor, lse: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     check_logits("logprob_bwd", logits)
     logits = logits.contiguous()
+    (targets,) = index_on(logits, targets)
     T, V = logits.shape
     d = torch.empty_like(logits)
     if T:
         logprob_bwd_kernel[(T, triton.cdiv(V, ROW_BLOCK))](g.float().contiguous(), logits, lse.float().contiguous(),
-                                                           targets.contiguous(), d, T, V, logits.stride(0), d.stride(0),
+                                                           targets, d, T, V, logits.stride(0), d.stride(0),
                                                            BLOCK=ROW_BLOCK, num_warps=4)
     return d

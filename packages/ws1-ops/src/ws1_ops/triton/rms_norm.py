@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import check_device, next_pow2, rne_bf16
+from ._common import check_device, index_on, next_pow2, rne_bf16
 
 DW_BR, DW_BC = 64, 32  # dweight: canonical rows per step, columns per program
 
@@ -111,10 +111,10 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> tuple[torch.Tensor
 
 def norm_dw(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
     """dweight over rows [R, H] (rstd [R]) in ``perm`` order -> [H] FP32."""
+    (perm,) = index_on(x, perm.to(torch.int64))
     check_device("norm_dw", dy, x, rstd, perm)
     H = x.shape[-1]
     dy, x, rstd = dy.reshape(-1, H).contiguous(), x.reshape(-1, H).contiguous(), rstd.reshape(-1).contiguous()
-    perm = perm.to(device=x.device, dtype=torch.int64).contiguous()
     dw = torch.empty(H, dtype=torch.float32, device=x.device)
     if H:
         norm_dw_kernel[(triton.cdiv(H, DW_BC),)](dy, x, rstd, perm, dw, perm.numel(), H, BR=DW_BR, BC=DW_BC, num_warps=4)

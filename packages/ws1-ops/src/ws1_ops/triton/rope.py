@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import check_device, next_pow2, rne_bf16
+from ._common import check_device, index_on, next_pow2, rne_bf16
 
 # pi/2 split for Cody-Waite reduction: PIO2_HI keeps 32 significant bits, so k * PIO2_HI is exact
 # for quadrant counts k < 2^21 (angles up to ~3e6 rad; Qwen3's 40960 positions need ~4.1e4).
@@ -137,6 +137,7 @@ def inv_freq(D: int, theta: float, device) -> torch.Tensor:
 
 
 def _run(kernel, op: str, x: torch.Tensor, pos: torch.Tensor, theta: float, out_dtype) -> torch.Tensor:
+    (pos,) = index_on(x, pos)
     check_device(op, x, pos)
     if x.dim() != 3 or x.shape[2] % 2 or pos.shape != (x.shape[0],):
         raise ValueError(f"triton {op}: need x [T, n_heads, D] (D even) and positions [T], got {tuple(x.shape)}, {tuple(pos.shape)}")
