@@ -3,8 +3,9 @@
 # are tuned for):
 #
 #   1. facts: GPU, driver, torch / triton / python versions (exit 2 at once without a CUDA device);
-#   2. installs the WS1 packages into the host's own Python (--no-deps: its CUDA torch and triton
-#      stay; packages it lacks, e.g. nox and cattrs, come from a wheel folder: WS1_WHEELS);
+#   2. installs the WS1 packages into the host's own Python with ci/install_host.sh (--no-deps: its
+#      CUDA torch and triton stay; pins it lacks, e.g. nox and cattrs, come from a wheel folder:
+#      WS1_WHEELS, default .whl, filled by ci/gpu_wheels.sh where a registry is reachable);
 #   3. runs the gates for triton_cuda_bf16 by their nox session names — c1_contract,
 #      c2_manifest (--runtime), c3_forward, c4_gradient, c5_inventory, c6_decode_prefill,
 #      c7_stateful_kv, c8_matrix, c9_model, c10_chain_gate — each with a timeout; a session the
@@ -20,7 +21,9 @@
 # Environment: PYTHON (default python3), WS1_WHEELS (default .whl), WS1_GATES (space-separated
 # session names to run instead of the full list), WS1_GATE_TIMEOUT (seconds per gate, default 300),
 # WS1_BENCH=0 (skip the benchmark), WS1_BENCH_ARGS (extra arguments, e.g. "--no-chain --reps 10"),
-# WS1_SKIP_INSTALL=1 (packages already installed), WS1_GPU_CHECK_ALLOW_CPU=1 (test this script's
+# WS1_DEADLINE_S (a total time budget in seconds: no step starts that cannot finish inside it, a
+# step's timeout is cut to what is left, and what did not run is reported "not run (time budget)";
+# e.g. 540 inside a 10-minute command), WS1_SKIP_INSTALL=1 (packages already installed), WS1_GPU_CHECK_ALLOW_CPU=1 (test this script's
 # plumbing on a CPU host: the gates then exit 2 and the result can never be green).
 #
 # Exit: 0 every gate present and green; 1 a gate red, failed or timed out (or the benchmark
@@ -38,6 +41,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/ws1_gpu_check.XXXXXX")
 mkdir -p "$DEST" "$WORK/logs" "$WORK/evidence"
 export WS1_EVIDENCE_DIR="$WORK/evidence" PYTHONUNBUFFERED=1
 unset TRITON_INTERPRET   # the kernels must compile for the GPU here, never run in the interpreter
+DEADLINE=${WS1_DEADLINE_S:-0}
 STEPS="$WORK/steps.jsonl"
 : >"$STEPS"
 
@@ -62,6 +66,16 @@ timed() {  # timed NAME LOGFILE TIMEOUT CMD... -> runs CMD, records rc and time
   return $rc
 }
 
+left() {  # seconds left in the budget (a large number without one)
+  if [ "$DEADLINE" -gt 0 ]; then echo $((DEADLINE - SECONDS)); else echo 999999; fi
+}
+budget() {  # budget WANTED -> the timeout to use, or nothing when under 45 s would be left
+  local rem
+  rem=$(($(left) - 30))
+  [ "$rem" -lt 45 ] && return 1
+  [ "$1" -lt "$rem" ] && echo "$1" || echo "$rem"
+}
+
 finish() {  # write summary.json, pack the artifacts, copy the three files into DEST
   "$PY" - "$STEPS" "$WORK" "$GATES" <<'EOF' >"$WORK/summary.json"
 import json, os, sys
@@ -78,6 +92,8 @@ for g in gates:
         status = "green"
     elif s["rc"] == 200:
         status = "absent"
+    elif s["rc"] == 201:
+        status = "not run (time budget)"
     elif s["rc"] in (124, 137):
         status = "timeout"
     elif s["rc"] == 2:
@@ -90,12 +106,15 @@ bp = os.path.join(work, "bench_triton.json")
 if os.path.exists(bp):
     b = json.load(open(bp))
     bench = {"targets": b.get("targets"), "errors": b.get("errors")}
-red = [g for g in gate_rows if g["status"] not in ("green", "absent")]
+red = [g for g in gate_rows if g["status"] not in ("green", "absent", "not run (time budget)", "not run")]
 absent = [g["session"] for g in gate_rows if g["status"] == "absent"]
-bench_failed = by.get("bench") is not None and by["bench"]["rc"] != 0
+unrun = [g["session"] for g in gate_rows if g["status"].startswith("not run")]
+bench_failed = by.get("bench") is not None and by["bench"]["rc"] not in (0, 201)
+if by.get("bench", {}).get("rc") == 201:
+    unrun.append("benchmark")
 no_device = by.get("facts", {}).get("rc") == 2
-overall = "no_device" if no_device else "red" if red or bench_failed else ("incomplete" if absent else "green")
-print(json.dumps({"profile": "triton_cuda_bf16", "overall": overall, "absent_gates": absent, "facts": facts,
+overall = "no_device" if no_device else "red" if red or bench_failed else ("incomplete" if absent or unrun else "green")
+print(json.dumps({"profile": "triton_cuda_bf16", "overall": overall, "absent_gates": absent, "not_run_gates": unrun, "facts": facts,
                   "gates": gate_rows, "benchmark": bench, "steps": steps}, indent=1))
 EOF
   cp "$WORK/summary.json" "$DEST/summary.json"
@@ -153,30 +172,31 @@ fi
 if [ "${WS1_SKIP_INSTALL:-0}" = 1 ]; then
   say "install skipped (WS1_SKIP_INSTALL=1: the packages are already installed in $PY)"
   step install 0 0 "skipped by WS1_SKIP_INSTALL=1" ""
+elif [ -f ci/install_host.sh ]; then
+  say "install: ci/install_host.sh (the WS1 packages --no-deps; pins the host lacks from $WHEELS)"
+  [ -d "$WHEELS" ] && export WS1_WHEELS="$WHEELS"
+  timed install "$WORK/logs/install.log" 900 env PYTHON="$PY" bash ci/install_host.sh
 else
-say "dependencies the host lacks (from $WHEELS if present)"
-missing=$("$PY" - <<'EOF'
+  say "dependencies the host lacks (from $WHEELS if present)"
+  missing=$("$PY" - <<'EOF'
 import importlib.util
 need = ["nox", "cattrs", "attrs", "pytest", "numpy", "safetensors", "tqdm", "transformers", "hypothesis"]
 print(" ".join(m for m in need if importlib.util.find_spec(m) is None))
 EOF
-)
-if [ -n "$missing" ]; then
-  if [ -d "$WHEELS" ]; then
-    timed deps "$WORK/logs/deps.log" 600 "$PY" -m pip install --no-index --find-links "$WHEELS" --no-cache-dir $missing
-  else
-    say "missing: $missing, and no wheel folder $WHEELS (the host has no registry access; see docs/triton.md)"
-    step deps 1 0 "missing: $missing; no wheel folder" ""
+  )
+  if [ -n "$missing" ]; then
+    if [ -d "$WHEELS" ]; then
+      timed deps "$WORK/logs/deps.log" 600 "$PY" -m pip install --no-index --find-links "$WHEELS" --no-cache-dir $missing
+    else
+      say "missing: $missing, and no wheel folder $WHEELS (the host has no registry access; see docs/triton.md)"
+      step deps 1 0 "missing: $missing; no wheel folder" ""
+    fi
   fi
-else
-  step deps 0 0 "all present" ""
-fi
-say "install the WS1 packages (editable, --no-deps; the host's torch and triton stay)"
-for pkg in packages/ws1-accel packages/ws1-contract packages/ws1-ops packages/ws1-kv packages/ws1-qwen3 packages/ws1-matrix; do
-  [ -f "$pkg/pyproject.toml" ] || continue
-  timed "install:$(basename "$pkg")" "$WORK/logs/install_$(basename "$pkg").log" 600 \
-    "$PY" -m pip install --no-deps --no-build-isolation --no-cache-dir -e "$pkg"
-done
+  for pkg in packages/ws1-accel packages/ws1-contract packages/ws1-ops packages/ws1-kv packages/ws1-qwen3 packages/ws1-matrix; do
+    [ -f "$pkg/pyproject.toml" ] || continue
+    timed "install:$(basename "$pkg")" "$WORK/logs/install_$(basename "$pkg").log" 600 \
+      "$PY" -m pip install --no-deps --no-build-isolation --no-cache-dir -e "$pkg"
+  done
 fi
 
 # ---- 3. gates ----------------------------------------------------------------------------------
@@ -187,17 +207,27 @@ for g in $GATES; do
     step "gate:$g" 200 0 "absent: no nox session '$g' in noxfile.py" ""
     continue
   fi
+  if ! tmo=$(budget "$GATE_TIMEOUT"); then
+    say "gate $g: not run, the time budget (WS1_DEADLINE_S=$DEADLINE) is spent"
+    step "gate:$g" 201 0 "not run: time budget" ""
+    continue
+  fi
   extra=()
   [ "$g" = c2_manifest ] && extra=(--runtime)
-  say "gate $g -- $PROFILE ${extra[*]}"
-  timed "gate:$g" "$WORK/logs/gate_$g.log" "$GATE_TIMEOUT" "$PY" -m nox -s "$g" -- "$PROFILE" "${extra[@]}"
+  say "gate $g -- $PROFILE ${extra[*]} (timeout ${tmo}s)"
+  timed "gate:$g" "$WORK/logs/gate_$g.log" "$tmo" "$PY" -m nox -s "$g" -- "$PROFILE" "${extra[@]}"
 done
 
 # ---- 4. benchmark ------------------------------------------------------------------------------
 if [ "${WS1_BENCH:-1}" != 0 ]; then
-  say "benchmark (benchmarks/bench_triton.py)"
-  # shellcheck disable=SC2086
-  timed bench "$WORK/logs/bench.log" 1200 "$PY" benchmarks/bench_triton.py --json "$WORK/bench_triton.json" ${WS1_BENCH_ARGS:-}
+  if tmo=$(budget 1200); then
+    say "benchmark (benchmarks/bench_triton.py, timeout ${tmo}s)"
+    # shellcheck disable=SC2086
+    timed bench "$WORK/logs/bench.log" "$tmo" "$PY" benchmarks/bench_triton.py --json "$WORK/bench_triton.json" ${WS1_BENCH_ARGS:-}
+  else
+    say "benchmark: not run, the time budget is spent"
+    step bench 201 0 "not run: time budget" ""
+  fi
 fi
 
 # ---- 5. summary --------------------------------------------------------------------------------
