@@ -45,9 +45,9 @@ FWD_WARPS, BWD_WARPS = 4, 8
 def _dot_operand(x, DOT_F32: tl.constexpr):
     """An FP32 tile holding BF16-representable values as a dot operand: FP32 in the interpreter,
     BF16 on the GPU (exact either way)."""
-    if DOT_F32:
-        return x
-    return x.to(tl.bfloat16)
+    if not DOT_F32:
+        x = x.to(tl.bfloat16)
+    return x
 
 
 @triton.jit
