@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -145,10 +146,12 @@ def _accuracy(ctx: Ctx, op: str, judgment: str, pairs: list[tuple[str, torch.Ten
     th = ctx.contract.resolve(judgment, op, ctx.dtype)
     comps: list[tuple[str, Comparison]] = []
     for name, cand, ref in pairs:
+        if isinstance(ref, rows.LazyRef):
+            ref = ref.get()
         if ref is None:
             comps.append((name, Comparison(False, f"{name}: the FP32 reference produced no gradient")))
         elif isinstance(ref, rows.BlockwiseRef):
-            parts = [(lo, within_tolerance(c, r, th.atol, th.rtol, name)) for lo, (c, r) in ref.parts]
+            parts = [(lo, within_tolerance(c, r, th.atol, th.rtol, name)) for lo, c, r in ref.parts]
             comps.append((name, merge(parts, name, cand.numel(), "tolerance")))
         else:
             comps.append((name, tolerance_blocks(cand, ref, th.atol, th.rtol, name)))
@@ -245,6 +248,7 @@ def judge(ctx: Ctx, op: str, tier: str, judgments=JUDGMENTS) -> list[Cell]:
         th = _thresholds(ctx, op, j)
         base = _base(ctx, op, tier, j, case)
         base["inputs"] = getattr(getattr(built, "rows", None), "source", None) or getattr(built, "source", "")
+        t0 = time.perf_counter()
         try:
             with ctx.activate(), ws1_ops.record() as rec:
                 res = _execute(ctx, op, j, built)
@@ -263,6 +267,6 @@ def judge(ctx: Ctx, op: str, tier: str, judgments=JUDGMENTS) -> list[Cell]:
         out.append(Cell(
             id=cell_id(op, tier, j), judgment=j, status="green" if res.passed and not problems else "red", detail=detail,
             lhs_role=lhs, rhs_role=rhs, thresholds=th, max_abs_err=res.max_abs, max_rel_err=res.max_rel,
-            extra={**base, "kernel": kernel, "recorded": rec.summary(), **res.extra},
+            extra={**base, "kernel": kernel, "recorded": rec.summary(), "wall_s": round(time.perf_counter() - t0, 3), **res.extra},
         ))
     return out

@@ -24,6 +24,7 @@ so the same harness runs on cuda and npu (the inputs are identical on every devi
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -91,6 +92,7 @@ class TokenRun:
     out: torch.Tensor                                  # [len(idx), ...] outputs of those rows (CPU)
     row_grads: dict[str, torch.Tensor] = field(default_factory=dict)
     param_grads: dict[str, torch.Tensor] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)   # differentiable tensors that got no gradient
 
 
 @dataclass
@@ -108,20 +110,26 @@ def upstream_for(out: torch.Tensor, n: int, seed: int = 0) -> Upstream:
     return Upstream(dy, (torch.randn((FILLER_ROWS, *shape), generator=g) * 5).to(out.dtype))
 
 
+def covers_all(tc: TokenCase, tr: Transform) -> bool:
+    return torch.unique(torch.cat([lay.rows[lay.rows >= 0] for lay in tr.calls])).numel() == tc.n
+
+
 def run(tc: TokenCase, tr: Transform, dev: torch.device, fill: list[torch.Tensor], params: list[torch.Tensor],
         up: Upstream | None) -> TokenRun:
     """Execute one transform. ``params`` are device tensors (BF16 for forward runs, FP32 masters
-    holding the same values for gradient runs); each run takes fresh leaves of them.
+    holding the same values for gradient runs — or BF16 constants for a gradient run of a transform
+    without every row, whose parameter gradient is not compared); each run takes fresh leaves.
     ``up`` None: forward only, under no_grad (the rollout's inference path)."""
     grad = up is not None
-    ps = [p.detach().requires_grad_(grad) for p in params]
+    ps = [p.detach().requires_grad_(grad and p.dtype == torch.float32) for p in params]
     outs, leaves = [], []
     with num_threads(tr.threads), (contextlib.nullcontext() if grad else torch.no_grad()):
         for lay in tr.calls:
             xs = [place(x, lay.rows, f).to(dev).requires_grad_(grad and x.is_floating_point()) for x, f in zip(tc.inputs, fill)]
             outs.append(tc.call(*xs, *ps, row_keys=tc.rows.keys(lay.rows).to(dev)))
             leaves.append(xs)
-        if grad:
+        backward_ran = grad and any(o.requires_grad for o in outs)  # embedding on a subset: nothing differentiable
+        if backward_ran:
             dys = [place(up.dy, lay.rows, up.fill).to(dev) for lay in tr.calls]
             scope = ws1_ops.canonical_grads() if tr.multi_call else contextlib.nullcontext()
             with scope:
@@ -142,13 +150,20 @@ def run(tc: TokenCase, tr: Transform, dev: torch.device, fill: list[torch.Tensor
         return torch.cat([p.detach().cpu().index_select(0, v) for p, v in zip(parts, picks)]).index_select(0, order)
 
     res = TokenRun(idx, gather(outs))
-    if grad:
+    if backward_ran:
+        # a differentiable input or parameter that received no gradient is a failure, never a skip
         for i, (x, name) in enumerate(zip(tc.inputs, tc.names)):
             if x.is_floating_point():
-                res.row_grads[name] = gather([xs[i].grad for xs in leaves])
+                if any(xs[i].grad is None for xs in leaves):
+                    res.missing.append(name)
+                else:
+                    res.row_grads[name] = gather([xs[i].grad for xs in leaves])
         if idx.numel() == tc.n:
             for p, name in zip(ps, tc.names[len(tc.inputs):]):
-                res.param_grads[name] = p.grad.detach().cpu()
+                if p.requires_grad and p.grad is None:
+                    res.missing.append(name)
+                elif p.requires_grad:
+                    res.param_grads[name] = p.grad.detach().cpu()
     return res
 
 
@@ -211,49 +226,65 @@ def gradient_invariance(tc: TokenCase, dev: torch.device, seed: int = 0) -> list
     layout: the kernels' FP32 accumulation judged without a BF16 rounding that could hide a
     low-bit change). A canonical parameter gradient above DIGEST_ABOVE elements (dE and lm_head's dW
     are [151936, 4096]) is kept as sha256 digests per row block, not as a second 2.5 GB tensor; a
-    differing block is then explained against a rerun of the canonical config."""
+    differing block is then explained against a rerun of the canonical config.
+
+    Transforms without every row (M=m, a row alone) compare only per-row input gradients, so they run
+    first, on BF16 weight constants (the same values: dx does not change), and no master gradient
+    is formed for them."""
     fill = fillers(tc, seed)
-    params = [p.to(dev) for p in tc.params]
+    masters = [p.to(dev) for p in tc.params]
     with torch.no_grad():
         probe = tc.call(*[x.to(dev) for x in tc.inputs], *_bf16(tc.params, dev), row_keys=tc.rows.keys(torch.arange(tc.n)).to(dev))
     up = upstream_for(probe.cpu(), tc.n, seed)
     del probe
-    ref = run(tc, canonical(tc), dev, fill, params, up)
+    ref = run(tc, canonical(tc), dev, fill, masters, up)
     digests = {}
-    for name in list(ref.param_grads):
-        g = ref.param_grads[name]
-        if g.numel() > DIGEST_ABOVE:
-            digests[name] = (tuple(g.shape), g.dtype, digest(g))
-            del ref.param_grads[name], g
-    out = []
-    for tr in token_transforms(tc, dev.type, seed):
-        got = run(tc, tr, dev, fill, params, up)
-        comps = [bitwise_blocks(g, ref.row_grads[name].index_select(0, got.idx), f"{tr.name} d{name}")
-                 for name, g in got.row_grads.items()]
-        pending = []
-        for name, g in got.param_grads.items():
-            label = f"{tr.name} d{name}"
-            if name not in digests:
-                comps.append(bitwise_blocks(g, ref.param_grads[name], label))
-                continue
-            shape, dtype, want = digests[name]
-            if (tuple(g.shape), g.dtype) != (shape, dtype):
-                comps.append(Comparison(False, f"{label}: {tuple(g.shape)} {g.dtype} vs canonical {shape} {dtype}"))
-                continue
-            have = digest(g)
-            bad = [i for i, (a, b) in enumerate(zip(have, want)) if a != b]
-            if not bad:
-                comps.append(Comparison(True, f"{label}: bitwise equal ({g.numel()} elements; sha256 per row block vs the canonical's)",
-                                        n_total=g.numel(), max_abs=0.0))
-            else:
-                lo, hi = blocks(g)[bad[0]]
-                pending.append((name, label, {lo: g[lo:hi].clone()}, len(bad), len(have)))
-        del got
-        for name, label, kept, n_bad, n_blocks in pending:
-            comps.append(_digest_mismatch(tc, dev, fill, params, up, name, label, kept, n_bad, n_blocks))
-        if comps:
-            out.append(Verdict(tr.name, comps))
-    return out
+    for name in [n for n, g in ref.param_grads.items() if g.numel() > DIGEST_ABOVE]:
+        g = ref.param_grads.pop(name)
+        digests[name] = (tuple(g.shape), g.dtype, digest(g))
+        del g
+    transforms = token_transforms(tc, dev.type, seed)
+    partial = [tr for tr in transforms if not covers_all(tc, tr)]
+    whole = [tr for tr in transforms if covers_all(tc, tr)]
+    verdicts: dict[str, Verdict] = {}
+    consts = _bf16(tc.params, dev) if partial else []
+    for tr in partial:
+        verdicts[tr.name] = _grad_verdict(tc, tr, dev, fill, consts, up, ref, digests, masters)
+    del consts
+    for tr in whole:
+        verdicts[tr.name] = _grad_verdict(tc, tr, dev, fill, masters, up, ref, digests, masters)
+    return [verdicts[tr.name] for tr in transforms if verdicts[tr.name].comparisons]
+
+
+def _grad_verdict(tc, tr, dev, fill, params, up, ref, digests, masters) -> Verdict:
+    got = run(tc, tr, dev, fill, params, up)
+    comps = [bitwise_blocks(g, ref.row_grads[name].index_select(0, got.idx), f"{tr.name} d{name}")
+             for name, g in got.row_grads.items()]
+    comps += [Comparison(False, f"{tr.name} d{name}: no gradient reached {name}") for name in got.missing + ref.missing]
+    pending = []
+    for name in list(got.param_grads):
+        g = got.param_grads.pop(name)
+        label = f"{tr.name} d{name}"
+        if name not in digests:
+            comps.append(bitwise_blocks(g, ref.param_grads[name], label))
+            continue
+        shape, dtype, want = digests[name]
+        if (tuple(g.shape), g.dtype) != (shape, dtype):
+            comps.append(Comparison(False, f"{label}: {tuple(g.shape)} {g.dtype} vs canonical {shape} {dtype}"))
+            continue
+        have = digest(g)
+        bad = [i for i, (a, b) in enumerate(zip(have, want)) if a != b]
+        if not bad:
+            comps.append(Comparison(True, f"{label}: bitwise equal ({g.numel()} elements; sha256 per row block vs the canonical's)",
+                                    n_total=g.numel(), max_abs=0.0))
+        else:
+            lo, hi = blocks(g)[bad[0]]
+            pending.append((name, label, {lo: g[lo:hi].clone()}, len(bad), len(have)))
+        del g  # the 2.5 GB gradient must be gone before the next run allocates its own
+    del got
+    for name, label, kept, n_bad, n_blocks in pending:
+        comps.append(_digest_mismatch(tc, dev, fill, masters, up, name, label, kept, n_bad, n_blocks))
+    return Verdict(tr.name, comps)
 
 
 def forward_accuracy(tc: TokenCase, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -295,20 +326,30 @@ def gradient_accuracy(tc: TokenCase, dev: torch.device, seed: int = 0) -> list[t
         return [(n, cand[n], refs.get(n)) for n in names if n in cand]
     (W,) = tc.params
     wname = names[len(tc.inputs)]
-    parts = []
-    for lo, hi in blocks(W):
-        wb = W[lo:hi].detach().requires_grad_()
-        tc.ref_block(rx, wb, lo, hi, up.dy)
-        ref_b = wb.grad if wb.grad is not None else torch.zeros_like(wb)  # no row of this block was used
-        parts.append((lo, (cand[wname][lo:hi], ref_b)))
-    refs = {n: t.grad for n, t in zip(names, rx) if isinstance(t, torch.Tensor) and t.grad is not None}
-    out_pairs = [(n, cand[n], refs.get(n)) for n in names[: len(tc.inputs)] if n in cand]
-    out_pairs.append((wname, cand[wname], BlockwiseRef(parts)))
+    cw = cand[wname]
+
+    def weight_blocks():
+        for lo, hi in blocks(W):
+            wb = W[lo:hi].detach().requires_grad_()
+            tc.ref_block(rx, wb, lo, hi, up.dy)
+            yield lo, cw[lo:hi], (wb.grad if wb.grad is not None else torch.zeros_like(wb))  # a block no row used: 0
+
+    # the weight first: its blocks also accumulate the inputs' reference gradients, read after it
+    out_pairs = [(wname, cw, BlockwiseRef(weight_blocks()))]
+    out_pairs += [(n, cand[n], LazyRef(lambda t=t: t.grad)) for n, t in zip(names, rx) if n in cand]
     return out_pairs
 
 
 @dataclass
 class BlockwiseRef:
-    """A reference gradient given as (row offset, (candidate block, reference block)) pairs."""
+    """A reference gradient produced block by block: (row offset, candidate block, reference block),
+    each reference block computed when the comparison reaches it and dropped after."""
 
-    parts: list
+    parts: Iterator
+
+
+@dataclass
+class LazyRef:
+    """A reference gradient that exists only after an earlier pair was compared."""
+
+    get: Callable[[], torch.Tensor | None]
