@@ -155,7 +155,7 @@ class KVCache(ABC):
         read = torch.cat([self._rows(s, 0, b) for s, _, b in plan])
         return Step(
             seq_ids=tuple(s for s, _, _ in plan), starts=tuple(a for _, a, _ in plan), counts=tuple(b - a for _, a, b in plan),
-            write_rows=write, read_rows=read,
+            write_rows=write.to(self.device), read_rows=read.to(self.device),   # index the storage where it lives
             q_pos=torch.cat([torch.arange(a, b, dtype=torch.int64) for _, a, b in plan]),
             cu_seqlens_q=_offsets([b - a for _, a, b in plan]), cu_seqlens_k=_offsets([b for _, _, b in plan]),
         )
@@ -203,7 +203,7 @@ class KVCache(ABC):
         """K, V [length, Hkv, D] committed for one sequence."""
         st = self._state(seq_id)
         ks, vs = self._storage(layer, None)
-        rows = self._rows(seq_id, 0, st.length)
+        rows = self._rows(seq_id, 0, st.length).to(self.device)
         return ks.index_select(0, rows), vs.index_select(0, rows)
 
     def stats(self) -> dict:
