@@ -12,15 +12,27 @@ from ws1_ops import KernelUnavailable, NoProfile, OpInputError
 
 
 def test_record_says_what_ran(cpu):
-    x = torch.randn(3, 16).bfloat16()
+    x = torch.randn(3, 16).bfloat16().requires_grad_()
     w = torch.randn(8, 16).bfloat16().requires_grad_()
     with ws1_ops.record() as rec:
         ws1_ops.det_gemm(x, w).float().sum().backward()
-        ws1_ops.silu(x)
+        ws1_ops.silu(x.detach())
     s = rec.summary()
     # backward: two kernel calls, dx and dW
     assert s["det_gemm"] == {"kernel_ids": ["ws1_cpu::det_gemm"], "families": ["cpu"], "devices": ["cpu"], "forward": 1, "backward": 2}
     assert s["silu"]["kernel_ids"] == ["ws1_cpu::silu"] and s["silu"]["backward"] == 0
+
+
+def test_backward_runs_only_the_gradients_asked_for(cpu):
+    """A frozen input or weight costs no kernel call (a frozen weight skips its row reduction)."""
+    x = torch.randn(3, 16).bfloat16()
+    w = torch.randn(8, 16).bfloat16()
+    for gx, gw in ((False, True), (True, False)):
+        xx, ww = x.clone().requires_grad_(gx), w.clone().requires_grad_(gw)
+        with ws1_ops.record() as rec:
+            ws1_ops.det_gemm(xx, ww).float().sum().backward()
+        assert rec.summary()["det_gemm"]["backward"] == 1
+        assert (xx.grad is not None) == gx and (ww.grad is not None) == gw
 
 
 def test_every_required_node_has_a_cpu_kernel():

@@ -4,45 +4,20 @@ parameter gradients, bit for bit; plain PyTorch ops (the negative control) do no
 import pytest
 import torch
 
-import ws1_ops
 import ws1_qwen3
 from ws1_contract import bitwise
 from ws1_qwen3 import ModelInputError, Sample, teacher_forcing
+from ws1_qwen3.c10 import cell_plans, run_cell
 from ws1_qwen3.parity import rollout_logp
-
-PERM = (2, 0, 3, 1)
-
-
-def cells(samples):
-    """cell -> (list of calls, kwargs); B1 cells sum the four per-sample losses."""
-    return {
-        "BN/full": ([samples], dict(layout="padded_right", padded_length=20)),
-        "B1/full": ([[s] for s in samples], dict(layout="packed")),
-        "BN/chunked": ([samples], dict(layout="padded_right", padded_length=20, chunk=7)),
-        "B1/chunked": ([[s] for s in samples], dict(layout="packed", chunk=7)),
-        "padded_left": ([samples], dict(layout="padded_left", padded_length=20)),
-        "padded_right": ([samples], dict(layout="padded_right", padded_length=24)),
-        "permuted": ([[samples[i] for i in PERM]], dict(layout="padded_right", padded_length=20)),
-        "packed": ([samples], dict(layout="packed")),
-    }
-
-
-def run_cell(model, calls, kw, n_active=27):
-    model.zero_grad(set_to_none=True)
-    outs = [teacher_forcing(model, c, n_active=n_active, grad=True, **kw) for c in calls]
-    with ws1_ops.canonical_grads():
-        sum(o.loss for o in outs).backward()
-    keys = torch.cat([o.keys for o in outs])
-    order = torch.argsort(keys)
-    logp = torch.cat([o.logp.detach() for o in outs]).index_select(0, order)
-    return logp, {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
 def judge(model, samples):
-    ref_lp, ref_g = run_cell(model, *cells(samples)["BN/full"])
+    """The C10 cells (c10.cell_plans): name -> what differs from BN/full (log-probs, parameter names)."""
+    plans = cell_plans(samples)
+    ref_lp, _, _, ref_g, _ = run_cell(model, *plans["BN/full"], 27)
     bad = {}
-    for name, (calls, kw) in cells(samples).items():
-        lp, g = run_cell(model, calls, kw)
+    for name, (calls, kw) in plans.items():
+        lp, _, _, g, _ = run_cell(model, calls, kw, 27)
         diff = [n for n in g if not bitwise(g[n], ref_g[n]).passed]
         if not bitwise(lp, ref_lp).passed:
             diff.append("logp")

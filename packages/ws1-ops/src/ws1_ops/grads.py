@@ -58,6 +58,9 @@ class CanonicalGrads:
     def finalize(self) -> None:
         grads: dict[int, torch.Tensor] = {}
         params: dict[int, torch.Tensor] = {}
+        uses: dict[int, int] = {}
+        for pid, _op in self._stash:
+            uses[pid] = uses.get(pid, 0) + 1
         # fixed order: by op name, then first use; a parameter used by two ops sums them in that order
         for (pid, _op), s in sorted(self._stash.items(), key=lambda kv: kv[0][1]):
             keys = torch.cat(s.keys)
@@ -70,9 +73,13 @@ class CanonicalGrads:
             g = s.kernel.param_grad(*cols, *s.extra, perm)
             grads[pid] = g if pid not in grads else grads[pid] + g
             params[pid] = s.param
+            uses[pid] -= 1
+            if uses[pid] == 0:
+                # the parameter's last contribution: cast now, so only one FP32 gradient is alive at a
+                # time (an 8B-shape model's FP32 gradients would need 6.5 GB more than its BF16 ones)
+                grads[pid] = grads[pid].to(s.param.dtype)
         for pid, g in grads.items():
             p = params[pid]
-            g = g.to(p.dtype)
             p.grad = g if p.grad is None else p.grad + g
             self.params_done.append(p)
 

@@ -26,6 +26,7 @@ time from a temporary file); the evidence says which.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import resource
 import time
@@ -157,9 +158,11 @@ def c10(run, args) -> None:
         plans = cell_plans(samples)
         t = time.perf_counter()
         c_logp, c_active, c_loss, c_grads, c_trace = run_cell(model, *plans[CANONICAL], n_active)
-        canon = {n: (digest(g) if gmode == "digest" else g.detach().clone()) for n, g in c_grads.items() if g is not None}
+        # no copy needed: the next cell's zero_grad(set_to_none) gives the parameters new tensors
+        canon = {n: (digest(g) if gmode == "digest" else g.detach()) for n, g in c_grads.items() if g is not None}
         if gmode == "digest":   # the gradient-accuracy cell reads them back one at a time from disk
             spill = _spill(c_grads)
+        c_grads = None
         finite = bool(torch.isfinite(c_logp).all() and torch.isfinite(c_loss))
         run.add(Cell(id=f"cell/{CANONICAL}", judgment="chain_gate", status=status(finite and len(canon) == summary["parameters"]),
                      detail=f"canonical: loss {float(c_loss):.6f}, {int(c_active.sum())} active tokens, "
@@ -181,6 +184,7 @@ def c10(run, args) -> None:
                                                                   "clipfrac0": agg.clipfrac0},
                                     bitwise_equal=agg.bitwise_equal, tokens_different=agg.tokens_different, first_drift=fd))
             g = compare_grads(grads, canon, gmode, name)
+            grads = None                        # free this cell's gradients before the next cell runs
             grad_counts.append(g.n_total - g.n_diff)
             run.add(comparison_cell(f"cell/{name}/grads", "gradient_invariance", g, lhs="transformed_config", rhs="canonical_config",
                                     grad_compare=gmode))
@@ -227,6 +231,7 @@ def c10(run, args) -> None:
     ref = reference_copy(model)
     cand_grads = canon if gmode == "full" else _Spilled(spill)
     del model
+    gc.collect()                                # the BF16 model goes before the FP32 one runs
     r_logp, r_active, r_loss, _, _ = run_cell_streaming(ref, plans[CANONICAL], n_active, cand_grads, contract, run)
     fa = contract.resolve("forward_accuracy", "logprob", "bfloat16")
     cmp = within_tolerance(c_logp, r_logp, fa.atol, fa.rtol, "bf16 chain log-probs vs FP32 reference")

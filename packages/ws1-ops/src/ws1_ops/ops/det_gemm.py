@@ -31,7 +31,9 @@ class DetGemm(torch.autograd.Function):
     def backward(ctx, dy):
         x, w, row_keys = ctx.saved_tensors
         dy = dy.contiguous()
-        dx = backward(ctx.k, dy, x, w)                      # per row: dx = dy @ weight
+        dx = backward(ctx.k, dy, x, w) if ctx.needs_input_grad[0] else None   # per row: dx = dy @ weight
+        if not ctx.needs_input_grad[1]:                     # a frozen weight: no row reduction at all
+            return dx, None, None, None
         scope = grads.current()
         if scope is not None:                               # one reduction over all calls' rows, later
             scope.stash(ctx.weight, ctx.k, row_keys, dy, x)

@@ -27,6 +27,8 @@ class Embedding(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         ids, row_keys = ctx.saved_tensors
+        if not ctx.needs_input_grad[1]:
+            return None, None, None
         dy = dy.contiguous()
         scope = grads.current()
         if scope is not None:

@@ -32,6 +32,8 @@ class QKNorm(torch.autograd.Function):
         T, nh, D = x.shape
         dy = dy.contiguous()
         dx, _ = backward(ctx.k, dy, x, w, rstd)              # per (token, head) row
+        if not ctx.needs_input_grad[1]:
+            return dx, None, None, None
         # dweight rows = (token in canonical order, head ascending); rstd is [T, n_heads]
         rows = (dy.reshape(T * nh, D), x.reshape(T * nh, D), rstd.reshape(T * nh))
         scope = grads.current()

@@ -32,6 +32,8 @@ class RMSNorm(torch.autograd.Function):
         x, w, rstd, row_keys = ctx.saved_tensors
         dy = dy.contiguous()
         dx, _ = backward(ctx.k, dy, x, w, rstd)              # per row
+        if not ctx.needs_input_grad[1]:
+            return dx, None, None, None
         scope = grads.current()
         if scope is not None:
             scope.stash(ctx.weight, ctx.k, row_keys, dy, x, rstd, extra=(w,))
