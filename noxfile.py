@@ -36,6 +36,7 @@ TEST_DIRS = [
     "packages/ws1-kv/tests",
     "packages/ws1-qwen3/tests",
     "packages/ws1-matrix/tests",
+    "ci/tests",
 ]
 # The Triton kernels' unit tests under the interpreter (TRITON_INTERPRET=1, CPU tensors). Their own
 # pytest process: Triton fixes interpreter vs GPU when a kernel is defined, once per process.
@@ -208,4 +209,4 @@ def tests_slow(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff over the Python sources."""
-    session.run(PY, "-m", "ruff", "check", "noxfile.py", "packages", "kernels-cpu", "benchmarks", external=True)
+    session.run(PY, "-m", "ruff", "check", "noxfile.py", "packages", "kernels-cpu", "benchmarks", "ci", external=True)
