@@ -58,6 +58,19 @@ def test_forward_logits_shape_and_rows_independent(tiny):
     assert torch.equal(out[1:2].view(torch.int32), alone.view(torch.int32))
 
 
+def test_forward_packed_equals_each_sequence_alone(tiny):
+    g = torch.Generator().manual_seed(3)
+    seqs = [torch.randint(0, 1000, (n,), generator=g) for n in (5, 11, 3)]
+    cu = torch.tensor([0, 5, 16, 19])
+    packed = tiny.forward_packed(torch.cat(seqs), cu)
+    assert packed.shape == (19, 1024) and packed.dtype == torch.float32
+    for s, a in zip(seqs, cu[:-1].tolist()):
+        alone = tiny(s[None])[0]
+        assert torch.equal(packed[a:a + s.numel()].view(torch.int32), alone.view(torch.int32))
+    with pytest.raises(ModelInputError, match="strictly increasing"):
+        tiny.forward_packed(torch.cat(seqs), torch.tensor([0, 5, 5, 19]))
+
+
 def test_loss_is_mean_negative_logp_of_active(tiny, samples):
     tf = teacher_forcing(tiny, samples, layout="packed")
     assert tf.active.sum() == 27 and tf.keys.shape == (27,)

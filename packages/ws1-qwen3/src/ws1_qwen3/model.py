@@ -269,6 +269,24 @@ class Qwen3ForCausalLM(nn.Module):
             logits = self.logits_of(self.hidden(rows), keys)
         return logits.view(B, S, -1)
 
+    def forward_packed(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+        """Packed varlen batch: input_ids [T] int64, cu_seqlens [B+1] int64 (sequence b is
+        input_ids[cu[b]:cu[b+1]], positions from 0) -> FP32 logits [T, V]. Row b's bits are those of
+        the same sequence run alone, or padded, or in any other pack."""
+        if not isinstance(input_ids, torch.Tensor) or input_ids.dtype != torch.int64 or input_ids.dim() != 1:
+            raise ModelInputError("input_ids must be an int64 [T] tensor")
+        cu = cu_seqlens.cpu() if isinstance(cu_seqlens, torch.Tensor) else None
+        if (cu is None or cu.dtype != torch.int64 or cu.dim() != 1 or cu.numel() < 2 or int(cu[0]) != 0
+                or int(cu[-1]) != input_ids.numel() or bool((cu[1:] <= cu[:-1]).any())):
+            raise ModelInputError(f"cu_seqlens must be int64 [B+1], strictly increasing from 0 to T={input_ids.numel()}")
+        lens = (cu[1:] - cu[:-1]).tolist()
+        rank = torch.cat([torch.full((n,), b, dtype=torch.int64) for b, n in enumerate(lens)])
+        pos = torch.cat([torch.arange(n) for n in lens])
+        keys = ws1_ops.logical_keys(rank, pos)
+        rows = Rows(input_ids.cpu(), pos, keys, torch.arange(input_ids.numel()), cu)
+        with self.activate():
+            return self.logits_of(self.hidden(rows), keys)
+
     # ---- KV-cache steps (the rollout engine) -------------------------------------------------
 
     def new_cache(self, kind: str = "paged", *, max_seqs: int = 8, max_len: int | None = None, block_size: int = 16,
