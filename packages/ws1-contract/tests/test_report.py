@@ -35,6 +35,15 @@ def test_report_combines_gates_and_shows_the_drift(tmp_path):
     assert "| layer 0 |  | 0/59 | **16**/59 |" in text and "| head |" in text
     h = html.read_text()
     assert "<td class=hot>16/59" in h and h.count("<details") == 2
+    assert "Warning" not in text
+
+
+def test_report_warns_when_records_come_from_different_commits(tmp_path):
+    cell = [Cell(id="ok", judgment="j", status="green", detail="fine")]
+    write_evidence("c1_contract", "cpu_bf16", cell, None, root=tmp_path, **KW)
+    write_evidence("c7_stateful_kv", "cpu_bf16", cell, None, root=tmp_path, **{**KW, "git_sha": "fedcba9876543210"})
+    md, _ = write_report(tmp_path / "cpu_bf16")
+    assert "records from 2 commits" in md.read_text()
 
 
 def test_corrupt_record_is_an_error_not_skipped(tmp_path):

@@ -53,6 +53,18 @@ def _layer_name(layer: int, cells: dict) -> str:
     return "head" if any((layer, n) in cells for n in ("final_norm", "lm_head")) else f"layer {layer}"
 
 
+def _mixed(recs: list[tuple[Path, dict]]) -> str | None:
+    """A warning when the records were written at different commits or under different contracts."""
+    shas = sorted({r["git_sha"][:12] for _, r in recs})
+    contracts = {r["contract_fingerprint"] for _, r in recs}
+    parts = []
+    if len(shas) > 1:
+        parts.append(f"records from {len(shas)} commits ({', '.join(shas)})")
+    if len(contracts) > 1:
+        parts.append(f"records under {len(contracts)} contracts")
+    return "; ".join(parts) + ": they do not describe one state of the code" if parts else None
+
+
 def render_markdown(folder: Path, recs: list[tuple[Path, dict]]) -> str:
     profile = recs[0][1]["profile"] if recs else folder.name
     out = [f"# WS1 report — `{profile}`", ""]
@@ -60,6 +72,9 @@ def render_markdown(folder: Path, recs: list[tuple[Path, dict]]) -> str:
         r0 = recs[0][1]
         out += [f"git `{r0['git_sha'][:12]}`{' (dirty)' if r0['dirty'] else ''} · contract `{r0['contract_fingerprint'][:16]}` · "
                 f"fixtures `{r0['fixture_hash'][:16]}`", ""]
+        mixed = _mixed(recs)
+        if mixed:
+            out += [f"**Warning:** {mixed}", ""]
     out += ["| gate | verdict | green | red | N/A | wall s | evidence |", "|---|---|---|---|---|---|---|"]
     for p, r in recs:
         c = r["counts"]
@@ -73,8 +88,8 @@ def render_markdown(folder: Path, recs: list[tuple[Path, dict]]) -> str:
             out += ["## C8 matrix", ""]
             if svg.exists():
                 out += [f"![C8 matrix]({svg.name})", ""]
-            if md.exists():
-                out += [md.read_text().strip(), ""]
+            if md.exists():   # its headings one level down, under this section
+                out += ["#" + line if line.startswith("#") else line for line in md.read_text().strip().splitlines()] + [""]
     for _p, r in recs:
         red = [c for c in r["cells"] if c["status"] == "red"]
         if red and r["gate"] != "c10_negative_control":
@@ -132,6 +147,9 @@ def render_html(folder: Path, recs: list[tuple[Path, dict]]) -> str:
         r0 = recs[0][1]
         parts.append(f"<p>git <code>{e(r0['git_sha'][:12])}</code>{' (dirty)' if r0['dirty'] else ''} · contract "
                      f"<code>{e(r0['contract_fingerprint'][:16])}</code> · fixtures <code>{e(r0['fixture_hash'][:16])}</code></p>")
+        mixed = _mixed(recs)
+        if mixed:
+            parts.append(f"<p class=red><b>Warning:</b> {e(mixed)}</p>")
     parts.append("<table><tr><th>gate<th>verdict<th>green<th>red<th>N/A<th>wall s<th>evidence</tr>")
     for p, r in recs:
         c = r["counts"]
