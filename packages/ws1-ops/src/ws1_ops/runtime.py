@@ -54,6 +54,26 @@ def _calls(dev: torch.device):
     }
 
 
+def node_problems(s: dict | None, declared: str, family: str, dev_type: str, need_backward: bool) -> list[str]:
+    """What is wrong with one node's record (a :meth:`Recorder.summary` entry) against its declaration:
+    never ran, another kernel id, another family (an undeclared fallback), another device, or a
+    direction missing. Empty: it ran exactly the declared kernel. (C2 runtime and C9 judge with it.)"""
+    if s is None:
+        return ["never ran"]
+    problems = []
+    if s["kernel_ids"] != [declared]:
+        problems.append(f"ran {s['kernel_ids']}, declared {declared}")
+    if s["families"] != [family]:
+        problems.append(f"family {s['families']} is not {family} (undeclared fallback)")
+    if s["devices"] != [dev_type]:
+        problems.append(f"ran on {s['devices']}, not {dev_type}")
+    if s["forward"] < 1:
+        problems.append("no forward call")
+    if need_backward and s["backward"] < 1:
+        problems.append("no backward record")
+    return problems
+
+
 def c2_runtime(run, args) -> None:
     profile, m = run.profile, run.manifest
     family = run.contract.family(profile)
@@ -74,18 +94,7 @@ def c2_runtime(run, args) -> None:
                          extra={"node": node, "declared": declared}))
             continue
         s = rec.summary().get(node)
-        problems = []
-        if s is None:
-            problems.append("the node never ran")
-        else:
-            if s["kernel_ids"] != [declared]:
-                problems.append(f"ran {s['kernel_ids']}, declared {declared}")
-            if s["families"] != [family]:
-                problems.append(f"family {s['families']} is not {family} (undeclared fallback)")
-            if s["devices"] != [dev.type]:
-                problems.append(f"ran on {s['devices']}, not {dev.type}")
-            if s["forward"] < 1 or s["backward"] < 1:
-                problems.append(f"forward {s['forward']} / backward {s['backward']} calls: both must run")
+        problems = node_problems(s, declared, family, dev.type, need_backward=True)
         others = sorted(rec.ops() - {node})
         detail = "; ".join(problems) if problems else (
             f"ran {declared} on {dev.type}: forward {s['forward']}, backward {s['backward']} kernel calls")

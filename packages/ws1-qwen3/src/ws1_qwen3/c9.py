@@ -21,6 +21,7 @@ import torch
 import ws1_accel
 import ws1_ops
 from ws1_contract import Cell, bitwise
+from ws1_ops.runtime import node_problems
 
 from .gatekit import attach_provenance, build_model, log, status
 from .generate import Request, generate
@@ -66,18 +67,7 @@ def node_cells(summary: dict, declared: dict[str, str], family: str, dev_type: s
     cells = []
     for node, kid in declared.items():
         s = summary.get(node)
-        problems = []
-        if s is None:
-            problems.append("never ran")
-        else:
-            if s["kernel_ids"] != [kid]:
-                problems.append(f"ran {s['kernel_ids']}, declared {kid}")
-            if s["families"] != [family]:
-                problems.append(f"family {s['families']} is not {family} (undeclared fallback)")
-            if s["devices"] != [dev_type]:
-                problems.append(f"ran on {s['devices']}, not {dev_type}")
-            if node in PARAM_NODES and s["backward"] < 1:
-                problems.append("no backward record (it has parameters)")
+        problems = node_problems(s, kid, family, dev_type, need_backward=node in PARAM_NODES)   # backward: nodes with parameters
         detail = "; ".join(problems) if problems else f"{kid} on {dev_type}: forward {s['forward']}, backward {s['backward']} calls"
         if node == "silu":
             ok, why = silu
