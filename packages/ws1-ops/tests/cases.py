@@ -68,3 +68,28 @@ def make(op: str, n: int = N_ROWS, seed: int = 0) -> Case:
 
 
 PER_ROW_OPS = ["embedding", "rms_norm", "qk_norm", "det_gemm", "lm_head", "rope", "silu", "swiglu", "logprob", "batch_invariant_logp"]
+
+
+def forward_accuracy(c: Case, contract):
+    """The case's op vs its FP32 reference, with the contract's BF16 forward_accuracy row."""
+    from ws1_contract import within_tolerance
+
+    got = c.call(*c.rows, *c.params, row_keys=None)
+    th = contract.resolve("forward_accuracy", c.op, "bfloat16")
+    return within_tolerance(got, c.ref(*c.rows, *c.params), th.atol, th.rtol, c.op)
+
+
+def gradient_accuracy(c: Case, contract, seed: int = 3) -> list:
+    """Every input and parameter gradient of the case vs torch.autograd through the FP32 reference,
+    with the contract's BF16 gradient_accuracy row. Returns one Comparison per gradient."""
+    from ws1_contract import within_tolerance
+
+    th = contract.resolve("gradient_accuracy", c.op, "bfloat16")
+    xs = [t.detach().requires_grad_(t.is_floating_point()) for t in c.rows + c.params]
+    out = c.call(*xs, row_keys=None)
+    dy = (torch.randn(out.shape, generator=torch.Generator().manual_seed(seed)) * 0.5).to(out.dtype)
+    out.backward(dy)
+    refs = [t.detach().float().requires_grad_() if t.is_floating_point() else t for t in c.rows + c.params]
+    c.ref(*refs).backward(dy.float())
+    return [within_tolerance(a.grad, b.grad, th.atol, th.rtol, f"{c.op} d{name}")
+            for name, a, b in zip(c.names, xs, refs) if a.grad is not None]

@@ -3,41 +3,24 @@ thresholds (no private atol), and the two cross-node identities."""
 
 import pytest
 import torch
-from cases import PER_ROW_OPS, make
+from cases import PER_ROW_OPS, forward_accuracy, gradient_accuracy, make
 
 import ws1_ops
-from ws1_contract import bitwise, within_tolerance
+from ws1_contract import bitwise
 
 
 @pytest.mark.parametrize("op", PER_ROW_OPS)
 def test_forward_accuracy(op, cpu, contract):
-    c = make(op, n=64)
-    got = c.call(*c.rows, *c.params, row_keys=None)
-    ref = c.ref(*c.rows, *c.params)
-    th = contract.resolve("forward_accuracy", op, "bfloat16")
-    r = within_tolerance(got, ref, th.atol, th.rtol, op)
+    r = forward_accuracy(make(op, n=64), contract)
     assert r.passed, r.detail
 
 
 @pytest.mark.parametrize("op", PER_ROW_OPS)
 def test_gradient_accuracy(op, cpu, contract):
-    c = make(op, n=64)
-    th = contract.resolve("gradient_accuracy", op, "bfloat16")
-    xs = [t.detach().requires_grad_(t.is_floating_point()) for t in c.rows + c.params]
-    out = c.call(*xs, row_keys=None)
-    dy = (torch.randn(out.shape, generator=torch.Generator().manual_seed(3)) * 0.5).to(out.dtype)
-    out.backward(dy)
-    refs = [t.detach().float().requires_grad_() if t.is_floating_point() else t for t in c.rows + c.params]
-    ref_out = c.ref(*refs)
-    ref_out.backward(dy.float())
-    checked = 0
-    for name, a, b in zip(c.names, xs, refs):
-        if a.grad is None:
-            continue
-        r = within_tolerance(a.grad, b.grad, th.atol, th.rtol, f"{op} d{name}")
+    results = gradient_accuracy(make(op, n=64), contract)
+    assert results, "no gradient was checked"
+    for r in results:
         assert r.passed, r.detail
-        checked += 1
-    assert checked >= 1
 
 
 def test_silu_equals_swiglu_with_ones_bitwise(cpu):
