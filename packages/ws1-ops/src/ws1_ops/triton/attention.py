@@ -61,8 +61,10 @@ def _load_rows(ptr, rows, ok, row_stride, col0, d, D, DOT_F32: tl.constexpr):
 
 
 @triton.jit
-def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, pos_ptr, tile_ptr, scale,
-                         HQ, HKV, D, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, DOT_F32: tl.constexpr):
+def _query_tile(q_ptr, cu_q_ptr, cu_k_ptr, pos_ptr, tile_ptr, HQ, HKV, D, BM: tl.constexpr, BD: tl.constexpr,
+                DOT_F32: tl.constexpr):
+    """What a (query tile, head) program of the forward and of dq starts from: the tile's head,
+    its sequence's keys (first row, count, kv head), its rows, their mask and positions, and q."""
     tile = tl.program_id(0)
     h = tl.program_id(1)
     b = tl.load(tile_ptr + 2 * tile)
@@ -76,6 +78,14 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr
     pos = tl.load(pos_ptr + rows, mask=r_ok, other=-1)
     d = tl.arange(0, BD)
     q = _load_rows(q_ptr, rows, r_ok, HQ * D, h * D, d, D, DOT_F32)
+    return h, k0, k_len, kh, rows, r_ok, pos, d, q
+
+
+@triton.jit
+def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, pos_ptr, tile_ptr, scale,
+                         HQ, HKV, D, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, DOT_F32: tl.constexpr):
+    h, k0, k_len, kh, rows, r_ok, pos, d, q = _query_tile(q_ptr, cu_q_ptr, cu_k_ptr, pos_ptr, tile_ptr, HQ, HKV, D,
+                                                          BM, BD, DOT_F32)
     m_i = tl.full((BM,), float("-inf"), tl.float32)
     l_i = tl.zeros((BM,), dtype=tl.float32)
     acc = tl.zeros((BM, BD), dtype=tl.float32)
@@ -120,19 +130,8 @@ def attention_bwd_delta_kernel(do_ptr, o_ptr, delta_ptr, T, HQ, D, BH: tl.conste
 def attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_q_ptr, cu_k_ptr, pos_ptr,
                             tile_ptr, scale, HQ, HKV, D, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
                             DOT_F32: tl.constexpr):
-    tile = tl.program_id(0)
-    h = tl.program_id(1)
-    b = tl.load(tile_ptr + 2 * tile)
-    r0 = tl.load(tile_ptr + 2 * tile + 1)
-    q_end = tl.load(cu_q_ptr + b + 1)
-    k0 = tl.load(cu_k_ptr + b)
-    k_len = tl.load(cu_k_ptr + b + 1) - k0
-    kh = h // (HQ // HKV)
-    rows = r0 + tl.arange(0, BM)
-    r_ok = rows < q_end
-    pos = tl.load(pos_ptr + rows, mask=r_ok, other=-1)
-    d = tl.arange(0, BD)
-    q = _load_rows(q_ptr, rows, r_ok, HQ * D, h * D, d, D, DOT_F32)
+    h, k0, k_len, kh, rows, r_ok, pos, d, q = _query_tile(q_ptr, cu_q_ptr, cu_k_ptr, pos_ptr, tile_ptr, HQ, HKV, D,
+                                                          BM, BD, DOT_F32)
     do = _load_rows(do_ptr, rows, r_ok, HQ * D, h * D, d, D, DOT_F32)
     lse = tl.load(lse_ptr + rows.to(tl.int64) * HQ + h, mask=r_ok, other=0.0)
     delta = tl.load(delta_ptr + rows.to(tl.int64) * HQ + h, mask=r_ok, other=0.0)
