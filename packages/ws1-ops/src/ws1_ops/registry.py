@@ -40,6 +40,9 @@ class Kernel:
     bwd: Callable | None = None
     # ops with a parameter: its gradient over rows given in canonical order (see ws1_ops.grads)
     param_grad: Callable | None = None
+    # set only on a negative control's deliberately variant kernel (ws1_ops.backends.controls): the
+    # control's name, recorded with every call so evidence can never pass a control off as the kernel
+    variant: str | None = None
 
 
 # family -> module that registers that family's kernels when imported
@@ -56,6 +59,8 @@ _KERNELS: dict[tuple[str, str], Kernel] = {}
 _LOADED: dict[str, str | None] = {}  # family -> None (loaded) or the import error text
 
 _active: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("ws1_active", default=None)
+# A negative control's variant kernels, op -> Kernel, in force over the active family's own ones.
+_overlay: contextvars.ContextVar[dict[str, Kernel] | None] = contextvars.ContextVar("ws1_overlay", default=None)
 # Module-level (not a contextvar): autograd runs CUDA/NPU backward on its own device threads,
 # and backward calls must still be recorded.
 _recorders: list[Recorder] = []
@@ -93,12 +98,14 @@ def family_available(family: str) -> str | None:
 
 
 @contextlib.contextmanager
-def _activate(name: str, family: str) -> Iterator[str]:
+def _activate(name: str, family: str, overlay: dict[str, Kernel] | None = None) -> Iterator[str]:
     load_family(family)
     token = _active.set((name, family))
+    otoken = _overlay.set(overlay)
     try:
         yield name
     finally:
+        _overlay.reset(otoken)
         _active.reset(token)
 
 
@@ -111,11 +118,27 @@ def use_profile(profile: str, device=None) -> contextlib.AbstractContextManager[
     return _activate(profile, family)
 
 
+def candidates() -> tuple[str, ...]:
+    """Every non-profile candidate: ``torch_default`` and the project's own negative controls."""
+    from .backends import controls
+
+    return ("torch_default", *controls.CONTROLS)
+
+
 def use_candidate(name: str) -> contextlib.AbstractContextManager[str]:
-    """Run ws1 ops on a non-profile candidate; only ``torch_default`` (the negative control)."""
-    if name != "torch_default":
-        raise KernelUnavailable(f"unknown candidate {name!r}; profiles go through use_profile()")
-    return _activate(name, name)
+    """Run ws1 ops on a non-profile candidate: ``torch_default`` (plain PyTorch) or one of the
+    deliberately variant controls of :mod:`ws1_ops.backends.controls` (the cpu kernels with one
+    node replaced by a variant whose invariance failure is certain on every host)."""
+    if name == "torch_default":
+        return _activate(name, name)
+    from .backends import controls
+
+    ctl = controls.CONTROLS.get(name)
+    if ctl is None:
+        raise KernelUnavailable(f"unknown candidate {name!r}; expected one of {list(candidates())} "
+                                "(profiles go through use_profile())")
+    load_family(ctl.family)
+    return _activate(name, ctl.family, ctl.kernels())
 
 
 def active() -> tuple[str, str]:
@@ -128,6 +151,9 @@ def active() -> tuple[str, str]:
 
 def kernel(op: str) -> Kernel:
     profile, family = active()
+    overlay = _overlay.get()
+    if overlay and op in overlay:
+        return overlay[op]
     k = _KERNELS.get((op, family))
     if k is None:
         mod = importlib.import_module(FAMILY_BACKENDS[family])
@@ -150,6 +176,7 @@ class Recorder:
     """What actually ran inside a ``with record() as rec:`` block."""
 
     events: Counter = field(default_factory=Counter)  # (op, family, kernel_id, direction, device_type) -> calls
+    variants: dict[str, set] = field(default_factory=dict)  # op -> names of the negative controls that ran it
 
     def summary(self) -> dict[str, dict]:
         out: dict[str, dict] = {}
@@ -159,6 +186,8 @@ class Recorder:
                 if val not in e[key]:
                     e[key].append(val)
             e[direction] += n
+        for op, names in self.variants.items():
+            out[op]["variant"] = sorted(names)
         return out
 
     def ops(self) -> set[str]:
@@ -181,6 +210,8 @@ def note(k: Kernel, direction: str, device_type: str) -> None:
     with _rec_lock:
         for rec in _recorders:
             rec.events[(k.op, k.family, k.kernel_id, direction, device_type)] += 1
+            if k.variant is not None:
+                rec.variants.setdefault(k.op, set()).add(k.variant)
 
 
 def call_bwd(k: Kernel, *args, device_type: str = "cpu"):
