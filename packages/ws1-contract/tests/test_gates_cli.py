@@ -88,3 +88,113 @@ def test_rehash(tmp_path, monkeypatch, capsys):
     from ws1_contract import load_manifest
 
     load_manifest()  # validates again
+
+
+# ---- exit codes follow the cells: red wins over an absent device -----------------------------------
+
+def _body_red_on_cpu(run, args):
+    from ws1_contract import Cell
+
+    run.add(Cell(id="x", judgment="j", status="red" if run.profile == "cpu_bf16" else "green", detail="deliberately red"))
+
+
+def _body_green(run, args):
+    from ws1_contract import Cell
+
+    run.add(Cell(id="x", judgment="j", status="green", detail="ok"))
+
+
+@pytest.mark.parametrize("profiles", [["cpu_bf16", "ascend_bf16"], ["ascend_bf16", "cpu_bf16"]])
+def test_red_cell_wins_over_an_absent_device(tmp_path, profiles, capsys):
+    from ws1_contract import gate_main
+
+    # ascend_bf16's device is absent here (no torch_npu): before, that exit 2 hid cpu_bf16's red cell
+    code = gate_main("cx_probe", _body_red_on_cpu, [*profiles, "--evidence-dir", str(tmp_path)], needs_device=True)
+    assert code == 1
+    assert "ascend_bf16 needs a npu device" in capsys.readouterr().err
+    assert gate_main("cx_probe", _body_green, [*profiles, "--evidence-dir", str(tmp_path)], needs_device=True) == 2
+    assert gate_main("cx_probe", _body_green, ["cpu_bf16", "--evidence-dir", str(tmp_path)], needs_device=True) == 0
+
+
+def test_exit_code_rule():
+    from ws1_contract.gate import exit_code
+
+    assert [exit_code(o) for o in ([0, 2, 1], [2, 1], [1, 2], [2, 0], [0, 0], [])] == [1, 1, 1, 2, 0, 1]
+
+
+# ---- closure: the WS1 verdict over several hosts' C11 records ---------------------------------------
+
+def _c11(root, profile, *, device_type, arch, family=None, red_at=None, dirty=False, sha="a" * 40, drop=()):
+    from ws1_contract import Cell, load_contract, load_manifest, write_evidence
+    from ws1_contract.closure import REQUIRED_STEPS
+
+    c = load_contract()
+    m = load_manifest(contract=c)
+    cells = [Cell(id=s, judgment="ci_step", status="red" if s == red_at else "green", detail="x")
+             for s in REQUIRED_STEPS if s not in drop]
+    prov = {"profile": profile, "family": family or c.family(profile), "device_type": device_type, "device": device_type,
+            "device_name": f"a {device_type}", "arch_key": arch, "host": f"host-{profile}"}
+    write_evidence("c11_ci", profile, cells, prov, contract_fingerprint=c.fingerprint, fixture_hash=m.fixture_identity_sha256,
+                   git_sha=sha, dirty=dirty, root=root, extra={"exit_code": 1 if red_at else 0})
+
+
+def _hosts(tmp_path, **over):
+    """Four hosts' evidence roots, each green for its own profile, unless ``over`` changes one."""
+    spec = {"cpu_bf16": dict(device_type="cpu", arch="avx512"), "triton_cuda_bf16": dict(device_type="cuda", arch="sm90"),
+            "cuda_bf16": dict(device_type="cuda", arch="sm90"), "ascend_bf16": dict(device_type="npu", arch="Ascend910B3")}
+    dirs = []
+    for p, kw in spec.items():
+        d = tmp_path / f"host-{p}"
+        _c11(d, p, **{**kw, **over.get(p, {})})
+        dirs.append(str(d))
+    return dirs
+
+
+def test_closure_closed_only_when_every_profile_is_green_on_its_own_hardware(tmp_path, capsys):
+    from ws1_contract.closure import main as closure
+
+    dirs = _hosts(tmp_path)
+    assert closure(dirs) == 0
+    assert "WS1 closure: CLOSED" in capsys.readouterr().out
+    assert closure(dirs + ["--json"]) == 0
+    v = json.loads(capsys.readouterr().out)
+    assert v["closed"] is True and v["missing"] == [] and set(v["profiles"]) == {"cpu_bf16", "triton_cuda_bf16", "cuda_bf16",
+                                                                                "ascend_bf16"}
+    assert main(["closure", *dirs]) == 0      # the ws1-contract command
+    r = subprocess.run([sys.executable, "-m", "ws1_contract", "closure", *dirs], capture_output=True, text=True)
+    assert r.returncode == 0 and "CLOSED" in r.stdout
+
+
+@pytest.mark.parametrize("over, why", [
+    ({"cuda_bf16": dict(red_at="c3_forward")}, "red at c3_forward"),
+    ({"cuda_bf16": dict(device_type="cpu", arch="avx512")}, "ran on a 'cpu' device, cuda_bf16 needs 'cuda'"),   # a CPU host's record
+    ({"ascend_bf16": dict(arch="sm90")}, "arch key 'sm90' is not a npu arch"),
+    ({"triton_cuda_bf16": dict(family="cuda")}, "provenance names triton_cuda_bf16/cuda"),
+    ({"cpu_bf16": dict(dirty=True)}, "dirty tree"),
+    ({"cpu_bf16": dict(sha="unknown")}, "commit unknown"),
+    ({"cpu_bf16": dict(drop=("tests",))}, "incomplete flow: steps ['tests'] not run"),
+    ({"cpu_bf16": dict(sha="b" * 40)}, "from 2 commits"),
+])
+def test_closure_not_closed_lists_what_is_missing(tmp_path, capsys, over, why):
+    from ws1_contract.closure import main as closure
+
+    assert closure(_hosts(tmp_path, **over) + ["--json"]) == 1
+    v = json.loads(capsys.readouterr().out)
+    assert v["closed"] is False and any(why in m for m in v["missing"]), v["missing"]
+
+
+def test_closure_a_missing_profile_and_bad_input(tmp_path, capsys):
+    from ws1_contract.closure import main as closure
+
+    dirs = _hosts(tmp_path)
+    assert closure(dirs[:1]) == 1                        # only the CPU host's evidence
+    out = capsys.readouterr().out
+    assert "NOT CLOSED" in out and "triton_cuda_bf16: no C11 record" in out and "cpu_bf16           green" in out
+    assert closure([]) == 2
+    assert closure([str(tmp_path / "nowhere")]) == 2
+    (tmp_path / "empty").mkdir()
+    assert closure([str(tmp_path / "empty")]) == 2
+    p = tmp_path / "host-cpu_bf16" / "cpu_bf16" / "c11_ci.json"
+    p.write_text("{ corrupt")
+    assert closure(dirs) == 2
+    assert "corrupt evidence" in capsys.readouterr().err

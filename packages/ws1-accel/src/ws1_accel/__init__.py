@@ -40,6 +40,7 @@ __all__ = [
     "arch_key",
     "disable_tf32",
     "tf32_enabled",
+    "tf32_flags",
     "seed_all",
     "synchronize",
     "empty_cache",
@@ -325,6 +326,13 @@ def disable_tf32(device: str | torch.device) -> bool:
 def tf32_enabled(device: str | torch.device) -> bool:
     t, _ = _split(device)
     return _vendor(t).tf32_enabled()
+
+
+def tf32_flags() -> dict:
+    """torch's process-wide TF32 switches as they are now (for a record's provenance)."""
+    return {"cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+            "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+            "float32_matmul_precision": torch.get_float32_matmul_precision()}
 
 
 def seed_all(seed: int, device: str | torch.device = "cpu") -> None:

@@ -4,7 +4,9 @@
     ws1-contract c2 [PROFILE ...] [--json]     manifest gate (static)
     ws1-contract show [--json]                 where the files are read from, versions, fingerprints
     ws1-contract rehash                        recompute fixture_identity_sha256 after an intended edit
-    ws1-contract report EVIDENCE_DIR           write report.md and report.html from a profile's evidence
+    ws1-contract report EVIDENCE_DIR [--run-id ID]   write report.md and report.html from a profile's evidence
+                                               (one run's records: ID, default the run of its c11_ci.json)
+    ws1-contract closure DIR ... [--json]      the WS1 verdict from several hosts' C11 records
 """
 
 from __future__ import annotations
@@ -42,13 +44,22 @@ def main(argv: list[str] | None = None) -> int:
                 for k, v in info.items():
                     print(f"{k:<24} {v}")
             return 0
+        if cmd == "closure":
+            from .closure import main as closure_main
+
+            return closure_main(rest)
         if cmd == "report":
-            if len(rest) != 1:
-                print("ws1-contract report: give one evidence folder, e.g. evidence/cpu_bf16", file=sys.stderr)
+            run_id = None
+            if "--run-id" in rest:
+                i = rest.index("--run-id")
+                run_id = rest[i + 1] if i + 1 < len(rest) else ""
+                rest = rest[:i] + rest[i + 2:]
+            if len(rest) != 1 or run_id == "":
+                print("ws1-contract report: give one evidence folder, e.g. evidence/cpu_bf16 [--run-id ID]", file=sys.stderr)
                 return 2
             from .report import write_report
 
-            md, hp = write_report(rest[0])
+            md, hp = write_report(rest[0], run_id=run_id)
             print(f"wrote {md} and {hp}")
             return 0
         if cmd == "rehash":
@@ -58,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ContractError, EvidenceError, FileNotFoundError) as exc:
         print(f"ws1-contract {cmd}: {exc}", file=sys.stderr)
         return 1
-    print(f"ws1-contract: unknown command {cmd!r} (c1, c2, show, rehash, report)", file=sys.stderr)
+    print(f"ws1-contract: unknown command {cmd!r} (c1, c2, show, rehash, report, closure)", file=sys.stderr)
     return 2
 
 

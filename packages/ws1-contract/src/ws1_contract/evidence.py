@@ -1,15 +1,23 @@
 """Evidence records: one JSON file per (profile, gate) under ``evidence/<profile>/<gate>.json``.
 
 A cell is ``green`` (executed, passed), ``red`` (executed and failed, or required and not
-executed) or ``N/A`` — the last only with an allowed written reason; a hidden N/A is rejected when
-the record is built, so it can never reach a file.
+executed) or ``N/A`` — the last only for an allowed (op, reason) pair of the manifest (its
+``helper_nodes`` marked ``profile_independent``: today only ``pack``) with a written detail; a
+hidden N/A is rejected when the cell is built and when a record is read back. A record passes only
+when it has a green cell and no red one (all-N/A is not a pass).
+
+Each record names the run that wrote it (``run_id``: ``$WS1_RUN_ID`` when a flow such as C11 set
+it, else one id per process), beside its commit, dirty state and ``created_at``, so a reader can
+tell a record of this run from an old one left in the folder.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +27,48 @@ from .errors import EvidenceError
 
 SCHEMA = "ws1-evidence-v1"
 STATUSES = ("green", "red", "N/A")
-# The one reason an N/A is allowed: the op is profile-independent (pack is index copies).
+# The one reason an N/A is allowed: the op is profile-independent (pack is index copies). Which ops
+# may use it is the manifest's word (allowed_na_pairs), not the writer's.
 ALLOWED_NA_REASONS = ("profile_independent",)
 NOT_EXECUTED = "not executed on this host"
+
+
+@functools.lru_cache(maxsize=8)
+def _na_pairs_of(path: str, mtime_ns: int) -> frozenset[tuple[str, str]]:
+    data = json.loads(Path(path).read_text())
+    return frozenset((op, "profile_independent") for op, h in (data.get("helper_nodes") or {}).items()
+                     if isinstance(h, dict) and h.get("profile_independent") is True)
+
+
+def allowed_na_pairs() -> frozenset[tuple[str, str]]:
+    """The (op, na_reason) pairs the manifest allows as N/A; unreadable manifest: none (fail closed)."""
+    from . import locate
+
+    try:
+        p = locate.manifest_path()
+        return _na_pairs_of(str(p), p.stat().st_mtime_ns)
+    except (OSError, ValueError):
+        return frozenset()
+
+
+def na_problem(op, na_reason, detail) -> str | None:
+    """Why an N/A cell of ``op`` is not allowed, or None."""
+    if not detail:
+        return "N/A needs a written detail"
+    if (op, na_reason) not in allowed_na_pairs():
+        allowed = sorted(allowed_na_pairs()) or "none (manifest unreadable)"
+        return f"N/A ({op!r}, {na_reason!r}) is not an allowed (op, reason) pair of the manifest {allowed}"
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _process_run_id() -> str:
+    return f"proc-{uuid.uuid4().hex[:16]}"
+
+
+def run_id() -> str:
+    """This run's id: ``$WS1_RUN_ID`` (set by a flow for all its steps), else one id per process."""
+    return os.environ.get("WS1_RUN_ID") or _process_run_id()
 
 
 def _status(instance, attribute, value):
@@ -46,10 +93,10 @@ class Cell:
     def __attrs_post_init__(self):
         if not self.id:
             raise EvidenceError("a cell needs an id")
-        if self.status == "N/A" and (self.na_reason not in ALLOWED_NA_REASONS or not self.detail):
-            raise EvidenceError(
-                f"cell {self.id}: N/A needs a written reason from {ALLOWED_NA_REASONS} (got {self.na_reason!r}): hidden N/A rejected"
-            )
+        if self.status == "N/A":
+            why = na_problem(self.extra.get("op"), self.na_reason, self.detail)
+            if why is not None:
+                raise EvidenceError(f"cell {self.id}: {why}: hidden N/A rejected")
         if self.status != "N/A" and self.na_reason is not None:
             raise EvidenceError(f"cell {self.id}: na_reason given on a {self.status} cell")
 
@@ -72,8 +119,9 @@ def counts(cells: list[Cell]) -> dict[str, int]:
 
 
 def passed(cells: list[Cell]) -> bool:
-    """True only if at least one cell exists and none is red."""
-    return bool(cells) and all(c.status != "red" for c in cells)
+    """True only if at least one cell is green and none is red (all N/A proves nothing)."""
+    c = counts(cells)
+    return c["green"] > 0 and c["red"] == 0
 
 
 def evidence_root() -> Path:
@@ -111,6 +159,7 @@ def write_evidence(
         "contract_fingerprint": contract_fingerprint,
         "fixture_hash": fixture_hash,
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "run_id": run_id(),
         **(extra or {}),
     }
     out = Path(root) if root is not None else evidence_root()
@@ -150,6 +199,11 @@ def read_evidence(path: str | Path) -> dict:
         c[cell["status"]] += 1
     if c != data["counts"]:
         raise EvidenceError(f"{p}: counts {data['counts']} do not match the cells {c}")
-    if data["passed"] != (bool(cells) and c["red"] == 0):
-        raise EvidenceError(f"{p}: 'passed' does not match the cells")
+    if data["passed"] != (c["green"] > 0 and c["red"] == 0):
+        raise EvidenceError(f"{p}: 'passed' does not match the cells (a pass needs a green cell and no red one)")
+    for cell in cells:
+        if cell["status"] == "N/A":
+            why = na_problem(cell.get("op"), cell.get("na_reason"), cell.get("detail"))
+            if why is not None:
+                raise EvidenceError(f"{p}: cell {cell.get('id')!r}: {why}: hidden N/A rejected")
     return data
