@@ -17,7 +17,7 @@ prefill (``BN/full``; the attention op only ever sees packed sequences). Transfo
                   step (every sequence's chunk), queries at absolute positions, keys 0..chunk end
 ``chunked7_op``   the op's own ``chunk=7`` mode: the same chunked forward inside one call, with
                   the canonical whole-sequence backward (what a chunked training step runs)
-``threads1/2``    1 vs 2 CPU threads
+``threadsN``     1 thread, and the canonical run's count + 1 (``ws1_ops.invariance.thread_counts``)
 ================  ============================================================================
 
 Decode (the ``long`` case, one query at position t = Skv-1): the canonical config is the full
@@ -40,7 +40,7 @@ import torch
 
 import ws1_ops
 from ws1_ops import reference
-from ws1_ops.invariance import num_threads
+from ws1_ops.invariance import num_threads, thread_counts, thread_note
 
 from .cases import CHUNK, AttnCase
 from .compare import bitwise_blocks
@@ -103,11 +103,11 @@ def _prefill_run(ac: AttnCase, transform: str, dev: torch.device, douts: list[to
     lengths = ac.lengths
     pos = [torch.arange(L, device=dev) for L in lengths]
     dv_ = [None if not grad else d.to(dev) for d in (douts or [None] * B)]
-    threads = {"threads1": 1, "threads2": 2}.get(transform)
+    threads = _threads(transform)
     fill = _filler_seqs(ac, [5, 13], seed)
     with num_threads(threads), (torch.enable_grad() if grad else torch.no_grad()):
         L = _Leaves(ac.seqs, dev, grad)
-        if transform in ("canonical", "threads1", "threads2", "permuted", "B1", "fillers", f"chunked{CHUNK}_op"):
+        if threads is not None or transform in ("canonical", "permuted", "B1", "fillers", f"chunked{CHUNK}_op"):
             items = [Item(L.q[b], L.k[b], L.v[b], pos[b]) for b in range(B)]
             if transform == "B1":
                 outs = [call([it], dev)[0] for it in items]
@@ -214,8 +214,17 @@ def prefill_transforms(ac: AttnCase, device_type: str, grad: bool = False) -> li
     if not grad:
         out.append(f"chunked{CHUNK}")  # separate calls per chunk: forward only (module docstring)
     if device_type == "cpu":
-        out += ["threads1", "threads2"]
+        out += _thread_transforms()
     return out
+
+
+def _thread_transforms() -> list[str]:
+    return [f"threads{t}" for t in thread_counts()]
+
+
+def _threads(transform: str) -> int | None:
+    """The thread count a ``threadsN`` transform runs (None: the canonical run's default)."""
+    return int(transform[len("threads"):]) if transform.startswith("threads") else None
 
 
 def _douts(ac: AttnCase, seed: int) -> list[torch.Tensor]:
@@ -244,7 +253,7 @@ def _decode_run(ac: AttnCase, transform: str, dev: torch.device, dout: torch.Ten
     grad = dout is not None
     t = ac.decode_pos
     q, k, v = ac.seqs[0]
-    threads = {"threads1": 1, "threads2": 2}.get(transform)
+    threads = _threads(transform)
     with num_threads(threads), (torch.enable_grad() if grad else torch.no_grad()):
         K = k[: t + 1].detach().to(dev).requires_grad_(grad)
         V = v[: t + 1].detach().to(dev).requires_grad_(grad)
@@ -278,7 +287,7 @@ def _decode_run(ac: AttnCase, transform: str, dev: torch.device, dout: torch.Ten
 
 
 def decode_transforms(device_type: str) -> list[str]:
-    return ["decode", "decode_batched"] + (["threads1", "threads2"] if device_type == "cpu" else [])
+    return ["decode", "decode_batched"] + (_thread_transforms() if device_type == "cpu" else [])
 
 
 # ---- the judgments --------------------------------------------------------------------------------
@@ -287,9 +296,11 @@ def decode_transforms(device_type: str) -> list[str]:
 def forward_invariance(ac: AttnCase, dev: torch.device, seed: int = 0) -> list[Verdict]:
     if ac.mode == "decode":
         ref = _decode_run(ac, "canonical", dev, None, seed)
-        return [Verdict(tr, _cmp_out(tr, _decode_run(ac, tr, dev, None, seed), ref)) for tr in decode_transforms(dev.type)]
+        return [Verdict(tr, _cmp_out(tr, _decode_run(ac, tr, dev, None, seed), ref), thread_note(_threads(tr)))
+                for tr in decode_transforms(dev.type)]
     ref = _prefill_run(ac, "canonical", dev, None, seed)
-    return [Verdict(tr, _cmp_out(tr, _prefill_run(ac, tr, dev, None, seed), ref)) for tr in prefill_transforms(ac, dev.type)]
+    return [Verdict(tr, _cmp_out(tr, _prefill_run(ac, tr, dev, None, seed), ref), thread_note(_threads(tr)))
+            for tr in prefill_transforms(ac, dev.type)]
 
 
 def gradient_invariance(ac: AttnCase, dev: torch.device, seed: int = 0) -> list[Verdict]:
@@ -297,13 +308,14 @@ def gradient_invariance(ac: AttnCase, dev: torch.device, seed: int = 0) -> list[
         dout = torch.randn((1, *ac.seqs[0][0].shape[1:]), generator=torch.Generator().manual_seed(seed + 3)).to(BF16)
         ref = _decode_run(ac, "canonical", dev, dout, seed)
         return [Verdict(tr, _cmp_grads(tr, _decode_run(ac, tr, dev, dout, seed), ref),
-                        "canonical: the prefill's backward with dO on the decoded row only")
+                        "; ".join(filter(None, ["canonical: the prefill's backward with dO on the decoded row only",
+                                                thread_note(_threads(tr))])))
                 for tr in decode_transforms(dev.type)]
     douts = _douts(ac, seed)
     ref = _prefill_run(ac, "canonical", dev, douts, seed)
     out = []
     for tr in prefill_transforms(ac, dev.type, grad=True):
-        out.append(Verdict(tr, _cmp_grads(tr, _prefill_run(ac, tr, dev, douts, seed), ref)))
+        out.append(Verdict(tr, _cmp_grads(tr, _prefill_run(ac, tr, dev, douts, seed), ref), thread_note(_threads(tr))))
     return out
 
 

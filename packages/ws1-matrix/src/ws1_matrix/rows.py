@@ -3,7 +3,7 @@ compare every logical row's output (C3) and gradients (C4) bit for bit.
 
 The layouts are ws1_ops.invariance's (:func:`~ws1_ops.invariance.standard_layouts`: batch size
 M=1..16 and single rows alone, a permutation, rows at random positions among filler rows, left and
-right padding, 1 vs 2 CPU threads), plus two *multi-call* transforms built from the fixture:
+right padding, 1 thread and the canonical count + 1), plus two *multi-call* transforms built from the fixture:
 
 * ``B1`` — one call per sample (the trainer's four B=1 runs, aggregated);
 * ``chunked7`` — one call per 7-position chunk of every sample (chunked prefill).
@@ -31,7 +31,7 @@ import torch
 
 import ws1_ops
 from ws1_contract import Comparison
-from ws1_ops.invariance import Layout, num_threads, standard_layouts
+from ws1_ops.invariance import Layout, num_threads, standard_layouts, thread_note
 
 from .cases import TokenCase
 from .compare import bitwise_blocks, blocks, digest
@@ -206,7 +206,8 @@ def forward_invariance(tc: TokenCase, dev: torch.device, seed: int = 0) -> list[
     out = []
     for tr in token_transforms(tc, dev.type, seed):
         got = run(tc, tr, dev, fill, params, None)
-        out.append(Verdict(tr.name, [bitwise_blocks(got.out, ref.out.index_select(0, got.idx), f"{tr.name} output")]))
+        out.append(Verdict(tr.name, [bitwise_blocks(got.out, ref.out.index_select(0, got.idx), f"{tr.name} output")],
+                           thread_note(tr.threads)))
     return out
 
 
@@ -284,7 +285,7 @@ def _grad_verdict(tc, tr, dev, fill, params, up, ref, digests, masters) -> Verdi
     del got
     for name, label, kept, n_bad, n_blocks in pending:
         comps.append(_digest_mismatch(tc, dev, fill, masters, up, name, label, kept, n_bad, n_blocks))
-    return Verdict(tr.name, comps)
+    return Verdict(tr.name, comps, thread_note(tr.threads))
 
 
 def forward_accuracy(tc: TokenCase, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -4,7 +4,8 @@ logical rows, and compare each row's outputs — and gradients — bit for bit.
 A *layout* says, for each position of the transformed batch, which canonical row sits there
 (``-1``: a filler/padding row with garbage values). The canonical config is all ``n`` rows in
 order. Transformed configs: the first ``m`` rows only (batch size M=m), permuted rows, rows at
-random positions among filler rows, left and right padding, and a different thread count.
+random positions among filler rows, left and right padding, and 1 thread and the canonical
+count + 1 (:func:`thread_counts`).
 
 Parameter gradients are summed over rows, so they are compared whole: each run passes
 ``row_keys`` (the canonical row index; -1 for filler) and the op must drop filler rows and reduce
@@ -51,9 +52,20 @@ def standard_layouts(n: int, ms: Sequence[int] = DEFAULT_MS, seed: int = 0, subs
     pad = torch.full((5,), -1, dtype=torch.int64)
     out.append(Layout("padded_right", torch.cat([torch.arange(n), pad])))
     out.append(Layout("padded_left", torch.cat([pad, torch.arange(n)])))
-    out.append(Layout("threads1", torch.arange(n), threads=1))
-    out.append(Layout("threads2", torch.arange(n), threads=2))
+    out += [Layout(f"threads{t}", torch.arange(n), threads=t) for t in thread_counts()]
     return out
+
+
+def thread_counts() -> tuple[int, int]:
+    """The thread-count transforms: 1 thread, and one more than the canonical run's count (the
+    default, torch.get_num_threads()), so on any host — 1 or 2 cores included — at least one of them
+    runs a count the canonical run did not."""
+    return 1, torch.get_num_threads() + 1
+
+
+def thread_note(threads: int | None) -> str:
+    """The evidence line of a thread transform: both counts."""
+    return "" if threads is None else f"threads: {threads} vs the canonical run's {torch.get_num_threads()}"
 
 
 @contextlib.contextmanager

@@ -145,7 +145,7 @@ def c10(run, args) -> None:
                      detail=f"weights hash {model.weights_sha256} is not the pinned {manifest.model.formal_weights_sha256}"))
         return
     if args.candidate:
-        model.profile = args.candidate          # plain PyTorch ops for every node: not a profile
+        model.profile = args.candidate          # a negative control's kernels: not a profile
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     gmode = args.grad_compare or ("digest" if grad_bytes > DIGEST_ABOVE_BYTES else "full")
     summary: dict = {"mode": mode, "model": model.config.name, "synthetic": model.synthetic, "candidate": args.candidate,
@@ -247,6 +247,7 @@ def c10(run, args) -> None:
                  f"{fd['cell']}: first differing node layer {fd['layer']} {fd['node']} ({fd['tokens_differ']} of {fd['tokens']} tokens; "
                  f"first at {fd['first_key']})", extra={"first_drift": {k: v for k, v in fd.items() if k != 'map'} if fd else None}))
     attach_provenance(run, rec)
+    summary["variant"] = {op: s["variant"] for op, s in rec.summary().items() if "variant" in s}  # a control's kernels
     summary.update(first_drift={k: v for k, v in fd.items() if k != "map"} if fd else None, drift_maps=drifts,
                    wall_time_s=round(time.perf_counter() - t0, 1),
                    peak_rss_gib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2))
@@ -338,7 +339,8 @@ def add_args(ap) -> None:
     ap.add_argument("--model", default="tiny", help="preset: tiny (default), qwen3-8b-L2, qwen3-8b")
     ap.add_argument("--weights", default=None, help="an HF-format checkpoint directory instead of synthetic weights")
     ap.add_argument("--formal", action="store_true", help="the formal gate: --weights must hash to the manifest's pinned value")
-    ap.add_argument("--candidate", default=None, choices=["torch_default"],
-                    help="negative control: plain PyTorch ops for every node (not a profile); the gate must come out red")
+    ap.add_argument("--candidate", default=None, choices=list(ws1_ops.registry.candidates()),
+                    help="negative control (not a profile): torch_default (plain PyTorch ops for every node) or one of "
+                         "the project's variant kernels (ws1_ops.backends.controls); the gate must come out red")
     ap.add_argument("--grad-compare", default=None, choices=["full", "digest"],
                     help="gradient invariance on full tensors or raw-bit digests (default: digest above 6 GiB of gradients)")

@@ -72,9 +72,11 @@ def attach_provenance(run: GateRun, rec: ws1_ops.Recorder) -> None:
     problems = validate_provenance(prov, run.contract, run.manifest.fixture_identity_sha256)
     if not fams:
         problems.append("no kernel was recorded")
+    # a negative control's variant kernels are named, so its evidence never passes for the kernels'
+    variants = sorted({v for s in rec.summary().values() for v in s.get("variant", [])})
+    ran = f"ran {actual} kernels on {prov.device_name} ({prov.arch_key})" + (f"; negative control {variants}" if variants else "")
     run.add(Cell(id="provenance", judgment="provenance", status=status(not problems),
-                 detail="; ".join(problems) if problems else f"ran {actual} kernels on {prov.device_name} ({prov.arch_key})",
-                 extra={"families_recorded": fams}))
+                 detail="; ".join(problems) if problems else ran, extra={"families_recorded": fams, "variants": variants}))
 
 
 def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -41,7 +41,8 @@ from .config import Qwen3Config
 
 BF16, F32 = torch.bfloat16, torch.float32
 REFERENCE = "reference"
-CANDIDATES = ("torch_default",)
+# non-profile candidates: torch_default and the project's negative controls (ws1_ops.backends.controls)
+CANDIDATES = ws1_ops.registry.candidates()
 
 
 class ModelInputError(ValueError):

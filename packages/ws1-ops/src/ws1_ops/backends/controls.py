@@ -64,12 +64,14 @@ M_SPLIT_ABOVE = 8
 
 def _split_k(a: torch.Tensor, b: torch.Tensor, parts: int) -> torch.Tensor:
     """FP32 ``a @ b.T`` (a [M, K], b [N, K]) with K cut into ``parts`` consecutive blocks: each block is
-    the serial-FMA cpu gemm from +0, the FP32 partial products are then added left to right. The same
-    products as the serial chain, rounded in another grouping: within accuracy, other last bits."""
+    the serial-FMA cpu gemm from +0, kept in a BF16 workspace (split-K with BF16 partials), the
+    partials then added left to right in FP32. An FP32-only regrouping would hide behind the final
+    BF16 rounding on most elements; the BF16 partials make most output elements differ by an ulp or
+    so — within accuracy, visibly other bits."""
     cuts = torch.linspace(0, a.shape[1], parts + 1).round().long().tolist()
     out = None
     for lo, hi in zip(cuts, cuts[1:]):
-        part = _cpu().gemm(a[:, lo:hi].contiguous(), b[:, lo:hi], True)
+        part = _cpu().gemm(a[:, lo:hi].contiguous(), b[:, lo:hi], True).to(BF16).float()
         out = part if out is None else out + part
     return out
 
@@ -113,18 +115,19 @@ def _gemm_split_by_threads(k: Kernel) -> Kernel:
 
 
 def _rms_norm_by_row_parity(k: Kernel) -> Kernel:
-    """rms_norm whose rows at odd batch positions sum their squares in another order: the row (and the
-    weight) rotated by one element before the kernel, the output rotated back, so every element meets
-    another lane of the fixed 16-lane tree. y and rstd of those rows differ in the last bits (dx and
-    dweight follow through rstd); rows at even positions are the kernel's own."""
+    """rms_norm whose rows at odd batch positions take another path: rstd kept in BF16 (a low-precision
+    row path), y = (x * rstd) * w from it. rstd moves by up to 2^-9 relative, so most y elements of
+    those rows change by an ulp (dx and dweight follow through rstd); rows at even positions are the
+    kernel's own."""
 
     def fwd(x, w, eps):
         y, rstd = k.fwd(x, w, eps)
         if x.shape[0] > 1:
-            yo, ro = k.fwd(x[1::2].roll(1, 1).contiguous(), w.roll(1, 0).contiguous(), eps)
+            r = rstd[1::2].to(BF16).float()
+            rows = x[1::2].float() * r.reshape(-1, 1)          # the kernel's two FP32 multiplies, then RNE
             y, rstd = y.clone(), rstd.clone()
-            y[1::2] = yo.roll(-1, 1)
-            rstd[1::2] = ro
+            y[1::2] = (rows * w.float()).to(BF16)
+            rstd[1::2] = r
         return y, rstd
 
     return dataclasses.replace(k, fwd=fwd)
@@ -174,8 +177,11 @@ def _attn_rotating(k: Kernel, start_of: Callable[[int, int, torch.Tensor], int])
     ``start_of(k0, nq, q_pos_of_sequence)`` gives s for one sequence of the call (k0: where its keys
     start in the packed buffer; 0: the kernel's own order). Built from the cpu kernel itself: each
     rotated query is run as its own one-query sequence over its keys gathered in the rotated order
-    (q_pos = the last key), so only the order of the softmax reduction changes — within accuracy,
-    other last bits. The backward is the kernel's, from this forward's out and lse."""
+    (q_pos = the last key), so the order of the softmax reduction changes; the rotated path's output
+    is then rounded up by one BF16 ulp (its own epilogue), because a regrouped FP32 reduction alone
+    would hide behind the BF16 rounding on most elements. Within accuracy (1 ulp), every element of a
+    rotated row differs. The backward is the kernel's, from this forward's out and lse (Delta =
+    dO . out moves with out, so dq, dk, dv move too)."""
 
     def fwd(q, kk, v, cu_q, cu_k, q_pos, scale):
         out, lse = k.fwd(q, kk, v, cu_q, cu_k, q_pos, scale)
@@ -198,7 +204,7 @@ def _attn_rotating(k: Kernel, start_of: Callable[[int, int, torch.Tensor], int])
         o, ls = k.fwd(q.index_select(0, idx.to(q.device)), kk.index_select(0, kidx), v.index_select(0, kidx),
                       torch.arange(len(rows) + 1, device=cu_q.device), cu, (cu[1:] - cu[:-1] - 1).to(q_pos.device), scale)
         out, lse = out.clone(), lse.clone()
-        out[idx] = o
+        out[idx] = torch.nextafter(o, torch.full_like(o, float("inf")))
         lse[idx] = ls
         return out, lse
 
