@@ -23,6 +23,7 @@ import ws1_ops
 from ws1_contract import Cell, bitwise
 from ws1_ops.runtime import node_problems
 
+from .drift import Trace, drift_map, first_drift
 from .gatekit import attach_provenance, build_model, log, status
 from .generate import Request, generate
 from .teacher import fixture_samples, teacher_forcing
@@ -30,13 +31,17 @@ from .teacher import fixture_samples, teacher_forcing
 PARAM_NODES = ("embedding", "rms_norm", "det_gemm", "qk_norm", "lm_head")
 
 
-def silu_identity(model) -> tuple[bool, str]:
-    """silu(g) vs swiglu(g, ones) on the model's layer-0 gate activations (the chain's own inputs)."""
+def silu_identity(model, drifts: list | None = None) -> tuple[bool, str]:
+    """silu(g) vs swiglu(g, ones) on the model's layer-0 gate activations (the chain's own inputs).
+
+    silu never runs in the chain (the MLP's fused swiglu does its work), so this is where it runs:
+    each side is traced as node (0, "silu"); with ``drifts``, a difference is appended there as a
+    first-drift row (cell ``observed/silu``) naming the rows whose bits differ."""
     captured = {}
 
     def tracer(layer, node, t, keys):
         if layer == 0 and node == "attn_residual":
-            captured["h"] = t
+            captured["h"], captured["keys"] = t, keys
 
     model.tracer = tracer
     try:
@@ -47,7 +52,15 @@ def silu_identity(model) -> tuple[bool, str]:
     with model.activate():
         x = ws1_ops.rms_norm(captured["h"], L.post_attention_layernorm.weight, model.config.rms_norm_eps)
         g = ws1_ops.det_gemm(x, L.mlp.gate_proj.weight)
-        cmp = bitwise(ws1_ops.silu(g), ws1_ops.swiglu(g, torch.ones_like(g)), "silu(g) vs swiglu(g, 1)")
+        got, want = ws1_ops.silu(g), ws1_ops.swiglu(g, torch.ones_like(g))
+        cmp = bitwise(got, want, "silu(g) vs swiglu(g, 1)")
+    if drifts is not None:
+        a, b = Trace(), Trace()
+        a(0, "silu", got, captured["keys"])
+        b(0, "silu", want, captured["keys"])
+        fd = first_drift(a, b)
+        if fd:
+            drifts.append({"cell": "observed/silu", **fd, "map": drift_map(a, b)})
     return cmp.passed, cmp.detail
 
 

@@ -5,7 +5,7 @@ One layer (R rows; the residual stream ``h`` is FP32, every op output BF16, logi
     x = rms_norm(h, input_layernorm)                  [R, H]
     q, k, v = det_gemm(x, q/k/v_proj)                  [R, Hq*D], [R, Hkv*D] x2
     q, k = rope(qk_norm(q), pos), rope(qk_norm(k), pos)
-    o = attention(q, k, v)                             sequences packed (pad rows do not attend)
+    o = attention(q, k, v)                             all R rows; each sequence and each pad run a segment
     h = h + det_gemm(o, o_proj)                        FP32 residual add (exact per element)
     x = rms_norm(h, post_attention_layernorm)
     h = h + det_gemm(swiglu(det_gemm(x, gate), det_gemm(x, up)), down)
@@ -13,7 +13,11 @@ One layer (R rows; the residual stream ``h`` is FP32, every op output BF16, logi
 then ``lm_head(rms_norm(h, norm))`` -> FP32 logits, and ``logprob`` (trainer) or
 ``batch_invariant_logp`` (rollout) -> FP32 log-probs. Every per-token op runs on all R rows of the
 batch as laid out — pad rows included — so batch size, padding and row position really reach the
-kernels; attention takes the valid rows of each sequence (a pure index copy, like ``pack``).
+kernels. Attention runs on all R rows too: ``rows.cu`` makes each sequence's tokens one segment and
+each run of pad rows another (:func:`ws1_ops.padded_segments`), so pad rows are real queries of the
+kernel while no sequence sees a pad key and no pad query sees a real one. In training the pad rows
+get a garbage upstream gradient (ws1_qwen3.teacher), so a kernel that let them into a parameter
+gradient, or into a real row, is caught.
 
 Rows carry logical keys ``(sample rank, position)`` (-1 for padding); the ops reduce parameter
 gradients over rows in that order, so gradients do not depend on the layout either.
@@ -131,19 +135,15 @@ class _Backbone(nn.Module):
 
 @dataclass(frozen=True)
 class Rows:
-    """A batch as R rows. ``ids``, ``pos``, ``keys`` [R] int64 (keys: logical, -1 = padding);
-    ``attn`` [Tv] the valid rows, sequence by sequence in position order; ``cu`` [B+1] over ``attn``."""
+    """A batch as R rows. ``ids``, ``pos``, ``keys`` [R] int64 (keys: logical, -1 = padding; pos:
+    the token's position, a pad row's its place in its run of padding); ``cu`` [G+1] the attention
+    segments over all R rows in row order — one per sequence and one per run of pad rows
+    (:func:`ws1_ops.padded_segments`)."""
 
     ids: torch.Tensor
     pos: torch.Tensor
     keys: torch.Tensor
-    attn: torch.Tensor
     cu: torch.Tensor
-
-    @property
-    def dense(self) -> bool:
-        """Every row attends, in row order (no padding, already sequence-major): no gather needed."""
-        return self.attn.numel() == self.ids.numel() and bool(torch.equal(self.attn, torch.arange(self.ids.numel())))
 
 
 Tracer = Callable[[int, str, torch.Tensor, torch.Tensor], None]  # (layer, node, output [R, ...], keys [R])
@@ -185,9 +185,11 @@ class Qwen3ForCausalLM(nn.Module):
             return ws1_ops.use_candidate(self.profile)
         return ws1_ops.use_profile(self.profile, self.device)
 
-    def _trace(self, layer: int, node: str, t: torch.Tensor, keys: torch.Tensor) -> None:
+    def _trace(self, layer: int, node: str, t: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """Hand node ``(layer, node)``'s output to the tracer (ws1_qwen3.drift); returns ``t``."""
         if self.tracer is not None:
             self.tracer(layer, node, t.detach(), keys)
+        return t
 
     # ---- the chain ---------------------------------------------------------------------------
 
@@ -204,46 +206,42 @@ class Qwen3ForCausalLM(nn.Module):
     def hidden(self, rows: Rows, attend: Callable | None = None, chunk: int | None = None) -> torch.Tensor:
         """Final-norm hidden states [R, H] (BF16; FP32 on the reference path).
 
-        ``attend(layer, q, k, v)`` computes attention of the valid rows (default: teacher forcing
-        over ``rows.cu``); ``chunk`` runs that attention as chunked prefill (see ws1_ops.attention)."""
+        ``attend(layer, q, k, v)`` computes attention of all R rows (default: teacher forcing over
+        the segments ``rows.cu``); ``chunk`` runs that attention as chunked prefill (see ws1_ops.attention)."""
         c, ops, keys = self.config, self.ops(), rows.keys
         self._check_ids(rows.ids)
         self._check_positions(rows.pos)
         R, D, Hq, Hkv, eps = rows.ids.numel(), c.head_dim, c.num_attention_heads, c.num_key_value_heads, c.rms_norm_eps
         dev = self.device
         ids, pos, keys = rows.ids.to(dev), rows.pos.to(dev), keys.to(dev)
-        dense = rows.dense
-        attn, cu = rows.attn.to(dev), rows.cu.to(dev)
-        apos = pos if dense else pos.index_select(0, attn)
+        cu = rows.cu.to(dev)
         if attend is None:
             def attend(_i, q, k, v):
-                return ops.attention(q, k, v, cu, cu, apos, None, chunk)
+                return ops.attention(q, k, v, cu, cu, pos, None, chunk)
 
-        h = ops.embedding(ids, self.model.embed_tokens.weight, keys).float()   # FP32 residual stream
-        self._trace(-1, "embedding", h, keys)
+        def tr(layer, node, t):   # every kernel's output, by role, in the order computed (first_drift)
+            return self._trace(layer, node, t, keys)
+
+        h = tr(-1, "embedding", ops.embedding(ids, self.model.embed_tokens.weight, keys)).float()   # FP32 residual stream
         for i, L in enumerate(self.model.layers):
             A, M = L.self_attn, L.mlp
-            x = ops.rms_norm(h, L.input_layernorm.weight, eps, keys)
-            q = ops.qk_norm(ops.det_gemm(x, A.q_proj.weight, keys).view(R, Hq, D), A.q_norm.weight, eps, keys)
-            k = ops.qk_norm(ops.det_gemm(x, A.k_proj.weight, keys).view(R, Hkv, D), A.k_norm.weight, eps, keys)
-            v = ops.det_gemm(x, A.v_proj.weight, keys).view(R, Hkv, D)
-            q, k = ops.rope(q, pos, c.rope_theta), ops.rope(k, pos, c.rope_theta)
-            self._trace(i, "rope_k", k, keys)
-            if dense:
-                o = attend(i, q, k, v)
-            else:   # pad rows do not attend: gather the valid rows, scatter the output back (exact copies)
-                o = attend(i, q.index_select(0, attn), k.index_select(0, attn), v.index_select(0, attn))
-                o = torch.zeros(R, Hq, D, dtype=o.dtype, device=dev).index_copy(0, attn, o)
+            x = tr(i, "input_layernorm", ops.rms_norm(h, L.input_layernorm.weight, eps, keys))
+            q = tr(i, "q_norm", ops.qk_norm(tr(i, "q_proj", ops.det_gemm(x, A.q_proj.weight, keys)).view(R, Hq, D),
+                                            A.q_norm.weight, eps, keys))
+            k = tr(i, "k_norm", ops.qk_norm(tr(i, "k_proj", ops.det_gemm(x, A.k_proj.weight, keys)).view(R, Hkv, D),
+                                            A.k_norm.weight, eps, keys))
+            v = tr(i, "v_proj", ops.det_gemm(x, A.v_proj.weight, keys)).view(R, Hkv, D)
+            q, k = tr(i, "rope_q", ops.rope(q, pos, c.rope_theta)), tr(i, "rope_k", ops.rope(k, pos, c.rope_theta))
+            o = attend(i, q, k, v)
             self._trace(i, "attention", o, keys)
-            h = h + ops.det_gemm(o.reshape(R, Hq * D), A.o_proj.weight, keys).float()
+            h = h + tr(i, "o_proj", ops.det_gemm(o.reshape(R, Hq * D), A.o_proj.weight, keys)).float()
             self._trace(i, "attn_residual", h, keys)
-            x = ops.rms_norm(h, L.post_attention_layernorm.weight, eps, keys)
-            m = ops.swiglu(ops.det_gemm(x, M.gate_proj.weight, keys), ops.det_gemm(x, M.up_proj.weight, keys))
-            self._trace(i, "swiglu", m, keys)
-            h = h + ops.det_gemm(m, M.down_proj.weight, keys).float()
+            x = tr(i, "post_attention_layernorm", ops.rms_norm(h, L.post_attention_layernorm.weight, eps, keys))
+            m = tr(i, "swiglu", ops.swiglu(tr(i, "gate_proj", ops.det_gemm(x, M.gate_proj.weight, keys)),
+                                           tr(i, "up_proj", ops.det_gemm(x, M.up_proj.weight, keys))))
+            h = h + tr(i, "down_proj", ops.det_gemm(m, M.down_proj.weight, keys)).float()
             self._trace(i, "mlp_residual", h, keys)
-        x = ops.rms_norm(h, self.model.norm.weight, eps, keys)
-        self._trace(c.num_hidden_layers, "final_norm", x, keys)
+        x = tr(c.num_hidden_layers, "final_norm", ops.rms_norm(h, self.model.norm.weight, eps, keys))
         return x
 
     def logits_of(self, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -265,7 +263,7 @@ class Qwen3ForCausalLM(nn.Module):
         rank = torch.arange(B).repeat_interleave(S)
         pos = torch.arange(S).repeat(B)
         keys = ws1_ops.logical_keys(rank, pos)
-        rows = Rows(input_ids.reshape(-1).cpu(), pos, keys, torch.arange(B * S), torch.arange(0, B * S + 1, S))
+        rows = Rows(input_ids.reshape(-1).cpu(), pos, keys, torch.arange(0, B * S + 1, S))
         with self.activate():
             logits = self.logits_of(self.hidden(rows), keys)
         return logits.view(B, S, -1)
@@ -284,7 +282,7 @@ class Qwen3ForCausalLM(nn.Module):
         rank = torch.cat([torch.full((n,), b, dtype=torch.int64) for b, n in enumerate(lens)])
         pos = torch.cat([torch.arange(n) for n in lens])
         keys = ws1_ops.logical_keys(rank, pos)
-        rows = Rows(input_ids.cpu(), pos, keys, torch.arange(input_ids.numel()), cu)
+        rows = Rows(input_ids.cpu(), pos, keys, cu)
         with self.activate():
             return self.logits_of(self.hidden(rows), keys)
 
@@ -326,9 +324,8 @@ class Qwen3ForCausalLM(nn.Module):
         ranks = ranks or {}
         rank = torch.cat([torch.full((n,), ranks.get(s, i), dtype=torch.int64) for i, (s, n) in enumerate(zip(st.seq_ids, st.counts))])
         keys = ws1_ops.logical_keys(rank, st.q_pos)
-        T = st.q_pos.numel()
         rows = Rows(torch.tensor([t for s in st.seq_ids for t in toks[s]], dtype=torch.int64), st.q_pos, keys,
-                    torch.arange(T), st.cu_seqlens_q)
+                    st.cu_seqlens_q)
         with self.activate():
             x = self.hidden(rows, attend=lambda i, q, k, v: cached_attention(cache, i, st, q, k, v))
             if not all_logits:

@@ -42,15 +42,20 @@ def rollout_logp(model: Qwen3ForCausalLM, samples: Sequence[Sample], *, cache: s
         by_rank = {s.rank: s for s in group}
         while logits:
             lp = model.rollout_logp(torch.stack(list(logits.values())))
-            feed = {}
+            feed, sel, row_keys = {}, [], []
             for (r, _), row in zip(logits.items(), lp):
                 s = by_rank[r]
                 p = kv.length(r)                    # the position this step predicts
                 got[(r, p)] = row[s.tokens[p]]
+                sel.append(got[(r, p)])
+                row_keys.append((r << 32) | (p - 1))    # the lm_head row's key, as teacher forcing traces it
                 if p + 1 < s.length:
                     feed[r] = s.tokens[p]
                 else:
                     kv.finish(r)
+            # the selected log-prob, the chain point teacher forcing traces as "logprob" (drift.SAME_POINT)
+            model._trace(model.config.num_hidden_layers, "batch_invariant_logp", torch.stack(sel)[:, None],
+                         torch.tensor(row_keys, dtype=torch.int64))
             logits = model.decode(kv, feed, ranks) if feed else {}
     return torch.stack([got[k] for k in sorted(got)])
 

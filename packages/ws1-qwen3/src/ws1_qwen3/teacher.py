@@ -19,7 +19,7 @@ import torch
 
 import ws1_ops
 
-from .model import ModelInputError, Qwen3ForCausalLM, Rows
+from .model import REFERENCE, ModelInputError, Qwen3ForCausalLM, Rows
 
 LAYOUTS = ("padded_right", "padded_left", "packed")
 
@@ -42,6 +42,26 @@ class Sample:
     @property
     def completion(self) -> tuple[int, ...]:
         return self.tokens[self.n_prompt:]
+
+
+PAD_GRAD_SEED = 20260812
+
+
+class PadGarbage(torch.autograd.Function):
+    """Identity on the log-probs [n] FP32; in backward the pad rows (``pad`` [n] bool) get a seeded
+    garbage gradient (N(0, 1) × 5) where a trainer's loss would give them 0 — a leak of pad rows
+    into a parameter gradient or a real row then shows in the bits, instead of adding exact zeros."""
+
+    @staticmethod
+    def forward(ctx, logp, pad):
+        ctx.save_for_backward(pad)
+        return logp.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        (pad,) = ctx.saved_tensors
+        garbage = (torch.randn(g.shape, generator=torch.Generator().manual_seed(PAD_GRAD_SEED)) * 5).to(g)
+        return torch.where(pad, garbage, g), None
 
 
 def fixture_samples(manifest=None, which: str = "primary") -> list[Sample]:
@@ -76,37 +96,35 @@ def _rows(model: Qwen3ForCausalLM, samples: Sequence[Sample], layout: str, padde
     longest = max(s.length for s in samples)
     if longest > model.config.max_position_embeddings:
         raise ModelInputError(f"a sample of {longest} tokens exceeds max_position_embeddings {model.config.max_position_embeddings}")
-    ids, pos, keys, attn, lens, first = [], [], [], [], [], []
+    ids, pos, keys, lens, first = [], [], [], [], []   # pos: packed only (padded: from the segments)
+    t = lambda x: torch.tensor(x, dtype=torch.int64)  # noqa: E731
     if layout == "packed":
         for s in samples:
             first.append(len(ids))
-            attn += range(len(ids), len(ids) + s.length)
             ids += s.tokens
             pos += range(s.length)
             keys += [(s.rank << 32) | p for p in range(s.length)]
             lens.append(s.length)
-    else:
-        S = padded_length or longest
-        if S < longest:
-            raise ModelInputError(f"padded_length {S} is shorter than the longest sample ({longest} tokens)")
-        pad = model.config.pad_id
-        for s in samples:
-            n_pad = S - s.length
-            base = len(ids)
-            lead = n_pad if layout == "padded_left" else 0
-            first.append(base + lead)
-            row_ids = [pad] * S
-            row_ids[lead:lead + s.length] = s.tokens
-            ids += row_ids
-            for j in range(S):
-                p = j - lead
-                valid = 0 <= p < s.length
-                pos.append(p if valid else 0)
-                keys.append((s.rank << 32) | p if valid else -1)
-            attn += range(base + lead, base + lead + s.length)
-            lens.append(s.length)
-    t = lambda x: torch.tensor(x, dtype=torch.int64)  # noqa: E731
-    return Rows(t(ids), t(pos), t(keys), t(attn), ws1_ops.cu_seqlens_from_lengths(t(lens))), first
+        return Rows(t(ids), t(pos), t(keys), ws1_ops.cu_seqlens_from_lengths(t(lens))), first
+    S = padded_length or longest
+    if S < longest:
+        raise ModelInputError(f"padded_length {S} is shorter than the longest sample ({longest} tokens)")
+    # pad rows carry seeded garbage token ids, not the pad id: a run of identical pad rows would
+    # attend to identical values, which hands them dq = dk = 0 exactly and hides a leak through q/k
+    garbage = torch.randint(model.config.vocab_size, (len(samples), S), generator=torch.Generator().manual_seed(PAD_GRAD_SEED))
+    valid = torch.zeros(len(samples), S, dtype=torch.bool)
+    for b, s in enumerate(samples):
+        lead = S - s.length if layout == "padded_left" else 0
+        first.append(b * S + lead)
+        row_ids = garbage[b].tolist()
+        row_ids[lead:lead + s.length] = s.tokens
+        ids += row_ids
+        valid[b, lead:lead + s.length] = True
+        keys += [(s.rank << 32) | (j - lead) if 0 <= j - lead < s.length else -1 for j in range(S)]
+    # every row goes through the kernels: the pad rows are attention segments of their own (a
+    # sequence's position = its row's place in its segment); their results are never read
+    cu, pos_t = ws1_ops.padded_segments(valid)
+    return Rows(t(ids), pos_t, t(keys), cu), first
 
 
 def teacher_forcing(model: Qwen3ForCausalLM, samples: Sequence[Sample], *, layout: str = "padded_right",
@@ -116,9 +134,15 @@ def teacher_forcing(model: Qwen3ForCausalLM, samples: Sequence[Sample], *, layou
 
     ``chunk``: attention as chunked prefill (chunks of ``chunk`` absolute positions) with the
     canonical backward. ``all_tokens``: also the prompt tokens' log-probs (default: completion
-    tokens only — the lm_head then runs on just those rows). ``n_active``: the loss normalizer
-    (default: this call's active count). ``grad``: keep the graph for ``loss.backward()`` (run it
-    inside ``ws1_ops.canonical_grads()``)."""
+    tokens only — lm_head and logprob then run on those rows and the pad rows). ``n_active``: the
+    loss normalizer (default: this call's active count). ``grad``: keep the graph for
+    ``loss.backward()`` (run it inside ``ws1_ops.canonical_grads()``).
+
+    Padding reaches every kernel: the pad rows (garbage token ids) run the whole chain (lm_head and
+    logprob too, the pad id as target) and, in backward, get a garbage log-prob gradient (:class:`PadGarbage`)
+    instead of a real trainer's zero, so any kernel that lets a pad row into a parameter gradient
+    (or into a real row) changes bits the gates compare. Not on the FP32 reference path, whose
+    plain autograd ops reduce over every row by design (its pad rows get a zero gradient)."""
     if not samples:
         raise ModelInputError("teacher forcing needs at least one sample")
     ranks = [s.rank for s in samples]
@@ -135,12 +159,22 @@ def teacher_forcing(model: Qwen3ForCausalLM, samples: Sequence[Sample], *, layou
             act.append(p >= s.n_prompt)
     sel_t, tgt_t, keys_t = (torch.tensor(x, dtype=torch.int64) for x in (sel, tgt, keys))
     act_t = torch.tensor(act, dtype=torch.bool)
+    # lm_head and logprob rows: the selected rows and every pad row, in batch-row order
+    pad_rows = torch.nonzero(rows.keys < 0).flatten()
+    lm_rows, lm_order = torch.sort(torch.cat([sel_t, pad_rows]))
+    where = torch.empty_like(lm_order).index_copy_(0, lm_order, torch.arange(lm_order.numel()))
+    lm_keys = rows.keys.index_select(0, lm_rows)     # a selected row's key: position p − 1, as in a decode step
+    lm_tgt = torch.cat([tgt_t, torch.full_like(pad_rows, model.config.pad_id)]).index_select(0, lm_order)
     dev = model.device
     with torch.set_grad_enabled(grad), model.activate():
         x = model.hidden(rows, chunk=chunk)
-        # the lm_head row is position p − 1 (its own logical key, as in a decode step)
-        logits = model.logits_of(x.index_select(0, sel_t.to(dev)), torch.tensor(row_keys, dtype=torch.int64))
-        logp = model.ops().logprob(logits, tgt_t.to(dev))
+        row_keys_t = torch.tensor(row_keys, dtype=torch.int64)
+        logits = model.logits_of(x.index_select(0, lm_rows.to(dev)), lm_keys)
+        logp = model.ops().logprob(logits, lm_tgt.to(dev))
+        if grad and model.profile != REFERENCE:
+            logp = PadGarbage.apply(logp, (lm_keys < 0).to(dev))
+        logp = logp.index_select(0, where[:sel_t.numel()].to(dev))     # the selected rows, in ``sel`` order
+        model._trace(model.config.num_hidden_layers, "logprob", logp[:, None], row_keys_t)   # keyed like lm_head's row
         order = torch.argsort(keys_t)
         logp = logp.index_select(0, order.to(dev))
         keys_t, act_t = keys_t.index_select(0, order), act_t.index_select(0, order)
