@@ -160,3 +160,16 @@ def test_real_matrix_cpu_bf16(tmp_path):
     assert main(["c8", "cpu_bf16", "--execute", "--evidence-dir", str(tmp_path)]) == 0
     d = read_evidence(tmp_path / "cpu_bf16" / "c8_matrix.json")
     assert d["counts"] == {"green": CELLS - 8, "red": 0, "N/A": 8}
+
+
+def test_progress_on_stderr_json_clean_on_stdout(small_env, capsys, monkeypatch):
+    """C3's op loop reports progress (cells done / total, the current op) on stderr; with --json,
+    stdout is exactly the JSON document."""
+    monkeypatch.setenv("WS1_PROGRESS_EVERY_S", "0")      # a line per update (CI logs: one every 10 s)
+    assert main(["c3", "cpu_bf16", "--op", "silu,rope", "--json", "--evidence-dir", str(small_env / "ev")]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["gate"] == "c3_forward" and doc["exit_code"] == 0 and len(doc["records"]) == 1
+    assert "c3_forward cpu_bf16: 0/" in err and "— silu short" in err and "— rope primary" in err
+    n = len(doc["records"][0]["cells"])
+    assert f"c3_forward cpu_bf16: {n}/{n} cells" in err

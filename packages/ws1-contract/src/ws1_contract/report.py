@@ -7,6 +7,9 @@ an error, never skipped). The report shows each gate's verdict and counts, its r
 matrix (its Markdown table and SVG heat map when present), the C10 summary, and — for any C10 record
 whose chain drifted (a red run, or the negative control) — the per-layer first-drift view: for
 each (layer, node), how many tokens' bits differ from the canonical run.
+
+Only the records of one run are shown (``run_id``: by default the run of the folder's
+``c11_ci.json``); records of other runs left in the folder are counted as left out, never shown.
 """
 
 from __future__ import annotations
@@ -19,10 +22,15 @@ from .evidence import read_evidence
 
 GATE_ORDER = ("c1_contract", "c2_manifest", "c2_runtime", "c3_forward", "c4_gradient", "c5_inventory", "c6_decode_prefill",
               "c7_stateful_kv", "c9_model", "c8_matrix", "c10_chain_gate", "c10_negative_control", "c11_ci")
-DRIFT_NODES = ("embedding", "rope_k", "attention", "attn_residual", "swiglu", "mlp_residual", "final_norm", "lm_head")
+# the first-drift view's columns: every node of the chain in the order computed (ws1_qwen3.drift.NODE_ORDER,
+# which a ws1-qwen3 test holds this copy to); "silu" is filled only by its own check (it is not in the chain)
+DRIFT_NODES = ("embedding", "input_layernorm", "q_proj", "q_norm", "k_proj", "k_norm", "v_proj", "rope_q", "rope_k",
+               "attention", "o_proj", "attn_residual", "post_attention_layernorm", "gate_proj", "up_proj", "swiglu", "silu",
+               "down_proj", "mlp_residual", "final_norm", "lm_head", "logprob", "batch_invariant_logp")
 
 
-def load_records(folder: Path) -> list[tuple[Path, dict]]:
+def load_records(folder: Path, run_id: str | None = None) -> list[tuple[Path, dict]]:
+    """The folder's gate records (all of them, or only those of ``run_id``)."""
     recs = []
     for p in sorted(folder.glob("*.json")):
         try:
@@ -31,8 +39,16 @@ def load_records(folder: Path) -> list[tuple[Path, dict]]:
             if "schema" in str(exc) and "is not" in str(exc):
                 continue                      # not a gate record (e.g. a benchmark's JSON)
             raise
+    if run_id is not None:
+        recs = [(p, r) for p, r in recs if r.get("run_id") == run_id]
     order = {g: i for i, g in enumerate(GATE_ORDER)}
     return sorted(recs, key=lambda pr: (order.get(pr[1]["gate"], 99), pr[1]["gate"]))
+
+
+def default_run(folder: Path) -> str | None:
+    """The run of the folder's C11 record, if there is one (the report then shows that run only)."""
+    p = folder / "c11_ci.json"
+    return read_evidence(p).get("run_id") if p.is_file() else None
 
 
 def _verdict(rec: dict) -> str:
@@ -65,9 +81,9 @@ def _mixed(recs: list[tuple[Path, dict]]) -> str | None:
     return "; ".join(parts) + ": they do not describe one state of the code" if parts else None
 
 
-def render_markdown(folder: Path, recs: list[tuple[Path, dict]]) -> str:
+def render_markdown(folder: Path, recs: list[tuple[Path, dict]], note: str | None = None) -> str:
     profile = recs[0][1]["profile"] if recs else folder.name
-    out = [f"# WS1 report — `{profile}`", ""]
+    out = [f"# WS1 report — `{profile}`", ""] + ([note, ""] if note else [])
     if recs:
         r0 = recs[0][1]
         out += [f"git `{r0['git_sha'][:12]}`{' (dirty)' if r0['dirty'] else ''} · contract `{r0['contract_fingerprint'][:16]}` · "
@@ -101,17 +117,32 @@ def render_markdown(folder: Path, recs: list[tuple[Path, dict]]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _c10_md(r: dict) -> list[str]:
-    title = "C10 negative control (plain PyTorch ops: must be red)" if r["gate"] == "c10_negative_control" else "C10 chain gate"
-    out = [f"## {title}", ""]
+def _c10_items(r: dict, code, bold, text) -> list[str]:
+    """The C10 summary lines, formatted by ``code``/``bold``/``text`` (Markdown or escaped HTML)."""
     ti, gi = r.get("train_infer") or {}, r.get("gradient_invariance") or {}
-    out.append(f"- mode **{r.get('mode')}**, model `{r.get('model')}`, gradients compared as {r.get('grad_compare')}")
+    out = [f"mode {bold(r.get('mode'))}, model {code(r.get('model'))}, gradients compared as {text(r.get('grad_compare'))}"]
     if ti:
-        out.append(f"- train/infer max |Δlogp| {ti['max_abs_dlogp']:.3e} — {'bitwise' if ti['bitwise'] else 'NOT bitwise'}")
+        out.append(f"train/infer max |Δlogp| {ti['max_abs_dlogp']:.3e} — {'bitwise' if ti['bitwise'] else 'NOT bitwise'}")
     if gi:
-        out.append(f"- gradient invariance: {gi['min_bitwise']} of {gi['of']} parameters bitwise (worst of {gi['cells']} cells)")
+        out.append(f"gradient invariance: {gi['min_bitwise']} of {gi['of']} parameters bitwise (worst of {gi['cells']} cells)")
     fd = r.get("first_drift")
-    out.append(f"- first_drift: {'null' if fd is None else _fd(fd)}")
+    out.append("first_drift: " + ("null" if fd is None else
+               f"{code(fd.get('cell', '?'))} layer {fd['layer']} {code(fd['node'])}, {fd['tokens_differ']} of {fd['tokens']} tokens, "
+               f"first at {text(_key(fd['first_key']))}"))
+    return out
+
+
+def _key(k) -> str:
+    return f"sample {k['sample_rank']}, position {k['position']}" if isinstance(k, dict) else str(k)
+
+
+def _c10_title(r: dict) -> str:
+    return "C10 negative control (plain PyTorch ops: must be red)" if r["gate"] == "c10_negative_control" else "C10 chain gate"
+
+
+def _c10_md(r: dict) -> list[str]:
+    out = [f"## {_c10_title(r)}", ""]
+    out += [f"- {x}" for x in _c10_items(r, lambda s: f"`{s}`", lambda s: f"**{s}**", str)]
     out.append("")
     for d in (r.get("drift_maps") or [])[:1]:
         out += [f"First-drift view — `{d['cell']}` vs the canonical run (tokens whose bits differ / tokens compared):", ""]
@@ -128,21 +159,20 @@ def _c10_md(r: dict) -> list[str]:
     return out
 
 
-def _fd(fd: dict) -> str:
-    return f"`{fd.get('cell', '?')}` layer {fd['layer']} `{fd['node']}`, {fd['tokens_differ']} of {fd['tokens']} tokens, first at {fd['first_key']}"
-
-
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:13px}
 .green{background:#d8f3dc}.red{background:#ffd6d6}.na{background:#eee}.hot{background:#ff8a8a;font-weight:bold}
-code{background:#f4f4f4;padding:0 3px}details{margin:.5em 0}"""
+code{background:#f4f4f4;padding:0 3px}details{margin:.5em 0}
+.wide{overflow-x:auto}table.drift th,table.drift td{font-size:10px;padding:2px 3px;text-align:center}
+table.drift th{max-width:5.5em;vertical-align:bottom}table.drift tr>th:first-child{white-space:nowrap}
+td.none{background:#fafafa}td.first{outline:3px solid #000}"""
 
 
-def render_html(folder: Path, recs: list[tuple[Path, dict]]) -> str:
+def render_html(folder: Path, recs: list[tuple[Path, dict]], note: str | None = None) -> str:
     e = html.escape
     profile = recs[0][1]["profile"] if recs else folder.name
     parts = [f"<!doctype html><meta charset=utf-8><title>WS1 report {e(profile)}</title><style>{_CSS}</style>",
-             f"<h1>WS1 report — <code>{e(profile)}</code></h1>"]
+             f"<h1>WS1 report — <code>{e(profile)}</code></h1>"] + ([f"<p>{e(note.replace('`', ''))}</p>"] if note else [])
     if recs:
         r0 = recs[0][1]
         parts.append(f"<p>git <code>{e(r0['git_sha'][:12])}</code>{' (dirty)' if r0['dirty'] else ''} · contract "
@@ -173,35 +203,49 @@ def render_html(folder: Path, recs: list[tuple[Path, dict]]) -> str:
 
 def _c10_html(r: dict) -> str:
     e = html.escape
-    md = _c10_md(r)
-    head = [f"<h2>{e(md[0][3:])}</h2><ul>"] + [f"<li>{e(x[2:])}</li>" for x in md[2:] if x.startswith("- ")] + ["</ul>"]
+    items = _c10_items(r, lambda s: f"<code>{e(str(s))}</code>", lambda s: f"<b>{e(str(s))}</b>", lambda s: e(str(s)))
+    head = [f"<h2>{e(_c10_title(r))}</h2><ul>"] + [f"<li>{x}</li>" for x in items] + ["</ul>"]
     for d in (r.get("drift_maps") or [])[:1]:
         layers, cells = drift_table(d["map"])
         head.append(f"<p>First-drift view — <code>{e(d['cell'])}</code> vs the canonical run "
-                    "(tokens whose bits differ / tokens compared):</p><table><tr><th>")
-        head.append("".join(f"<th>{e(n)}" for n in DRIFT_NODES) + "</tr>")
+                    "(tokens whose bits differ / tokens compared; the first drifting node outlined):</p>"
+                    "<div class=wide><table class=drift><tr><th>")
+        # node names break after "_" so 23 columns fit a page; the kind (the ws1 op) under each
+        head.append("".join(f"<th title='{e(n)}'>{e(n).replace('_', '_<wbr>')}</th>" for n in DRIFT_NODES) + "</tr>")
+        first = (d.get("layer"), d.get("node"))
         for layer in layers:
-            row = f"<tr><th>{e(_layer_name(layer, cells))}"
+            row = f"<tr><th>{e(_layer_name(layer, cells))}</th>"
             for node in DRIFT_NODES:
                 c = cells.get((layer, node))
                 if c is None:
-                    row += "<td>"
+                    row += "<td class=none></td>"
                 else:
-                    row += f"<td class={'hot' if c['tokens_differ'] else 'green'}>{c['tokens_differ']}/{c['tokens']}"
+                    cls = ("hot first" if (layer, node) == first else "hot") if c["tokens_differ"] else "green"
+                    row += f"<td class='{cls}'>{c['tokens_differ']}/{c['tokens']}</td>"
             head.append(row + "</tr>")
-        head.append("</table>")
+        head.append("</table></div>")
     return "\n".join(head)
 
 
-def write_report(folder: str | Path) -> tuple[Path, Path]:
-    """Write ``report.md`` and ``report.html`` in ``folder`` from its evidence records."""
+def _run_note(f: Path, recs: list, run_id: str | None) -> str | None:
+    if run_id is None:
+        return None
+    left = len(load_records(f)) - len(recs)
+    return f"run `{run_id}`" + (f"; {left} record(s) of other runs in this folder left out" if left else "")
+
+
+def write_report(folder: str | Path, run_id: str | None = None) -> tuple[Path, Path]:
+    """Write ``report.md`` and ``report.html`` in ``folder`` from the evidence records of one run
+    (``run_id``, default :func:`default_run`; no C11 record and no ``run_id``: every record)."""
     f = Path(folder)
     if not f.is_dir():
         raise EvidenceError(f"{f}: no evidence folder")
-    recs = load_records(f)
+    run_id = run_id if run_id is not None else default_run(f)
+    recs = load_records(f, run_id)
     if not recs:
-        raise EvidenceError(f"{f}: no evidence records to report")
+        raise EvidenceError(f"{f}: no evidence records to report" + (f" of run {run_id}" if run_id else ""))
+    note = _run_note(f, recs, run_id)
     md, hp = f / "report.md", f / "report.html"
-    md.write_text(render_markdown(f, recs))
-    hp.write_text(render_html(f, recs))
+    md.write_text(render_markdown(f, recs, note))
+    hp.write_text(render_html(f, recs, note))
     return md, hp

@@ -17,6 +17,7 @@ import functools
 import ws1_accel
 import ws1_ops
 from ws1_contract import Cell, collect_provenance, validate_provenance
+from ws1_contract.progress import Progress
 
 from . import cases
 from .judge import FORWARD, GRADIENT, Ctx, judge, red_cells, tiers_of
@@ -40,8 +41,10 @@ def finish_provenance(run, ctx: Ctx, families: set[str], redden: bool = True) ->
     with ``redden`` it turns every green cell red (fail closed). C5 passes False: its cells carry
     their own per-item checks."""
     actual = ",".join(sorted(families)) if families else "none"
+    # on CPU the architecture is the ISA path the kernels reported taking (their self-report), not the CPU's flags
+    arch = ws1_ops.registry.arch_key_of([c.extra.get("recorded") or {} for c in run.cells]) if ctx.device.type == "cpu" else None
     prov = collect_provenance(ctx.profile, actual, run.contract, run.manifest.fixture_identity_sha256, device=ctx.device,
-                              reference_tf32=ws1_accel.tf32_enabled("cpu"))
+                              reference_tf32=ws1_accel.tf32_enabled("cpu"), arch_key=arch)
     problems = validate_provenance(prov, run.contract, run.manifest.fixture_identity_sha256)
     run.provenance = prov.to_dict()
     run.extra["provenance_problems"] = problems
@@ -67,14 +70,17 @@ def judge_profile(run, ops: list[str], judgments, tiers_for, activate=None) -> N
     """Add the cells of ``ops`` × tiers × ``judgments`` for ``run.profile`` (device present)."""
     ctx = make_ctx(run, activate)
     why = None if activate is not None else ws1_ops.family_available(ctx.family)
-    for op in ops:
-        for tier in tiers_for(op):
+    plan = [(op, tier) for op in ops for tier in tiers_for(op)]
+    with Progress(len(plan) * len(judgments), f"{run.gate} {run.profile}") as bar:   # stderr; C4 runs minutes
+        for op, tier in plan:
+            bar.doing(f"{op} {tier}")
             if why is not None and op != "pack":
                 for c in red_cells(ctx, op, tier, judgments, f"{ctx.family} kernel package missing: {why}"):
                     run.add(c)
-                continue
-            for c in judge(ctx, op, tier, judgments):
-                run.add(c)
+            else:
+                for c in judge(ctx, op, tier, judgments):
+                    run.add(c)
+            bar.update(len(judgments))
     cases.forget()
     finish_provenance(run, ctx, recorded_families(run.cells))
 

@@ -7,8 +7,12 @@
 ``--execute`` runs every cell through the C3/C4 judgments (:func:`ws1_matrix.judge.judge`) on the
 profile's own device. Without it the matrix is assembled from the C3 and C4 evidence files of the
 profile (e.g. written on the profile's own host): a missing file or cell is red ("not executed"),
-a record from another contract, fixture set or commit is red ("stale"), and a corrupt file — not
-JSON, counts that disagree with its cells, an N/A without an allowed reason — is an error (exit 1).
+a record from another contract, fixture set or commit is red ("stale"), so is one written at an
+unknown commit or from a dirty tree (what code wrote it cannot be known — unless it carries this
+run's ``WS1_RUN_ID``: the C11 flow's own C3/C4 steps, on the tree as it is now), and so is one whose
+provenance :func:`validate_provenance` rejects (re-run here on every source record); a corrupt file
+— not JSON, counts that disagree with its cells, an N/A without an allowed reason — is an error
+(exit 1).
 
 Unlike C3/C4, a profile whose device is absent does not end the run with exit 2: the matrix is over
 *all* profiles, and DESIGN §1 wants such a cell red with "not executed on this host: <reason>"
@@ -25,18 +29,21 @@ Beside each ``c8_matrix.json`` the gate writes ``c8_matrix.md`` (a table per tie
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
+import attrs
 import torch
 
 import ws1_accel
 import ws1_ops
 from ws1_contract import Cell, gate_main
 from ws1_contract.errors import EvidenceError
-from ws1_contract.evidence import ALLOWED_NA_REASONS, evidence_root, read_evidence
-from ws1_contract.provenance import git_state
+from ws1_contract.evidence import ALLOWED_NA_REASONS, evidence_root, read_evidence, run_id
+from ws1_contract.progress import Progress
+from ws1_contract.provenance import Provenance, git_state, validate_provenance
 
 from . import c34, cases, report
 from .judge import FORWARD, GRADIENT, JUDGMENTS, cell_id, judge, judge_pack, red_cells
@@ -95,11 +102,14 @@ def _execute(run) -> None:
             run.add(c)
         c34.finish_provenance(run, ctx, set())
         return
-    for op in run.manifest.ops:
-        for tier in run.manifest.tiers:
+    plan = [(op, tier) for op in run.manifest.ops for tier in run.manifest.tiers]
+    with Progress(len(plan) * len(JUDGMENTS), f"{GATE} {run.profile}") as bar:    # stderr; minutes on CPU
+        for op, tier in plan:
+            bar.doing(f"{op} {tier}")
             # executed through C3 (forward) and C4 (gradient): the same judgments, the same cells
             for c in judge(ctx, op, tier, FORWARD) + judge(ctx, op, tier, GRADIENT):
                 run.add(c)
+            bar.update(len(JUDGMENTS))
     cases.forget()
     c34.finish_provenance(run, ctx, c34.recorded_families(run.cells))
 
@@ -111,6 +121,29 @@ def _cell_from_dict(d: dict, path: Path) -> Cell:
         raise EvidenceError(f"{path}: cell {d.get('id')!r} is N/A without an allowed reason (hidden N/A rejected; "
                             f"N/A is only {ALLOWED_NA_REASONS} for pack)")
     return Cell(**fields, extra=extra)  # Cell itself rejects a hidden N/A too
+
+
+def _source_problem(run, gate: str, path: Path, data: dict, sha: str) -> str | None:
+    """Why a C3/C4 record cannot feed this matrix (None: it can)."""
+    if data["contract_fingerprint"] != run.contract.fingerprint or data["fixture_hash"] != run.manifest.fixture_identity_sha256:
+        return f"stale {gate} evidence ({path}): written under another contract or fixture set"
+    same_run = os.environ.get("WS1_RUN_ID") is not None and data.get("run_id") == os.environ["WS1_RUN_ID"]
+    if not same_run:
+        if "unknown" in (sha, data["git_sha"]):
+            return f"stale {gate} evidence ({path}): commit unknown (record {data['git_sha'][:12]}, checkout {sha[:12]})"
+        if data["dirty"] is not False:
+            return f"stale {gate} evidence ({path}): written from a dirty tree (dirty={data['dirty']}): the code that wrote it is unknown"
+        if data["git_sha"] != sha:
+            return f"stale {gate} evidence ({path}): written at git {data['git_sha'][:12]}, checkout is {sha[:12]}"
+    prov = data["provenance"]
+    names = [f.name for f in attrs.fields(Provenance)]
+    missing = [n for n in names if not isinstance(prov, dict) or n not in prov]
+    if missing:
+        return f"{gate} evidence ({path}): provenance incomplete (missing {missing[:4]})"
+    problems = validate_provenance(Provenance(**{n: prov[n] for n in names}), run.contract, run.manifest.fixture_identity_sha256)
+    if problems:
+        return f"{gate} evidence ({path}): provenance rejected: {'; '.join(problems)}"
+    return None
 
 
 def _assemble(run, root: Path) -> None:
@@ -129,12 +162,11 @@ def _assemble(run, root: Path) -> None:
         if data["gate"] != gate or data["profile"] != run.profile:
             raise EvidenceError(f"{path}: a {data['gate']!r} record of {data['profile']!r}, expected {gate!r} of {run.profile!r}")
         run.extra["sources"][gate] = {"path": str(path), "git_sha": data["git_sha"], "dirty": data["dirty"],
-                                      "created_at": data["created_at"], "provenance": data["provenance"]}
-        if data["contract_fingerprint"] != run.contract.fingerprint or data["fixture_hash"] != run.manifest.fixture_identity_sha256:
-            stale[gate] = f"stale {gate} evidence ({path}): written under another contract or fixture set"
-            continue
-        if "unknown" not in (sha, data["git_sha"]) and data["git_sha"] != sha:
-            stale[gate] = f"stale {gate} evidence ({path}): written at git {data['git_sha'][:12]}, checkout is {sha[:12]}"
+                                      "created_at": data["created_at"], "run_id": data.get("run_id"),
+                                      "provenance": data["provenance"]}
+        problem = _source_problem(run, gate, path, data, sha)
+        if problem is not None:
+            stale[gate] = problem
             continue
         for d in data["cells"]:
             if d.get("judgment") in judgments and d.get("tier") in run.manifest.tiers:
@@ -185,8 +217,10 @@ def main(argv: list[str]) -> int:
         profiles = known.profiles or list(load_contract().profiles)
     except Exception:  # noqa: BLE001 - gate_main has already reported a broken contract
         return code
-    written = [p for p in (root / prof / f"{GATE}.json" for prof in profiles) if p.is_file() and p.stat().st_mtime >= start - 1]
     try:
+        # only the records this process wrote (its run id): an old profile's record is never re-rendered as new
+        written = [p for p in (root / prof / f"{GATE}.json" for prof in profiles)
+                   if p.is_file() and p.stat().st_mtime >= start - 1 and read_evidence(p).get("run_id") == run_id()]
         outs = [report.write_reports(p) for p in written]
         if len(written) > 1:
             outs.append(report.write_combined(written, root))

@@ -10,7 +10,7 @@ import torch
 
 import ws1_accel
 import ws1_ops
-from ws1_contract import AggregateResult, Cell, Comparison, GateRun, collect_provenance, validate_provenance
+from ws1_contract import AggregateResult, Cell, Comparison, GateRun, collect_provenance, progress, validate_provenance
 
 from .config import preset
 from .model import Qwen3ForCausalLM
@@ -46,7 +46,7 @@ def error_cell(id: str, judgment: str, exc: BaseException, **extra) -> Cell:
 
 def log(msg: str) -> None:
     """Progress on stderr (stdout stays the table or the JSON)."""
-    print(f"  · {msg}", file=sys.stderr, flush=True)
+    progress.log(f"  · {msg}")      # above an open progress bar, if any
 
 
 def build_model(name: str, profile: str, *, seed: int = 20260812, weights: str | None = None) -> Qwen3ForCausalLM:
@@ -66,8 +66,10 @@ def attach_provenance(run: GateRun, rec: ws1_ops.Recorder) -> None:
     """Provenance from what ran (the recorder's families), validated; a problem adds a red cell."""
     fams = sorted({f for s in rec.summary().values() for f in s["families"]})
     actual = fams[0] if len(fams) == 1 else f"mixed{fams}"
-    prov = collect_provenance(run.profile, actual, run.contract, run.manifest.fixture_identity_sha256,
-                              device=ws1_accel.resolve_device(run.profile))
+    dev = ws1_accel.resolve_device(run.profile)
+    # on CPU the architecture is the ISA path the kernels reported taking, not the CPU's flags
+    prov = collect_provenance(run.profile, actual, run.contract, run.manifest.fixture_identity_sha256, device=dev,
+                              arch_key=rec.arch_key() if dev.type == "cpu" else None)
     run.provenance = prov.to_dict()
     problems = validate_provenance(prov, run.contract, run.manifest.fixture_identity_sha256)
     if not fams:
