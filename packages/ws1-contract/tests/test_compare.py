@@ -97,3 +97,57 @@ def test_aggregates_empty_and_nonfinite_fail():
     assert not aggregates(x, x, torch.tensor([False])).passed
     y = torch.tensor([float("nan")])
     assert not aggregates(y, y).passed
+
+
+# ---- the tensor-norm rule (issue 11 item 4) ---------------------------------------------------------
+
+
+def test_within_norm_sees_zeroed_halved_and_flipped_tensors_the_atol_cannot():
+    """Gradient-sized elements (~1e-3) under the BF16 reduction row's atol 0.1: the elementwise rule
+    passes a zeroed, halved and sign-flipped tensor; the tensor-norm rule fails every one."""
+    from ws1_contract.compare import within_norm
+
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(64, 48, generator=g) * 1e-3
+    cand = ref.to(torch.bfloat16)
+    ok = within_norm(cand, ref, 1e-2, 0.9999, "dW")
+    assert ok.passed and ok.rel_l2 < 3e-3 and ok.cosine > 0.99999, ok.detail
+    for bad, rel, cos in ((cand * 0, 1.0, 0.0), (cand * 0.5, 0.5, 1.0), (-cand, 2.0, -1.0)):
+        assert within_tolerance(bad, ref, 0.1, 0.02).passed     # the elementwise row cannot see it
+        r = within_norm(bad, ref, 1e-2, 0.9999, "dW")
+        assert not r.passed and "FAIL" in r.detail
+        assert math.isclose(r.rel_l2, rel, rel_tol=1e-2) and math.isclose(r.cosine, cos, abs_tol=1e-2)
+
+
+def test_within_norm_edge_cases():
+    from ws1_contract.compare import within_norm
+
+    z = torch.zeros(5)
+    assert within_norm(z, z, 1e-3, 0.999).passed                       # zero vs zero: equal
+    r = within_norm(torch.full((5,), 1e-30), z, 1e-3, 0.999)
+    assert not r.passed and r.rel_l2 == math.inf                        # anything vs a zero reference
+    x = torch.randn(5)
+    y = x.clone()
+    y[1] = float("nan")
+    assert not within_norm(y, x, 1e-3, 0.999).passed and "non-finite" in within_norm(y, x, 1e-3, 0.999).detail
+    assert not within_norm(x[:4], x, 1e-3, 0.999).passed                # shape mismatch
+
+
+def test_norm_stats_over_blocks_is_the_whole_tensor_rule():
+    """A reference produced block by block (vocabulary-sized gradients) gets one verdict for the
+    whole tensor: the sums accumulate across blocks, so one bad block among many good ones fails."""
+    from ws1_contract.compare import NormStats, within_norm
+
+    g = torch.Generator().manual_seed(1)
+    ref = torch.randn(40, 16, generator=g)
+    cand = ref.to(torch.bfloat16).float()
+    cand[30:40] = 0                                                   # one block of four zeroed
+    s = NormStats()
+    for lo in range(0, 40, 10):
+        s.add(cand[lo:lo + 10], ref[lo:lo + 10])
+    whole = within_norm(cand, ref, 0.1, 0.99)
+    blocked = s.judge(0.1, 0.99)
+    assert not whole.passed and not blocked.passed
+    assert math.isclose(blocked.rel_l2, whole.rel_l2, rel_tol=1e-9) and math.isclose(blocked.cosine, whole.cosine, rel_tol=1e-9)
+    # each block alone but the zeroed one would pass: the rule must not be a per-block AND
+    assert all(within_norm(cand[lo:lo + 10], ref[lo:lo + 10], 0.1, 0.99).passed for lo in (0, 10, 20))

@@ -184,3 +184,61 @@ def test_role_pair_validation():
         c.validate_role_pair("invariance", "my_config", "canonical_config")
     with pytest.raises(ContractError, match="is not"):
         c.validate_role_pair("invariance", "bf16_candidate", "canonical_config")
+
+
+# ---- the tensor-norm rule beside the gradient atol/rtol (issue 11 item 4) ---------------------------
+
+
+def test_gradient_accuracy_resolves_its_tensor_norm_rule():
+    """One resolver gives a gradient judgment everything it must meet; the atol/rtol are unchanged."""
+    c = load_contract()
+    th = c.resolve("gradient_accuracy", "det_gemm", "bfloat16")
+    assert (th.atol, th.rtol) == (1e-1, 2e-2)
+    assert 0 < th.max_rel_l2 < 0.5 and 0 < th.min_cosine <= 1
+    for op in c.ops:
+        for dt in c.dtype_policy.supported_dtypes:
+            t = c.resolve("gradient_accuracy", op, dt)
+            assert t.max_rel_l2 is not None and t.min_cosine is not None, (op, dt)
+    assert c.resolve("forward_accuracy", "det_gemm", "bfloat16").max_rel_l2 is None
+    assert c.judgments["gradient_accuracy"].tensor_norm.note
+
+
+def test_logprob_ops_are_judged_by_their_fp32_row():
+    c = load_contract()
+    for op in ("logprob", "batch_invariant_logp"):
+        assert c.judged_dtype(op, "bfloat16") == "float32"
+        assert c.resolve("forward_accuracy", op, c.judged_dtype(op, "bfloat16")).atol == 1e-5
+    assert c.judged_dtype("det_gemm", torch.bfloat16) == "bfloat16"
+
+
+def test_gradient_accuracy_needs_a_tensor_norm_rule(contract_data):
+    del contract_data["judgments"]["gradient_accuracy"]["tensor_norm"]
+    _expect(contract_data, "judgments.gradient_accuracy.tensor_norm", "required")
+
+
+@pytest.mark.parametrize("field,value,rule", [
+    ("max_rel_l2", 0.5, "a halved tensor has rel L2 0.5"),      # would let a halved gradient pass
+    ("max_rel_l2", -1e-3, "must be in [0, 0.5)"),
+    ("min_cosine", 0.0, "a zeroed tensor has cosine 0"),         # would let a zeroed gradient pass
+    ("min_cosine", 1.5, "must be in (0, 1]"),
+])
+def test_tensor_norm_limits_that_see_nothing_are_rejected(contract_data, field, value, rule):
+    contract_data["judgments"]["gradient_accuracy"]["tensor_norm"]["by_op_class"]["reduction"]["bfloat16"][field] = value
+    _expect(contract_data, f"judgments.gradient_accuracy.tensor_norm.by_op_class.reduction.bfloat16.{field}", rule)
+
+
+def test_tensor_norm_rule_structure(contract_data):
+    import copy
+
+    good = copy.deepcopy(contract_data)
+    del contract_data["judgments"]["gradient_accuracy"]["tensor_norm"]["by_op_class"]["attention"]["float32"]
+    _expect(contract_data, "judgments.gradient_accuracy.tensor_norm.by_op_class.attention", "missing dtype(s) ['float32']")
+    bad = copy.deepcopy(good)
+    bad["judgments"]["forward_invariance"]["tensor_norm"] = good["judgments"]["gradient_accuracy"]["tensor_norm"]
+    _expect(bad, "judgments.forward_invariance.tensor_norm", "only a tolerance judgment")
+    bad = copy.deepcopy(good)
+    bad["judgments"]["gradient_accuracy"]["by_op_class"]["reduction"]["bfloat16"]["max_rel_l2"] = 0.01
+    _expect(bad, "judgments.gradient_accuracy.by_op_class.reduction.bfloat16", "belong in judgments.gradient_accuracy.tensor_norm")
+    bad = copy.deepcopy(good)
+    bad["judgments"]["gradient_accuracy"]["tensor_norm"]["note"] = ""
+    _expect(bad, "judgments.gradient_accuracy.tensor_norm.note", "how the limits were chosen")

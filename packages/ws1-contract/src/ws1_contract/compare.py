@@ -23,6 +23,9 @@ class Comparison:
     max_abs: float | None = None
     max_rel: float | None = None
     first_diff: dict | None = None
+    # the tensor-norm rule (within_norm): ||cand - ref|| / ||ref|| and the cosine of cand and ref
+    rel_l2: float | None = None
+    cosine: float | None = None
 
     def to_dict(self) -> dict:
         return attrs.asdict(self)
@@ -161,6 +164,75 @@ def within_tolerance(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: f
         n_total=total, n_diff=n, max_abs=max_abs, max_rel=max_rel,
         first_diff={"index": idx, "lhs": fc, "rhs": fr},
     )
+
+
+@attrs.define
+class NormStats:
+    """The sums behind the tensor-norm rule, accumulated in FP64 over blocks of one tensor pair —
+    so a reference produced block by block (a vocabulary-sized gradient) is judged as one tensor."""
+
+    err2: float = 0.0   # sum (cand - ref)^2
+    ref2: float = 0.0   # sum ref^2
+    cand2: float = 0.0  # sum cand^2
+    dot: float = 0.0    # sum cand * ref
+    n: int = 0
+
+    def add(self, cand: torch.Tensor, ref: torch.Tensor) -> None:
+        for _, (cb, rb) in _blocks(cand, ref):
+            c, r = cb.double(), rb.double()   # FP64: squares of tiny gradients must not underflow
+            d = c - r
+            self.err2 += float(torch.dot(d, d))
+            self.ref2 += float(torch.dot(r, r))
+            self.cand2 += float(torch.dot(c, c))
+            self.dot += float(torch.dot(c, r))
+            self.n += c.numel()
+
+    def judge(self, max_rel_l2: float, min_cosine: float, name: str = "tensor") -> Comparison:
+        """``||cand - ref|| / ||ref|| <= max_rel_l2`` and ``cos(cand, ref) >= min_cosine``. A zero
+        reference passes only a zero candidate; a zero candidate against a non-zero reference has
+        cosine 0 (and rel_l2 1); NaN/Inf anywhere fails."""
+        rel = math.sqrt(self.err2 / self.ref2) if self.ref2 > 0 else (0.0 if self.err2 == 0 else math.inf)
+        if self.cand2 > 0 and self.ref2 > 0:
+            cos = self.dot / math.sqrt(self.cand2 * self.ref2)
+        else:
+            cos = 1.0 if self.cand2 == self.ref2 == 0 else 0.0
+        ok = self.n > 0 and rel <= max_rel_l2 and cos >= min_cosine   # NaN compares False: fails
+        what = (f"{name}: rel L2 {rel:.3e} (max {max_rel_l2:g}), cosine {cos:.9f} (min {min_cosine:g}) "
+                f"over {self.n} elements")
+        if not ok:
+            why = [w for w, bad in (("rel L2", not rel <= max_rel_l2), ("cosine", not cos >= min_cosine),
+                                    ("nothing compared", self.n == 0)) if bad]
+            what += f" — FAIL: {', '.join(why)} against the FP32 reference"
+        return Comparison(ok, what, n_total=self.n, rel_l2=rel, cosine=cos)
+
+
+def within_norm(cand: torch.Tensor, ref: torch.Tensor, max_rel_l2: float, min_cosine: float, name: str = "tensor") -> Comparison:
+    """The scale-aware per-tensor rule (:class:`NormStats`) on a whole tensor pair."""
+    bad = _structural(cand, ref, name, sides=("the candidate", "the reference"), same_dtype=False)
+    if bad is not None:
+        return bad
+    s = NormStats()
+    s.add(cand, ref)
+    return s.judge(max_rel_l2, min_cosine, name)
+
+
+def with_norm(elementwise: Comparison, norm: Comparison) -> Comparison:
+    """One verdict from the elementwise tolerance and the tensor-norm rule: green only if both are."""
+    ok = elementwise.passed and norm.passed
+    if ok:
+        detail = f"{elementwise.detail}; {norm.detail.split(': ', 1)[-1]}"
+    else:
+        detail = "; ".join(c.detail for c in (elementwise, norm) if not c.passed)
+    return attrs.evolve(elementwise, passed=ok, detail=detail, rel_l2=norm.rel_l2, cosine=norm.cosine)
+
+
+def accuracy(cand: torch.Tensor, ref: torch.Tensor, th, name: str = "tensor") -> Comparison:
+    """An accuracy judgment with the resolver's limits ``th`` (:meth:`Contract.resolve`): the
+    elementwise atol/rtol, and the tensor-norm rule where the contract has one for the row."""
+    tol = within_tolerance(cand, ref, th.atol, th.rtol, name)
+    if th.max_rel_l2 is None:
+        return tol
+    return with_norm(tol, within_norm(cand, ref, th.max_rel_l2, th.min_cosine, name))
 
 
 @attrs.frozen

@@ -33,6 +33,7 @@ REPORT_KINDS = {
     "train_infer_parity": ("training_style_teacher_forcing", "inference_style_rollout_decode"),
 }
 METRICS = ("max_abs_dlogp", "approx_kl0", "clipfrac0")
+NORM_REQUIRED = ("gradient_accuracy",)   # judgments that must carry a tensor-norm rule
 DTYPE_ALIASES = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16", "half": "float16", "float": "float32"}
 
 
@@ -62,12 +63,33 @@ class DtypePolicy:
 class Threshold:
     atol: float
     rtol: float
+    # the judgment's tensor-norm rule for this row, filled in by Contract.resolve (never written in
+    # a by_op_class row: it lives in judgments.<judgment>.tensor_norm)
+    max_rel_l2: float | None = None
+    min_cosine: float | None = None
+
+
+@attrs.frozen
+class NormLimit:
+    max_rel_l2: float
+    min_cosine: float
+
+
+@attrs.frozen
+class TensorNorm:
+    """A per-tensor rule beside the elementwise atol/rtol: ``||cand - ref|| / ||ref||`` and the cosine
+    of candidate and FP32 reference. Scale-aware: an atol larger than most elements cannot see a
+    zeroed, halved or sign-flipped tensor; this rule always can (rel L2 1, 0.5, 2; cosine 0, 1, -1)."""
+
+    note: str
+    by_op_class: dict[str, dict[str, NormLimit]]
 
 
 @attrs.frozen
 class Judgment:
     kind: str
     by_op_class: dict[str, dict[str, Threshold]]
+    tensor_norm: TensorNorm | None = None
 
 
 @attrs.frozen
@@ -143,11 +165,24 @@ class Contract:
         return name
 
     def resolve(self, judgment: str, op: str, dtype) -> Threshold:
-        """The (atol, rtol) a judgment of ``op`` at ``dtype`` must meet."""
+        """What a judgment of ``op`` at ``dtype`` must meet: (atol, rtol), and the judgment's
+        tensor-norm limits (max_rel_l2, min_cosine) where it has that rule (else None)."""
         if judgment not in self.judgments:
             raise ContractError("judgments", f"unknown judgment {judgment!r}; expected one of {sorted(self.judgments)}")
-        cls = self.op_class(op)
-        return self.judgments[judgment].by_op_class[cls][self.dtype_name(dtype)]
+        cls, name = self.op_class(op), self.dtype_name(dtype)
+        j = self.judgments[judgment]
+        th = j.by_op_class[cls][name]
+        if j.tensor_norm is None:
+            return th
+        lim = j.tensor_norm.by_op_class[cls][name]
+        return attrs.evolve(th, max_rel_l2=lim.max_rel_l2, min_cosine=lim.min_cosine)
+
+    def judged_dtype(self, op: str, execution_dtype) -> str:
+        """The dtype row an op's judgments use: the logprob class is FP32 in and out
+        (``dtype_policy.logprob_dtype``) on every profile; every other op runs at the execution dtype."""
+        if self.op_class(op) == "logprob":
+            return self.dtype_name(self.dtype_policy.logprob_dtype)
+        return self.dtype_name(execution_dtype)
 
     def is_bitwise(self, judgment: str) -> bool:
         if judgment not in self.judgments:
@@ -252,6 +287,23 @@ def validate(c: Contract) -> None:
                     _check(math.isfinite(v) and v >= 0, fpath, f"must be a finite number >= 0, got {v}")
                     if j.kind == "bitwise":
                         _check(v == 0, fpath, "an invariance threshold must be 0")
+                _check(th.max_rel_l2 is None and th.min_cosine is None, f"{path}.by_op_class.{cls}.{dt}",
+                       f"max_rel_l2/min_cosine belong in {path}.tensor_norm, not in an atol/rtol row")
+        _check(j.tensor_norm is not None or jname not in NORM_REQUIRED, f"{path}.tensor_norm",
+               "required: the elementwise atol alone cannot see a zeroed, halved or sign-flipped gradient")
+        if j.tensor_norm is not None:
+            _check(j.kind == "tolerance", f"{path}.tensor_norm", "only a tolerance judgment has a tensor-norm rule")
+            _check(j.tensor_norm.note != "", f"{path}.tensor_norm.note", "must say how the limits were chosen")
+            _same_keys(j.tensor_norm.by_op_class, OP_CLASSES, f"{path}.tensor_norm.by_op_class", "op class(es)")
+            for cls, by_dtype in j.tensor_norm.by_op_class.items():
+                _same_keys(by_dtype, d.supported_dtypes, f"{path}.tensor_norm.by_op_class.{cls}", "dtype(s)")
+                for dt, lim in by_dtype.items():
+                    lpath = f"{path}.tensor_norm.by_op_class.{cls}.{dt}"
+                    # rel L2 1 is a zeroed tensor, 0.5 a halved one: a limit must sit below both
+                    _check(math.isfinite(lim.max_rel_l2) and 0 <= lim.max_rel_l2 < 0.5, f"{lpath}.max_rel_l2",
+                           f"must be in [0, 0.5) (a halved tensor has rel L2 0.5), got {lim.max_rel_l2}")
+                    _check(math.isfinite(lim.min_cosine) and 0 < lim.min_cosine <= 1, f"{lpath}.min_cosine",
+                           f"must be in (0, 1] (a zeroed tensor has cosine 0), got {lim.min_cosine}")
     # roles
     r = c.comparison_roles
     both = set(r.allowed) & set(r.forbidden)

@@ -1,15 +1,18 @@
 """Attention: invariance is judged per sequence, because the rows of one sequence are not independent.
 
 Canonical config: every sequence of the case packed in sample order into one varlen call, full
-prefill (``BN/full``; the attention op only ever sees packed sequences). Transforms:
+prefill (``BN/full``; the op takes varlen segments, so a padded batch is segments too). Transforms:
 
 ================  ============================================================================
 ``B1``            each sequence in its own call (batch 1 vs N)
 ``fillers``       the batch with a filler sequence before and after it (row positions, batch size)
 ``permuted``      sequences in order [2, 0, 3, 1] (reversed when B != 4)
-``padded_right``  a right-padded [B, P, ...] batch, ``ws1_ops.pack``'ed, attention, ``unpack``'ed
-``padded_left``   the same with left padding (the op sees the same packed rows: this checks the
-                  pack path keeps the bits)
+``padded_right``  a right-padded [B, P, ...] batch (garbage ×3 in the pad rows), all B·P rows in one
+                  call: each sequence and each run of pad rows its own segment
+                  (``ws1_ops.padded_segments``), so the pad rows are queries of the kernel and
+                  get a garbage dO (×5) in backward, while cu_seqlens keeps them out of every
+                  real row's keys (and real keys out of theirs: a pad query's dO would reach them)
+``padded_left``   the same with left padding: each sequence now starts mid-row, after its pad run
 ``padded_inline`` each sequence carries P-L garbage rows after its end *inside* the call: causal
                   queries never touch later keys, so the real rows cannot change; in backward the
                   padding rows get dO = 0 (a masked loss)
@@ -142,12 +145,11 @@ def _prefill_run(ac: AttnCase, transform: str, dev: torch.device, douts: list[to
 
             pq, pk, pv = padded(0, Hq), padded(1, Hkv), padded(2, Hkv)
             vd = valid.to(dev)
-            q_pk, cu = ws1_ops.pack(pq, vd)
-            k_pk, _ = ws1_ops.pack(pk, vd)
-            v_pk, _ = ws1_ops.pack(pv, vd)
-            q_pos = torch.cat(pos)
-            out_pk = ws1_ops.attention(q_pk, k_pk, v_pk, cu.to(dev), cu.to(dev), q_pos)
-            out_pad = ws1_ops.unpack(out_pk, vd)
+            # all B*P rows into the kernel: every sequence and every pad run its own segment, so pad
+            # rows are queries (garbage out, garbage dO back) that no real row attends to
+            cu, seg_pos = ws1_ops.padded_segments(valid)
+            out_pad = ws1_ops.attention(pq.flatten(0, 1), pk.flatten(0, 1), pv.flatten(0, 1), cu.to(dev), cu.to(dev),
+                                        seg_pos.to(dev)).view(B, P, Hq, D)
             outs = [out_pad[b][vd[b]] for b in range(B)]
             if grad:
                 dpad = (torch.randn(B, P, Hq, D, generator=g) * 5).to(BF16).to(dev)  # garbage dO in padding
@@ -357,8 +359,9 @@ def gradient_accuracy(ac: AttnCase, dev: torch.device, seed: int = 0) -> list[tu
     dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed + 3)).to(BF16)
     out.backward(dout.to(dev))
 
-    def cat(x):
-        return (torch.cat([t.grad for t in x]) if isinstance(x, list) else x.grad).detach().cpu()
+    def cat(x):   # None when any leaf got no gradient: judged red, never skipped
+        ts = x if isinstance(x, list) else [x]
+        return None if any(t.grad is None for t in ts) else torch.cat([t.grad for t in ts]).detach().cpu()
 
     cand = {"dq": cat(Q), "dk": cat(K), "dv": cat(V)}
     rq, rk, rv, cu_q, cu_k, q_pos = _reference_inputs(ac, True)

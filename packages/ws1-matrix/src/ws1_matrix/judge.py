@@ -20,6 +20,7 @@ import torch
 
 import ws1_ops
 from ws1_contract import Cell, Comparison, Contract, Manifest, red_not_executed, within_tolerance
+from ws1_contract.compare import NormStats, with_norm, within_norm
 from ws1_contract.errors import ContractError
 from ws1_contract.evidence import ALLOWED_NA_REASONS
 
@@ -75,8 +76,10 @@ def _roles(ctx: Ctx, judgment: str) -> tuple[str, str]:
 
 
 def _thresholds(ctx: Ctx, op: str, judgment: str) -> dict:
-    th = ctx.contract.resolve(judgment, op, ctx.dtype)
-    return {"atol": th.atol, "rtol": th.rtol, "dtype": ctx.dtype, "bitwise": ctx.contract.is_bitwise(judgment)}
+    dt = ctx.contract.judged_dtype(op, ctx.dtype)   # logprob ops: their FP32 row
+    th = ctx.contract.resolve(judgment, op, dt)
+    norm = {} if th.max_rel_l2 is None else {"max_rel_l2": th.max_rel_l2, "min_cosine": th.min_cosine}
+    return {"atol": th.atol, "rtol": th.rtol, **norm, "dtype": dt, "bitwise": ctx.contract.is_bitwise(judgment)}
 
 
 def red_cells(ctx_or_profile, op: str, tier: str, judgments, why: str, case=None, not_executed: bool = True) -> list[Cell]:
@@ -127,6 +130,8 @@ def kernel_problems(ctx: Ctx, op: str, judgment: str, summary: dict) -> tuple[li
     for other, s in summary.items():
         if other != op and s["families"] != [ctx.family]:
             problems.append(f"undeclared fallback: {other} ran family {s['families']}")
+        # what the kernel package itself counted must confirm each recorded call (not the label alone)
+        problems += [f"{other}: {why}" for why in s.get("package_problems", ["the record carries no kernel self-report"])]
     return problems, rec
 
 
@@ -143,26 +148,38 @@ class Outcome:
 
 
 def _accuracy(ctx: Ctx, op: str, judgment: str, pairs: list[tuple[str, torch.Tensor, torch.Tensor]]) -> Outcome:
-    th = ctx.contract.resolve(judgment, op, ctx.dtype)
+    th = ctx.contract.resolve(judgment, op, ctx.contract.judged_dtype(op, ctx.dtype))
     comps: list[tuple[str, Comparison]] = []
     for name, cand, ref in pairs:
         if isinstance(ref, rows.LazyRef):
             ref = ref.get()
-        if ref is None:
+        if cand is None:   # a gradient the candidate did not produce is a failure, never a skip
+            comps.append((name, Comparison(False, f"{name}: the candidate produced no gradient")))
+        elif ref is None:
             comps.append((name, Comparison(False, f"{name}: the FP32 reference produced no gradient")))
         elif isinstance(ref, rows.BlockwiseRef):
-            parts = [(lo, within_tolerance(c, r, th.atol, th.rtol, name)) for lo, c, r in ref.parts]
-            comps.append((name, merge(parts, name, cand.numel(), "tolerance")))
+            # the norm rule accumulates over the blocks: one verdict for the whole tensor
+            stats, parts = NormStats(), []
+            for lo, c, r in ref.parts:
+                parts.append((lo, within_tolerance(c, r, th.atol, th.rtol, name)))
+                stats.add(c, r)
+            tol = merge(parts, name, cand.numel(), "tolerance")
+            comps.append((name, tol if th.max_rel_l2 is None else with_norm(tol, stats.judge(th.max_rel_l2, th.min_cosine, name))))
         else:
-            comps.append((name, tolerance_blocks(cand, ref, th.atol, th.rtol, name)))
+            tol = tolerance_blocks(cand, ref, th.atol, th.rtol, name)
+            comps.append((name, tol if th.max_rel_l2 is None else
+                          with_norm(tol, within_norm(cand, ref, th.max_rel_l2, th.min_cosine, name))))
     if not comps:
         return Outcome(False, "nothing was compared", None, None, {})
     bad = [c for _, c in comps if not c.passed]
     mx = max((c.max_abs for _, c in comps if c.max_abs is not None), default=None)
     mr = max((c.max_rel for _, c in comps if c.max_rel is not None), default=None)
     names = ", ".join(n for n, _ in comps)
+    norm = "" if th.max_rel_l2 is None or bad else (   # green: every comparison carries both values
+        f", rel L2 <= {th.max_rel_l2:g} (worst {max(c.rel_l2 for _, c in comps):.3e}), "
+        f"cosine >= {th.min_cosine:g} (worst {min(c.cosine for _, c in comps):.9f})")
     detail = (f"{bad[0].detail}" + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else "")) if bad else \
-        f"{names} within atol {th.atol:g} + rtol {th.rtol:g}*|ref|; max |err| {mx:.3e}"
+        f"{names} within atol {th.atol:g} + rtol {th.rtol:g}*|ref|{norm}; max |err| {mx:.3e}"
     return Outcome(not bad, detail, mx, mr, {"comparisons": [{"name": n, **c.to_dict()} for n, c in comps]})
 
 

@@ -317,6 +317,9 @@ def gradient_accuracy(tc: TokenCase, dev: torch.device, seed: int = 0) -> list[t
     del out
     names = tc.names
     cand = {n: t.grad.detach().cpu() for n, t in zip(names, xs + ps) if t.grad is not None}
+    # every differentiable input and every parameter is judged: one the candidate left without a
+    # gradient is paired with None (a red comparison), never dropped
+    wanted = [n for n, t in zip(names, xs + ps) if t.requires_grad]
     del xs, ps
     rx = [x.detach().float().requires_grad_() if x.is_floating_point() else x for x in tc.inputs]
     big = tc.ref_block is not None and any(p.numel() > DIGEST_ABOVE for p in tc.params)
@@ -324,10 +327,12 @@ def gradient_accuracy(tc: TokenCase, dev: torch.device, seed: int = 0) -> list[t
         rp = [p.detach().requires_grad_() for p in tc.params]
         tc.ref(*rx, *rp).backward(up.dy.float())
         refs = {n: t.grad for n, t in zip(names, rx + rp) if isinstance(t, torch.Tensor) and t.grad is not None}
-        return [(n, cand[n], refs.get(n)) for n in names if n in cand]
+        return [(n, cand.get(n), refs.get(n)) for n in wanted]
     (W,) = tc.params
     wname = names[len(tc.inputs)]
-    cw = cand[wname]
+    cw = cand.get(wname)
+    if cw is None:
+        return [(n, cand.get(n), None) for n in wanted]
 
     def weight_blocks():
         for lo, hi in blocks(W):
@@ -337,7 +342,7 @@ def gradient_accuracy(tc: TokenCase, dev: torch.device, seed: int = 0) -> list[t
 
     # the weight first: its blocks also accumulate the inputs' reference gradients, read after it
     out_pairs = [(wname, cw, BlockwiseRef(weight_blocks()))]
-    out_pairs += [(n, cand[n], LazyRef(lambda t=t: t.grad)) for n, t in zip(names, rx) if n in cand]
+    out_pairs += [(n, cand.get(n), LazyRef(lambda t=t: t.grad)) for n, t in zip(names, rx) if n in wanted]
     return out_pairs
 
 
