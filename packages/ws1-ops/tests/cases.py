@@ -86,7 +86,8 @@ def gradient_accuracy(c: Case, contract, seed: int = 3) -> list:
 
     th = contract.resolve("gradient_accuracy", c.op, "bfloat16")
     xs = [t.detach().requires_grad_(t.is_floating_point()) for t in c.rows + c.params]
-    out = c.call(*xs, row_keys=None)
+    n = c.rows[0].shape[0]   # a parameter gradient needs the rows' logical keys (one sample, positions 0..n-1)
+    out = c.call(*xs, row_keys=ws1_ops.logical_keys(torch.zeros(n, dtype=torch.int64), torch.arange(n)))
     dy = (torch.randn(out.shape, generator=torch.Generator().manual_seed(seed)) * 0.5).to(out.dtype)
     out.backward(dy)
     refs = [t.detach().float().requires_grad_() if t.is_floating_point() else t for t in c.rows + c.params]

@@ -53,3 +53,34 @@ def test_missing_row_keys_is_an_error(cpu):
     with pytest.raises(ValueError, match="needs row_keys"):
         with ws1_ops.canonical_grads():
             ws1_ops.det_gemm(x, w).float().sum().backward()
+
+
+PARAM_CALLS = {   # op -> (inputs, weight, call(x, w, row_keys))
+    "det_gemm": lambda r: (r(3, 8), r(4, 8), lambda x, w, k: ws1_ops.det_gemm(x, w, k)),
+    "lm_head": lambda r: (r(3, 8), r(5, 8), lambda x, w, k: ws1_ops.lm_head(x, w, k)),
+    "rms_norm": lambda r: (r(3, 8, dtype=torch.float32), r(8), lambda x, w, k: ws1_ops.rms_norm(x, w, 1e-6, k)),
+    "qk_norm": lambda r: (r(3, 2, 8), r(8), lambda x, w, k: ws1_ops.qk_norm(x, w, 1e-6, k)),
+    "embedding": lambda r: (torch.tensor([1, 0, 1]), r(4, 8), lambda x, w, k: ws1_ops.embedding(x, w, k)),
+}
+
+
+@pytest.mark.parametrize("op", sorted(PARAM_CALLS))
+def test_parameter_gradient_without_row_keys_is_an_error(cpu, op):
+    """Outside canonical_grads(), no row_keys used to mean 'rows as given' — batch order, the one
+    order that changes with the layout. Now it is an OpInputError naming the op; a frozen weight
+    needs no keys, and with keys the gradient is formed."""
+    g = torch.Generator().manual_seed(0)
+
+    def r(*shape, dtype=torch.bfloat16):
+        return torch.randn(*shape, generator=g).to(dtype)
+
+    x, w, call = PARAM_CALLS[op](r)
+    with pytest.raises(ws1_ops.OpInputError, match=f"^{op}: a parameter gradient needs row_keys"):
+        call(x, w.clone().requires_grad_(), None).float().sum().backward()
+    if x.is_floating_point():   # a frozen weight: the input gradient needs no order
+        xx = x.clone().requires_grad_()
+        call(xx, w, None).float().sum().backward()
+        assert xx.grad is not None
+    ww = w.clone().requires_grad_()
+    call(x, ww, ws1_ops.logical_keys(torch.zeros(3, dtype=torch.int64), torch.arange(3))).float().sum().backward()
+    assert ww.grad is not None

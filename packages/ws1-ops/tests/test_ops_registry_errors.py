@@ -15,11 +15,15 @@ def test_record_says_what_ran(cpu):
     x = torch.randn(3, 16).bfloat16().requires_grad_()
     w = torch.randn(8, 16).bfloat16().requires_grad_()
     with ws1_ops.record() as rec:
-        ws1_ops.det_gemm(x, w).float().sum().backward()
+        ws1_ops.det_gemm(x, w, torch.arange(3)).float().sum().backward()
         ws1_ops.silu(x.detach())
     s = rec.summary()
     # backward: two kernel calls, dx and dW
-    assert s["det_gemm"] == {"kernel_ids": ["ws1_cpu::det_gemm"], "families": ["cpu"], "devices": ["cpu"], "forward": 1, "backward": 2}
+    label = {k: s["det_gemm"][k] for k in ("kernel_ids", "families", "devices", "forward", "backward")}
+    assert label == {"kernel_ids": ["ws1_cpu::det_gemm"], "families": ["cpu"], "devices": ["cpu"], "forward": 1, "backward": 2}
+    # and the kernel package's own count confirms it: det_gemm once, its dx and dW GEMMs twice
+    assert s["det_gemm"]["package_problems"] == []
+    assert {kid: sum(p.values()) for kid, p in s["det_gemm"]["package"].items()} == {"ws1_cpu::det_gemm": 1, "ws1_cpu::gemm": 2}
     assert s["silu"]["kernel_ids"] == ["ws1_cpu::silu"] and s["silu"]["backward"] == 0
 
 
@@ -30,7 +34,7 @@ def test_backward_runs_only_the_gradients_asked_for(cpu):
     for gx, gw in ((False, True), (True, False)):
         xx, ww = x.clone().requires_grad_(gx), w.clone().requires_grad_(gw)
         with ws1_ops.record() as rec:
-            ws1_ops.det_gemm(xx, ww).float().sum().backward()
+            ws1_ops.det_gemm(xx, ww, torch.arange(3)).float().sum().backward()
         assert rec.summary()["det_gemm"]["backward"] == 1
         assert (xx.grad is not None) == gx and (ww.grad is not None) == gw
 

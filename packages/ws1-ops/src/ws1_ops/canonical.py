@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from .errors import OpInputError
+
 PAD_KEY = -1
 _POS_BITS = 32  # positions < 2**32, sample ranks < 2**31
 
@@ -25,12 +27,16 @@ def logical_keys(sample_rank: torch.Tensor, position: torch.Tensor, valid: torch
     return key
 
 
-def canonical_order(row_keys: torch.Tensor | None, n_rows: int) -> torch.Tensor:
-    """Indices of the valid rows in canonical (ascending key) order. ``None`` keys: rows as given.
+def canonical_order(row_keys: torch.Tensor | None, n_rows: int, op: str = "canonical_order") -> torch.Tensor:
+    """Indices of the valid rows in canonical (ascending key) order, for ``op``'s parameter gradient.
+
+    ``None`` keys are an error: rows "as given" would be batch order, the one order that changes
+    with the layout. (A frozen weight needs no keys: its backward never asks for an order.)
 
     Shapes: row_keys [n_rows] int64 -> [n_valid] int64."""
     if row_keys is None:
-        return torch.arange(n_rows, dtype=torch.int64)
+        raise OpInputError(f"{op}: a parameter gradient needs row_keys (the rows' logical keys); without them "
+                           "its rows would be reduced in batch order")
     if row_keys.shape != (n_rows,):
         raise ValueError(f"row_keys must have shape [{n_rows}], got {tuple(row_keys.shape)}")
     valid = torch.nonzero(row_keys >= 0).flatten()

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .canonical import canonical_order, expand_rows
+from .errors import OpInputError
 from .registry import Kernel, note
 
 _scopes: list[CanonicalGrads] = []
@@ -47,7 +48,7 @@ class CanonicalGrads:
     def stash(self, param: torch.Tensor, kernel: Kernel, keys: torch.Tensor | None, *tensors: torch.Tensor,
               inner: int = 1, extra: tuple = ()) -> None:
         if keys is None:
-            raise ValueError(f"{kernel.op}: canonical_grads() needs row_keys on every call that uses a parameter")
+            raise OpInputError(f"{kernel.op}: canonical_grads() needs row_keys on every call that uses a parameter")
         key = (id(param), kernel.op)
         s = self._stash.setdefault(key, _Stash(param, kernel, inner=inner, extra=extra))
         if s.kernel.family != kernel.family:

@@ -35,7 +35,7 @@ class Embedding(torch.autograd.Function):
             scope.stash(ctx.weight, ctx.k, row_keys, dy, ids, extra=(ctx.V,))
             return None, None, None
         # dE[v] = sum over rows with id v, in canonical order (padding rows dropped)
-        return None, param_grad(ctx.k, dy, ids, ctx.V, canonical_order(row_keys, ids.shape[0])), None
+        return None, param_grad(ctx.k, dy, ids, ctx.V, canonical_order(row_keys, ids.shape[0], OP)), None
 
 
 def embedding(ids: torch.Tensor, weight: torch.Tensor, row_keys: torch.Tensor | None = None) -> torch.Tensor:

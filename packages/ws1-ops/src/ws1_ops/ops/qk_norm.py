@@ -40,7 +40,7 @@ class QKNorm(torch.autograd.Function):
         if scope is not None:
             scope.stash(ctx.weight, ctx.k, row_keys, *rows, inner=nh, extra=(w,))
             return dx, None, None, None
-        perm = expand_rows(canonical_order(row_keys, T), nh)
+        perm = expand_rows(canonical_order(row_keys, T, OP), nh)
         return dx, param_grad(ctx.k, *rows, w, perm), None, None
 
 

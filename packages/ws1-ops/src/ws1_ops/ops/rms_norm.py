@@ -38,7 +38,7 @@ class RMSNorm(torch.autograd.Function):
         if scope is not None:
             scope.stash(ctx.weight, ctx.k, row_keys, dy, x, rstd, extra=(w,))
             return dx, None, None, None
-        return dx, param_grad(ctx.k, dy, x, rstd, w, canonical_order(row_keys, x.shape[0])), None, None
+        return dx, param_grad(ctx.k, dy, x, rstd, w, canonical_order(row_keys, x.shape[0], OP)), None, None
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, row_keys: torch.Tensor | None = None) -> torch.Tensor:
