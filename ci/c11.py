@@ -4,26 +4,34 @@
     (nox -s c11_ci -- cpu_bf16; ci/run_ws1_<family>_ci.sh with WS1_PROFILES)
 
 Per profile: static gates (C1 contract, C2 manifest; both run, any red is reported) → the
-profile's device (absent: one line, exit 2 — the flow cannot go on here, whatever the static gates
-said) → build (its kernel package imports) → linkage (every required node registered with the
-manifest's kernel id) → tests (``nox -s tests``, once per run) → C2 runtime evidence → C3, C4, C5 →
+profile's device (absent: one line, exit 2 — the flow cannot go on here; exit 1 if a static gate
+was red: red wins over absent) → build (its kernel package imports) → linkage (every required node
+registered with the manifest's kernel id) → tests (``nox -s tests``, once per run) → C2 runtime evidence → C3, C4, C5 →
 C6, C7, C9 → C8 (assembled from the C3/C4 evidence just written) → C10 → the C10 negative control
 (plain PyTorch ops; it must come out red). Each gate is its own process; its full output goes to
 ``evidence/<profile>/logs/<gate>.log`` while its progress and verdict lines are shown here. At the
 end: ``evidence/<profile>/c11_ci.json``, ``report.md``, ``report.html`` and a one-screen summary.
 
+Each run has an id (``WS1_RUN_ID``, passed down to every gate process and written into every
+record with its commit, dirty state and ``created_at``); a step is judged only by the record it
+wrote in this run, so a crashed step is red even when an old record lies in ``evidence/``, and the
+report shows only this run's records.
+
 Exit codes: 0 every gate green and the negative control red; 1 a red gate (the flow stops there);
-2 a requested profile's device is absent (after its static gates) or bad arguments.
+2 a requested profile's device is absent (after its static gates, all green) or bad arguments.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,10 +101,16 @@ def _show(line: str, step: Step) -> bool:
     return s.startswith("·") or ": PASS" in s or ": FAIL" in s or s.startswith(("ws1 ", "exit 2", "Traceback")) or "Error" in s
 
 
+def new_run_id() -> str:
+    return f"c11-{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+
+
 def run_process(step: Step, log: Path) -> tuple[int, float]:
     t = time.perf_counter()
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if step.key == "tests":   # records the test suite writes are not this run's evidence
+        env.pop("WS1_RUN_ID", None)
     with open(log, "w") as f, subprocess.Popen(step.cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                                text=True, env=env, bufsize=1) as p:
         for line in p.stdout:
@@ -107,33 +121,44 @@ def run_process(step: Step, log: Path) -> tuple[int, float]:
     return rc, time.perf_counter() - t
 
 
-def _record(path: Path) -> dict | None:
+def _record(path: Path, run_id: str) -> dict | None:
+    """The record at ``path`` if this run wrote it; a missing, corrupt or older record is None."""
     from ws1_contract import read_evidence
 
     try:
-        return read_evidence(path)
+        rec = read_evidence(path)
     except Exception:  # noqa: BLE001 — a missing or corrupt record is reported by the caller as red
         return None
+    return rec if rec.get("run_id") == run_id else None
 
 
 def run_gate(step: Step, profile: str, args) -> Outcome:
     log = args.evidence_root / profile / "logs" / f"{step.key}.log"
     rc, secs = run_process(step, log)
-    rec = _record(args.evidence_root / profile / step.evidence) if step.evidence else None
-    counts = f"green {rec['counts']['green']}, red {rec['counts']['red']}, N/A {rec['counts']['N/A']}" if rec else "no evidence record"
+    path = args.evidence_root / profile / step.evidence if step.evidence else None
+    rec = _record(path, args.run_id) if path else None
+    if rec is not None:
+        counts = f"green {rec['counts']['green']}, red {rec['counts']['red']}, N/A {rec['counts']['N/A']}"
+    elif path is not None and path.is_file():
+        counts = f"no evidence record of this run ({path.name} is stale, corrupt or another run's)"
+    else:
+        counts = "no evidence record"
+    bound = {"exit_code": rc, "log": str(log)}
+    if rec is not None:   # the record this step is judged by, and what wrote it
+        bound["record"] = {k: rec[k] for k in ("run_id", "created_at", "git_sha", "dirty")}
     if step.expect_red:
         ok = rc == 1 and rec is not None and not rec["passed"] and rec.get("first_drift") is not None
         why = (f"red as required ({counts}); first drift {rec['first_drift']['cell']} layer {rec['first_drift']['layer']} "
                f"{rec['first_drift']['node']}") if ok else f"the negative control did not come out red with a first_drift (exit {rc}; {counts})"
-        return Outcome(step, "green" if ok else "red", why, secs, {"exit_code": rc, "log": str(log)})
+        return Outcome(step, "green" if ok else "red", why, secs, bound)
     if rc == 2:
-        return Outcome(step, "red", f"exit 2: device or arguments (see {log})", secs, {"exit_code": rc, "log": str(log)})
-    ok = rc == 0 and (rec is None and step.evidence is None or rec is not None and rec["passed"])
+        return Outcome(step, "red", f"exit 2: device or arguments (see {log})", secs, bound)
+    ok = rc == 0 and (step.evidence is None or rec is not None and rec["passed"])
     detail = counts if step.evidence else ("passed" if rc == 0 else f"exit {rc}")
     if not ok and rec is not None:
         red = [c for c in rec["cells"] if c["status"] == "red"]
         detail += "; first red: " + (f"{red[0]['id']}: {red[0]['detail']}" if red else f"exit {rc}")
-    return Outcome(step, "green" if ok else "red", detail + ("" if ok else f" (log: {log})"), secs, {"exit_code": rc, "log": str(log)})
+    return Outcome(step, "green" if ok else "red", detail + ("" if ok else f" (log: {log})"), secs, bound)
 
 
 def build_check(profile: str) -> Outcome:
@@ -184,9 +209,10 @@ def linkage_check(profile: str) -> Outcome:
                    time.perf_counter() - t)
 
 
-def summary_lines(profile: str, outcomes: list[Outcome], root: Path) -> list[str]:
-    c10 = _record(root / profile / "c10_chain_gate.json") if any(o.step.key == "c10_chain_gate" for o in outcomes) else None
-    neg = _record(root / profile / "c10_negative_control.json") if any(o.step.key == "c10_negative_control" for o in outcomes) else None
+def summary_lines(profile: str, outcomes: list[Outcome], root: Path, run_id: str) -> list[str]:
+    ran = {o.step.key for o in outcomes}
+    c10 = _record(root / profile / "c10_chain_gate.json", run_id) if "c10_chain_gate" in ran else None
+    neg = _record(root / profile / "c10_negative_control.json", run_id) if "c10_negative_control" in ran else None
     lines = []
     if c10:
         ti, gi = c10.get("train_infer") or {}, c10.get("gradient_invariance") or {}
@@ -234,7 +260,7 @@ def flow(profile: str, args, tests_done: dict) -> tuple[int, list[Outcome]]:
         print(f"\nws1 c11_ci: {profile} needs a {ws1_accel.device_type_of(profile)} device: {why}{reds} — "
               "the rest of the flow must run on the profile's own host", file=sys.stderr, flush=True)
         outcomes.append(Outcome(Step("device", "device"), "red", f"not executed on this host: {why}", 0.0))
-        return 2, outcomes
+        return (1 if static_red else 2), outcomes   # a red static gate wins over the absent device
     if static_red:
         print(f"\nws1 c11_ci: {profile}: stopped after the static gates: {', '.join(static_red)} red", file=sys.stderr, flush=True)
         return 1, outcomes
@@ -259,6 +285,16 @@ def flow(profile: str, args, tests_done: dict) -> tuple[int, list[Outcome]]:
     return 0, outcomes
 
 
+def host_provenance(profile: str) -> dict | None:
+    """Where the flow ran (closure checks the device and arch match the profile's family); None
+    when the profile's device is absent."""
+    import ws1_accel
+
+    if ws1_accel.unavailable_reason(profile) is not None:
+        return None
+    return {**ws1_accel.facts(profile).to_dict(), "host": platform.node()}
+
+
 def write_c11(profile: str, outcomes: list[Outcome], args, code: int, t0: float) -> Path:
     from ws1_contract import Cell, load_contract, load_manifest, write_evidence
     from ws1_contract.provenance import git_state
@@ -268,8 +304,8 @@ def write_c11(profile: str, outcomes: list[Outcome], args, code: int, t0: float)
     cells = [Cell(id=o.step.key, judgment="ci_step", status="red" if o.status != "green" else "green", detail=o.detail,
                   extra={"title": o.step.title, "seconds": round(o.seconds, 1), **o.extra}) for o in outcomes]
     sha, dirty = git_state()
-    return write_evidence("c11_ci", profile, cells, None, contract_fingerprint=c.fingerprint, fixture_hash=m.fixture_identity_sha256,
-                          git_sha=sha, dirty=dirty, root=args.evidence_root,
+    return write_evidence("c11_ci", profile, cells, host_provenance(profile), contract_fingerprint=c.fingerprint,
+                          fixture_hash=m.fixture_identity_sha256, git_sha=sha, dirty=dirty, root=args.evidence_root,
                           extra={"exit_code": code, "wall_time_s": round(time.perf_counter() - t0, 1), "model": args.model,
                                  "stopped_at": next((o.step.key for o in outcomes if o.status != "green"), None)})
 
@@ -292,20 +328,22 @@ def main(argv=None) -> int:
     if unknown:
         print(f"ws1 c11_ci: unknown profile(s) {unknown}; expected some of {sorted(ws1_accel.PROFILE_FAMILY)}", file=sys.stderr)
         return 2
+    # always a fresh id: every gate process inherits it and writes it into its record
+    args.run_id = os.environ["WS1_RUN_ID"] = new_run_id()
     code, tests_done, screens, records = 0, {}, [], []
     for profile in args.profiles:
         t0 = time.perf_counter()
         rc, outcomes = flow(profile, args, tests_done)
         path = write_c11(profile, outcomes, args, rc, t0)
-        md, hp = write_report(args.evidence_root / profile)
+        md, hp = write_report(args.evidence_root / profile, run_id=args.run_id)
         records.append(json.loads(path.read_text()))
         verdict = {0: "PASS", 1: "FAIL", 2: "NOT EXECUTED (device absent)"}[rc]
         screen = [f"\n══ WS1 C11 · {profile} — {verdict} in {time.perf_counter() - t0:.0f}s ══",
                   f"  {'step':<40} {'status':<7} {'time':>7}  detail"]
         for o in outcomes:
             screen.append(f"  {o.step.title[:40]:<40} {o.status:<7} {o.seconds:>6.1f}s  {o.detail[:70]}")
-        screen += summary_lines(profile, outcomes, args.evidence_root)
-        screen += [f"  evidence       {args.evidence_root / profile}/", f"  report         {md}  ·  {hp}"]
+        screen += summary_lines(profile, outcomes, args.evidence_root, args.run_id)
+        screen += [f"  evidence       {args.evidence_root / profile}/ (run {args.run_id})", f"  report         {md}  ·  {hp}"]
         screens.append("\n".join(screen))
         code = 1 if 1 in (code, rc) else max(code, rc)
     for s in screens:

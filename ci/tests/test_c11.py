@@ -1,5 +1,6 @@
-"""C11's flow logic: exit 2 after the static gates on a host without the device, and the negative
-control step shown able to fail (a 'negative control' that comes out green is red in C11)."""
+"""C11's flow logic: exit 2 after the static gates on a host without the device (1 if one was red),
+the negative control step shown able to fail (a 'negative control' that comes out green is red in
+C11), and each step bound to the record it wrote in this run (an old record never stands in)."""
 
 import json
 import subprocess
@@ -14,20 +15,40 @@ sys.path.insert(0, str(ROOT / "ci"))
 import c11  # noqa: E402
 
 
-def test_absent_device_exits_2_after_the_static_gates(tmp_path):
-    p = subprocess.run([sys.executable, str(ROOT / "ci" / "c11.py"), "ascend_bf16", "--evidence-dir", str(tmp_path)],
+@pytest.mark.parametrize("profile,device,code,static", [
+    ("triton_cuda_bf16", "cuda", 2, "static gates green"),
+    # its kernel sources (kernels-ascend/) are not written yet: C2 is red, and red wins over the absent NPU
+    ("ascend_bf16", "npu", 1, "static gates red: C2 manifest (static)"),
+])
+def test_absent_device_after_the_static_gates(tmp_path, profile, device, code, static):
+    p = subprocess.run([sys.executable, str(ROOT / "ci" / "c11.py"), profile, "--evidence-dir", str(tmp_path)],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert p.returncode == 2, p.stderr[-2000:]
+    assert p.returncode == code, p.stderr[-2000:]
     line = [x for x in p.stderr.splitlines() if x.startswith("ws1 c11_ci:")]
-    assert len(line) == 1 and "ascend_bf16 needs a npu device" in line[0]
-    rec = json.loads((tmp_path / "ascend_bf16" / "c11_ci.json").read_text())
+    assert len(line) == 1 and f"{profile} needs a {device} device" in line[0] and static in line[0]
+    rec = json.loads((tmp_path / profile / "c11_ci.json").read_text())
     assert [c["id"] for c in rec["cells"]] == ["c1_contract", "c2_manifest", "device"]
     assert rec["cells"][-1]["status"] == "red" and "not executed on this host" in rec["cells"][-1]["detail"]
-    assert (tmp_path / "ascend_bf16" / "report.md").exists()
+    assert rec["run_id"].startswith("c11-") and rec["provenance"] is None      # no device: no device provenance
+    assert all(c["record"]["run_id"] == rec["run_id"] for c in rec["cells"][:2])  # static steps bound to this run
+    assert (tmp_path / profile / "report.md").exists()
 
 
 def test_unknown_profile_exits_2(tmp_path):
     assert c11.main(["tpu_bf16", "--evidence-dir", str(tmp_path)]) == 2
+
+
+class _Args:
+    run_id = "this-run"
+
+    def __init__(self, root):
+        self.evidence_root = root
+
+
+@pytest.fixture
+def this_run(monkeypatch):
+    """The environment C11 gives its gate processes: WS1_RUN_ID of this run."""
+    monkeypatch.setenv("WS1_RUN_ID", _Args.run_id)
 
 
 def _fake_gate(tmp_path, passed: bool, first_drift) -> list[str]:
@@ -48,18 +69,14 @@ sys.exit({0 if passed else 1})
     (True, None, "red"),          # the negative control came out green: the gate could not fail
     (False, None, "red"),         # red, but with no first_drift: the drift locator did not work
 ])
-def test_negative_control_step_must_be_red_with_a_drift(tmp_path, passed, first_drift, want):
-    class A:
-        evidence_root = tmp_path
+def test_negative_control_step_must_be_red_with_a_drift(tmp_path, this_run, passed, first_drift, want):
     step = c11.Step("c10_negative_control", "neg", _fake_gate(tmp_path, passed, first_drift), "c10_negative_control.json",
                     expect_red=True)
-    out = c11.run_gate(step, "cpu_bf16", A)
+    out = c11.run_gate(step, "cpu_bf16", _Args(tmp_path))
     assert out.status == want, out.detail
 
 
-def test_a_red_gate_names_its_first_red_cell(tmp_path):
-    class A:
-        evidence_root = tmp_path
+def test_a_red_gate_names_its_first_red_cell(tmp_path, this_run):
     code = f"""
 import sys
 from ws1_contract import Cell, write_evidence
@@ -67,5 +84,69 @@ write_evidence("c7_stateful_kv", "cpu_bf16", [Cell(id="b2/warm", judgment="state
                None, contract_fingerprint="f", fixture_hash="h", git_sha="s", dirty=False, root={str(tmp_path)!r})
 sys.exit(1)
 """
-    out = c11.run_gate(c11.Step("c7_stateful_kv", "C7", [sys.executable, "-c", code], "c7_stateful_kv.json"), "cpu_bf16", A)
+    out = c11.run_gate(c11.Step("c7_stateful_kv", "C7", [sys.executable, "-c", code], "c7_stateful_kv.json"), "cpu_bf16",
+                       _Args(tmp_path))
     assert out.status == "red" and "first red: b2/warm: differs" in out.detail
+
+
+def _old_record(tmp_path, monkeypatch, gate, passed, extra=None):
+    """A record an earlier run left in evidence/ (another run id)."""
+    from ws1_contract import Cell, write_evidence
+
+    monkeypatch.setenv("WS1_RUN_ID", "an-earlier-run")
+    write_evidence(gate, "cpu_bf16", [Cell(id="x", judgment="j", status="green" if passed else "red", detail="old")], None,
+                   contract_fingerprint="f", fixture_hash="h", git_sha="s", dirty=False, root=tmp_path, extra=extra)
+    monkeypatch.setenv("WS1_RUN_ID", _Args.run_id)
+
+
+CRASH = [sys.executable, "-c", "raise SystemExit('boom: crashed before writing its record')"]   # exit 1, no record
+SILENT = [sys.executable, "-c", "pass"]                                                          # exit 0, no record
+
+
+def test_a_crashed_negative_control_is_red_despite_an_old_red_record(tmp_path, monkeypatch):
+    fd = {"cell": "BN/chunked", "layer": 0, "node": "attention", "tokens_differ": 3}
+    _old_record(tmp_path, monkeypatch, "c10_negative_control", False, {"first_drift": fd})
+    step = c11.Step("c10_negative_control", "neg", CRASH, "c10_negative_control.json", expect_red=True)
+    out = c11.run_gate(step, "cpu_bf16", _Args(tmp_path))
+    assert out.status == "red" and "no evidence record of this run" in out.detail, out.detail
+
+
+def test_a_step_without_its_record_is_red_despite_an_old_green_record(tmp_path, monkeypatch):
+    _old_record(tmp_path, monkeypatch, "c7_stateful_kv", True)
+    for cmd in (SILENT, CRASH):
+        out = c11.run_gate(c11.Step("c7_stateful_kv", "C7", cmd, "c7_stateful_kv.json"), "cpu_bf16", _Args(tmp_path))
+        assert out.status == "red" and "stale, corrupt or another run's" in out.detail, out.detail
+        assert "record" not in out.extra
+    # the same step writing its record in this run is judged by it, and names it
+    from ws1_contract import read_evidence
+
+    code = f"""
+from ws1_contract import Cell, write_evidence
+write_evidence("c7_stateful_kv", "cpu_bf16", [Cell(id="ok", judgment="j", status="green", detail="fine")], None,
+               contract_fingerprint="f", fixture_hash="h", git_sha="s", dirty=False, root={str(tmp_path)!r})
+"""
+    out = c11.run_gate(c11.Step("c7_stateful_kv", "C7", [sys.executable, "-c", code], "c7_stateful_kv.json"), "cpu_bf16",
+                       _Args(tmp_path))
+    assert out.status == "green" and out.extra["record"]["run_id"] == "this-run"
+    assert read_evidence(tmp_path / "cpu_bf16" / "c7_stateful_kv.json")["run_id"] == "this-run"
+
+
+def test_red_static_gate_wins_over_the_absent_device(tmp_path, monkeypatch):
+    def red_static(step, profile, args):
+        return c11.Outcome(step, "red" if step.key == "c1_contract" else "green", "deliberately red", 0.0)
+
+    monkeypatch.setattr(c11, "run_gate", red_static)
+
+    class A(_Args):
+        skip_tests, model, c6_models = False, "tiny", "tiny"
+    rc, outcomes = c11.flow("ascend_bf16", A(tmp_path), {})     # no NPU here: before, this was exit 2
+    assert rc == 1 and [o.step.key for o in outcomes] == ["c1_contract", "c2_manifest", "device"]
+
+
+def test_closure_requires_exactly_the_flows_steps():
+    from ws1_contract.closure import REQUIRED_STEPS
+
+    class A(_Args):
+        skip_tests, model, c6_models = False, "tiny", "tiny"
+    static, device = c11.steps_for("cpu_bf16", A(Path(".")))
+    assert tuple(s.key for s in static + device) == REQUIRED_STEPS

@@ -173,3 +173,52 @@ def test_progress_on_stderr_json_clean_on_stdout(small_env, capsys, monkeypatch)
     assert "c3_forward cpu_bf16: 0/" in err and "— silu short" in err and "— rope primary" in err
     n = len(doc["records"][0]["cells"])
     assert f"c3_forward cpu_bf16: {n}/{n} cells" in err
+
+
+def test_assembled_refuses_dirty_unknown_and_bad_provenance_sources(small_env):
+    """Assembled mode: a source record of another run must name a clean, known commit equal to the
+    checkout's, and every source's provenance is validated again here."""
+    from ws1_contract import Cell, collect_provenance, load_contract, load_manifest, write_evidence
+    from ws1_contract.provenance import git_state
+
+    ev = small_env / "evidence"
+    c = load_contract()
+    m = load_manifest(contract=c)
+    sha, dirty = git_state()
+    cid = "det_gemm-short-forward_accuracy"
+    # a C3 record as the gate writes it (cells placed in the matrix, the registry's provenance)
+    cell = Cell(id=cid, judgment="forward_accuracy", status="green", detail="within atol",
+                extra={"profile": "cpu_bf16", "op": "det_gemm", "tier": "short", "case_id": None})
+    prov = collect_provenance("cpu_bf16", "cpu", c, m.fixture_identity_sha256).to_dict()
+    p = write_evidence("c3_forward", "cpu_bf16", [cell], prov, contract_fingerprint=c.fingerprint,
+                       fixture_hash=m.fixture_identity_sha256, git_sha=sha, dirty=dirty, root=ev)
+    good = json.loads(p.read_text())
+
+    def c8_cell(**change):
+        rec = json.loads(json.dumps(good))
+        for k, v in change.items():
+            if k.startswith("prov_"):
+                rec["provenance"][k[5:]] = v
+            else:
+                rec[k] = v
+        p.write_text(json.dumps(rec))
+        main(["c8", "cpu_bf16", "--evidence-dir", str(ev)])
+        d = read_evidence(ev / "cpu_bf16" / "c8_matrix.json")
+        return {c["id"]: c for c in d["cells"]}[cid]
+
+    assert c8_cell()["status"] == "green"                                            # this process's own record
+    old = {"run_id": "an-earlier-run"}
+    assert c8_cell(**old, git_sha=sha, dirty=False)["status"] == "green"              # an old run at this clean commit
+    for change, why in ((dict(git_sha=sha, dirty=True), "dirty tree"),
+                        (dict(git_sha=sha, dirty=None), "dirty tree"),
+                        (dict(git_sha="unknown", dirty=False), "commit unknown"),
+                        (dict(git_sha="f" * 40, dirty=False), "written at git ffffffffffff")):
+        c = c8_cell(**old, **change)
+        assert c["status"] == "red" and why in c["detail"], (change, c["detail"])
+    # provenance re-validated on every source, this run's too
+    for change, why in ((dict(prov_candidate_tf32_enabled=True), "TF32 must be disabled"),
+                        (dict(prov_actual_backend="triton"), "undeclared fallback"),
+                        (dict(prov_execution_dtype="float16"), "execution_dtype"),
+                        (dict(provenance=None), "provenance incomplete")):
+        c = c8_cell(**change)
+        assert c["status"] == "red" and "provenance" in c["detail"] and why in c["detail"], (change, c["detail"])

@@ -8,8 +8,8 @@
 profile's own device. Without it the matrix is assembled from the C3 and C4 evidence files of the
 profile (e.g. written on the profile's own host): a missing file or cell is red ("not executed"),
 a record from another contract, fixture set or commit is red ("stale"), so is one written at an
-unknown commit or from a dirty tree (what code wrote it cannot be known — unless it carries this
-run's ``WS1_RUN_ID``: the C11 flow's own C3/C4 steps, on the tree as it is now), and so is one whose
+unknown commit or from a dirty tree (what code wrote it cannot be known — unless it is a record of
+this run: this process's, or the C11 flow's own C3/C4 steps via ``WS1_RUN_ID``), and so is one whose
 provenance :func:`validate_provenance` rejects (re-run here on every source record); a corrupt file
 — not JSON, counts that disagree with its cells, an N/A without an allowed reason — is an error
 (exit 1).
@@ -29,7 +29,6 @@ Beside each ``c8_matrix.json`` the gate writes ``c8_matrix.md`` (a table per tie
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -127,8 +126,9 @@ def _source_problem(run, gate: str, path: Path, data: dict, sha: str) -> str | N
     """Why a C3/C4 record cannot feed this matrix (None: it can)."""
     if data["contract_fingerprint"] != run.contract.fingerprint or data["fixture_hash"] != run.manifest.fixture_identity_sha256:
         return f"stale {gate} evidence ({path}): written under another contract or fixture set"
-    same_run = os.environ.get("WS1_RUN_ID") is not None and data.get("run_id") == os.environ["WS1_RUN_ID"]
-    if not same_run:
+    # a record of this very run (this process, or the C11 flow's WS1_RUN_ID) was written by the code
+    # as it is now; any other must name a clean, known commit equal to the checkout's
+    if data.get("run_id") != run_id():
         if "unknown" in (sha, data["git_sha"]):
             return f"stale {gate} evidence ({path}): commit unknown (record {data['git_sha'][:12]}, checkout {sha[:12]})"
         if data["dirty"] is not False:

@@ -64,7 +64,7 @@ def markdown(record: dict) -> str:
     lines = [f"# C8 matrix · `{prof}`", "", f"**{_counts_line(record)}**  ",
              f"git `{str(record.get('git_sha'))[:12]}`{' (dirty)' if record.get('dirty') else ''}, "
              f"contract `{record['contract_fingerprint'][:12]}`, fixtures `{record['fixture_hash'][:12]}`, "
-             f"{record.get('created_at', '')}", ""]
+             f"{record.get('created_at', '')}, run `{record.get('run_id')}`", ""]
     for tier in tiers:
         lines += [f"## {tier}", "", "| op | " + " | ".join(JUDGMENTS) + " |", "|---|" + "---|" * len(JUDGMENTS)]
         for op in ops:
@@ -137,8 +137,11 @@ def write_reports(json_path: str | Path) -> tuple[Path, Path]:
 
 
 def write_combined(paths: list[Path], root: Path) -> tuple[Path, Path]:
-    """All profiles' matrices in one Markdown file and one figure at the evidence root."""
+    """All profiles' matrices in one Markdown file and one figure at the evidence root — of one run only."""
     recs = [read_matrix(p) for p in paths]
+    runs = sorted({str(r.get("run_id")) for r in recs})
+    if len(runs) != 1:
+        raise EvidenceError(f"{root}: the C8 records to combine come from {len(runs)} runs ({', '.join(runs)}): one run only")
     md, sv = root / f"{GATE}.md", root / f"{GATE}.svg"
     md.write_text("\n\n".join(markdown(r) for r in recs) + "\n")
     sv.write_text(svg(recs))
