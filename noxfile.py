@@ -10,7 +10,8 @@ reinstalled per session. On CPU hosts ``bash ci/setup_cpu.sh`` prepares ``.venv`
 torch + every package editable) and ``.venv/bin/nox`` runs these sessions in it.
 
 Exit codes: 0 every judged cell green; 1 a red cell or a broken contract; 2 the host lacks a
-requested profile's device (one line, no traceback).
+requested profile's device (one line, no traceback). Red wins: a red cell exits 1 even when another
+requested profile's device is absent (ws1_contract.gate.exit_code; _gate passes the code on).
 """
 
 from __future__ import annotations

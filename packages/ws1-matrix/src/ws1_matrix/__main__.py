@@ -7,8 +7,9 @@
     report EVIDENCE.json            re-render a C8 record's Markdown table and SVG figure
 
 Common: ``--json`` (records instead of tables), ``--evidence-dir DIR``. Exit codes: 0 every cell
-green (N/A aside), 1 a red cell or a broken contract/evidence file, 2 a requested profile's device
-is absent (C3/C4) or the command line names an unknown op or profile — always one line on stderr.
+green (N/A aside; all-N/A is not green), 1 a red cell or a broken contract/evidence file (red wins
+over an absent device), 2 a requested profile's device is absent (C3/C4) or the command line names
+an unknown op or profile — always one line on stderr.
 """
 
 from __future__ import annotations
