@@ -20,7 +20,7 @@ from .ops.det_gemm import det_gemm
 from .ops.embedding import embedding
 from .ops.lm_head import lm_head
 from .ops.logprob import logprob
-from .ops.pack import cu_seqlens_from_lengths, pack, unpack
+from .ops.pack import cu_seqlens_from_lengths, pack, padded_segments, unpack
 from .ops.qk_norm import qk_norm
 from .ops.rms_norm import rms_norm
 from .ops.rope import rope
@@ -46,6 +46,6 @@ __all__ = [
     "REQUIRED_NODES", "CanonicalGrads", "canonical_grads",
     "Kernel", "KernelUnavailable", "NoProfile", "OpInputError", "Recorder", "active", "attention",
     "batch_invariant_logp", "canonical_order", "cu_seqlens_from_lengths", "det_gemm", "embedding", "expand_rows",
-    "family_available", "kernels_for", "lm_head", "logical_keys", "logprob", "pack", "qk_norm", "record", "reference",
+    "family_available", "kernels_for", "lm_head", "logical_keys", "logprob", "pack", "padded_segments", "qk_norm", "record", "reference",
     "rms_norm", "rope", "silu", "swiglu", "unpack", "use_candidate", "use_profile",
 ]
