@@ -88,6 +88,7 @@ void bwd_typed(const at::Tensor& dy, const at::Tensor& g, const at::Tensor* u, a
 }
 
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up) {
+  ws1::CallScope call("ws1_cpu::swiglu");
   check_float_input(gate, "swiglu", "gate");
   check_float_input(up, "swiglu", "up");
   check_same(gate, up, "swiglu", "gate", "up", true);
@@ -96,6 +97,7 @@ at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up) {
 }
 
 at::Tensor silu(const at::Tensor& x) {
+  ws1::CallScope call("ws1_cpu::silu");
   check_float_input(x, "silu", "x");
   if (x.scalar_type() == at::kFloat) return fwd_typed<float, false>(x, nullptr);
   return fwd_typed<uint16_t, false>(x, nullptr);
@@ -111,6 +113,7 @@ void bwd_any(const at::Tensor& dy, const at::Tensor& g, const at::Tensor* u, at:
 }
 
 std::tuple<at::Tensor, at::Tensor> swiglu_bwd(const at::Tensor& dy, const at::Tensor& gate, const at::Tensor& up) {
+  ws1::CallScope call("ws1_cpu::swiglu_bwd");
   check_float_input(dy, "swiglu_bwd", "dy");
   check_float_input(gate, "swiglu_bwd", "gate");
   check_float_input(up, "swiglu_bwd", "up");
@@ -123,6 +126,7 @@ std::tuple<at::Tensor, at::Tensor> swiglu_bwd(const at::Tensor& dy, const at::Te
 }
 
 at::Tensor silu_bwd(const at::Tensor& dy, const at::Tensor& x) {
+  ws1::CallScope call("ws1_cpu::silu_bwd");
   check_float_input(dy, "silu_bwd", "dy");
   check_float_input(x, "silu_bwd", "x");
   check_same(dy, x, "silu_bwd", "dy", "x", false);

@@ -96,6 +96,7 @@ Meta check_inputs(const char* op, const at::Tensor& q, const at::Tensor& k, cons
 std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                              const at::Tensor& cu_q, const at::Tensor& cu_k, const at::Tensor& q_pos,
                                              double scale) {
+  ws1::CallScope call("ws1_cpu::attention");
   Meta m = check_inputs("attention", q, k, v, cu_q, cu_k, q_pos);
   at::Tensor out = at::empty_like(q);
   at::Tensor lse = at::empty({m.Tq, m.Hq}, q.options().dtype(at::kFloat));
@@ -120,6 +121,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(const at::Tensor& d
                                                              const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
                                                              const at::Tensor& cu_q, const at::Tensor& cu_k,
                                                              const at::Tensor& q_pos, double scale) {
+  ws1::CallScope call("ws1_cpu::attention_bwd");
   Meta m = check_inputs("attention_bwd", q, k, v, cu_q, cu_k, q_pos);
   WS1_CHECK(dout_in.sizes() == q.sizes() && out.sizes() == q.sizes(), "attention_bwd: dout and out must have q's shape");
   WS1_CHECK(lse.numel() == m.Tq * m.Hq, "attention_bwd: lse must be [Tq, Hq]");

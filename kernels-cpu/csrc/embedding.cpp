@@ -19,6 +19,7 @@ void check_ids(const at::Tensor& ids, int64_t V, const char* op) {
 }
 
 at::Tensor embedding(const at::Tensor& ids, const at::Tensor& weight) {
+  ws1::CallScope call("ws1_cpu::embedding");
   ws1::check_cpu(weight, "embedding", "weight");
   ws1::check_dim(weight, 2, "embedding", "weight");
   WS1_CHECK(weight.scalar_type() == at::kBFloat16 || weight.scalar_type() == at::kFloat,
@@ -37,6 +38,7 @@ at::Tensor embedding(const at::Tensor& ids, const at::Tensor& weight) {
 }
 
 at::Tensor embedding_bwd(const at::Tensor& dy_in, const at::Tensor& ids, int64_t num_embeddings) {
+  ws1::CallScope call("ws1_cpu::embedding_bwd");
   ws1::check_cpu(dy_in, "embedding_bwd", "dy");
   ws1::check_dim(dy_in, 2, "embedding_bwd", "dy");
   WS1_CHECK(num_embeddings > 0, "embedding_bwd: num_embeddings must be > 0");

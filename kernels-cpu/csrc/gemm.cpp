@@ -522,7 +522,7 @@ UkFn pick_uk(Isa isa, int mr) {
 // out: fp32 (outf) or bf16 (outb), contiguous [M, N].
 void gemm_core(const Operand& A, const Operand& B, int64_t M, int64_t N, int64_t K, float* outf,
                uint16_t* outb) {
-  const Isa isa = active_isa();
+  const Isa isa = dispatch_isa();
   if (isa == Isa::avx512 && M <= SMALL_M_MAX && B.bf16 && B.s1 == 1) {
     small_m_gemm(A, B, M, N, K, outf, outb);
     return;
@@ -657,6 +657,7 @@ at::Tensor run_gemm(const char* op, const at::Tensor& a, const at::Tensor& b, bo
 // y = x @ weight.T, bf16 in, fp32 serial-fma accumulation, one RNE rounding to bf16.
 static at::Tensor det_gemm(const at::Tensor& x, const at::Tensor& weight) {
   const char* op = "ws1_cpu::det_gemm";
+  ws1::CallScope call(op);
   ws1::check_operand(x, op, "x", false);
   ws1::check_operand(weight, op, "weight", false);
   return ws1::run_gemm(op, x, weight, false, "x", "weight");
@@ -665,6 +666,7 @@ static at::Tensor det_gemm(const at::Tensor& x, const at::Tensor& weight) {
 // logits = x @ weight.T in fp32 (same core, no final rounding).
 static at::Tensor lm_head(const at::Tensor& x, const at::Tensor& weight) {
   const char* op = "ws1_cpu::lm_head";
+  ws1::CallScope call(op);
   ws1::check_operand(x, op, "x", false);
   ws1::check_operand(weight, op, "weight", false);
   return ws1::run_gemm(op, x, weight, true, "x", "weight");
@@ -673,6 +675,7 @@ static at::Tensor lm_head(const at::Tensor& x, const at::Tensor& weight) {
 // C = a @ b.T; a [M,K], b [N,K], each bf16 or fp32 with arbitrary strides (transposed views ok).
 static at::Tensor gemm(const at::Tensor& a, const at::Tensor& b, bool out_fp32) {
   const char* op = "ws1_cpu::gemm";
+  ws1::CallScope call(op);
   ws1::check_operand(a, op, "a", true);
   ws1::check_operand(b, op, "b", true);
   return ws1::run_gemm(op, a, b, out_fp32, "a", "b");

@@ -1,7 +1,11 @@
-// ISA selection shared by every ws1_cpu kernel, and the ws1_cpu::isa() op that reports it.
+// ISA selection shared by every ws1_cpu kernel, the ws1_cpu::isa() op that reports it, and the
+// self-report ws1_cpu::calls(): how often each op ran, by the ISA path it took (see ws1_cpu.h).
 #include "ws1_cpu.h"
 
 #include <cstdlib>
+#include <exception>
+#include <map>
+#include <mutex>
 
 namespace ws1 {
 
@@ -36,12 +40,66 @@ Isa active_isa() {
   return req;
 }
 
+// ---- self-report -----------------------------------------------------------------------------
+namespace {
+thread_local CallScope* t_open = nullptr;  // the op running on this thread (ops never nest today)
+std::mutex g_mu;
+std::map<std::string, std::map<std::string, int64_t>> g_calls;  // kernel id -> path -> calls
+
+std::string path_name(unsigned paths) {
+  if (paths == 0) return "generic";
+  std::string out;
+  for (int i = 0; i < 3; ++i) {
+    if (!(paths & (1u << i))) continue;
+    if (!out.empty()) out += "+";
+    out += isa_name(static_cast<Isa>(i));
+  }
+  return out;
+}
+}  // namespace
+
+CallScope::CallScope(const char* kernel_id) : id_(kernel_id), uncaught_(std::uncaught_exceptions()), prev_(t_open) {
+  t_open = this;
+}
+
+CallScope::~CallScope() {
+  t_open = prev_;
+  if (std::uncaught_exceptions() > uncaught_) return;  // the op raised: it did not run to completion
+  std::lock_guard<std::mutex> lock(g_mu);
+  ++g_calls[id_][path_name(paths_)];
+}
+
+Isa dispatch_isa() {
+  Isa isa = active_isa();
+  if (t_open != nullptr) t_open->took(isa);
+  return isa;
+}
+
 }  // namespace ws1
 
 static std::string isa_op() { return ws1::isa_name(ws1::active_isa()); }
 
+// {"ws1_cpu::det_gemm": {"avx2": 12}, ...}: ids and path names are plain identifiers (no escaping needed).
+static std::string calls_op() {
+  std::lock_guard<std::mutex> lock(ws1::g_mu);
+  std::string out = "{";
+  for (const auto& [id, paths] : ws1::g_calls) {
+    if (out.size() > 1) out += ", ";
+    out += "\"" + id + "\": {";
+    bool first = true;
+    for (const auto& [path, n] : paths) {
+      if (!first) out += ", ";
+      first = false;
+      out += "\"" + path + "\": " + std::to_string(n);
+    }
+    out += "}";
+  }
+  return out + "}";
+}
+
 TORCH_LIBRARY_FRAGMENT(ws1_cpu, m) {
   m.def("isa() -> str", &isa_op);
+  m.def("calls() -> str", &calls_op);
 }
 
 // The Python module is empty: the ops are reached through torch.ops.ws1_cpu.

@@ -67,6 +67,7 @@ at::Tensor row_lse(const at::Tensor& l) {
 }
 
 std::tuple<at::Tensor, at::Tensor> logprob(const at::Tensor& logits, const at::Tensor& targets) {
+  ws1::CallScope call("ws1_cpu::logprob");
   check_logits(logits, "logprob");
   at::Tensor l = logits.contiguous(), t = targets.contiguous();
   check_targets(t, l.size(0), l.size(1), "logprob");
@@ -80,6 +81,7 @@ std::tuple<at::Tensor, at::Tensor> logprob(const at::Tensor& logits, const at::T
 }
 
 std::tuple<at::Tensor, at::Tensor> batch_invariant_logp(const at::Tensor& logits) {
+  ws1::CallScope call("ws1_cpu::batch_invariant_logp");
   check_logits(logits, "batch_invariant_logp");
   at::Tensor l = logits.contiguous();
   const int64_t T = l.size(0), V = l.size(1);
@@ -100,6 +102,7 @@ std::tuple<at::Tensor, at::Tensor> batch_invariant_logp(const at::Tensor& logits
 }
 
 at::Tensor logprob_bwd(const at::Tensor& g, const at::Tensor& logits, const at::Tensor& lse, const at::Tensor& targets) {
+  ws1::CallScope call("ws1_cpu::logprob_bwd");
   check_logits(logits, "logprob_bwd");
   at::Tensor l = logits.contiguous(), t = targets.contiguous();
   const int64_t T = l.size(0), V = l.size(1);
@@ -116,6 +119,7 @@ at::Tensor logprob_bwd(const at::Tensor& g, const at::Tensor& logits, const at::
 }
 
 at::Tensor batch_invariant_logp_bwd(const at::Tensor& g, const at::Tensor& logp) {
+  ws1::CallScope call("ws1_cpu::batch_invariant_logp_bwd");
   check_logits(logp, "batch_invariant_logp_bwd");
   WS1_CHECK(g.sizes() == logp.sizes(), "batch_invariant_logp_bwd: g and logp must have one shape, got ", g.sizes(), " and ",
             logp.sizes());

@@ -152,17 +152,21 @@ std::tuple<at::Tensor, at::Tensor> norm_bwd(const at::Tensor& dy, const at::Tens
 }
 
 std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  ws1::CallScope call("ws1_cpu::rms_norm");
   return norm_fwd(x, w, eps, "rms_norm", false);
 }
 std::tuple<at::Tensor, at::Tensor> qk_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  ws1::CallScope call("ws1_cpu::qk_norm");
   return norm_fwd(x, w, eps, "qk_norm", true);
 }
 std::tuple<at::Tensor, at::Tensor> rms_norm_bwd(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& w,
                                                 const at::Tensor& rstd) {
+  ws1::CallScope call("ws1_cpu::rms_norm_bwd");
   return norm_bwd(dy, x, w, rstd, "rms_norm_bwd", false);
 }
 std::tuple<at::Tensor, at::Tensor> qk_norm_bwd(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& w,
                                                const at::Tensor& rstd) {
+  ws1::CallScope call("ws1_cpu::qk_norm_bwd");
   return norm_bwd(dy, x, w, rstd, "qk_norm_bwd", true);
 }
 

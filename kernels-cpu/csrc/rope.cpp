@@ -64,6 +64,7 @@ void run(const T* x, T* y, const int64_t* pos, int64_t Tn, int64_t NH, int64_t D
 }
 
 at::Tensor rope(const at::Tensor& x, const at::Tensor& positions, double theta, bool inverse) {
+  ws1::CallScope call("ws1_cpu::rope");
   ws1::check_cpu(x, "rope", "x");
   ws1::check_dim(x, 3, "rope", "x");
   WS1_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat, "rope: x must be bfloat16 or float32, got ",

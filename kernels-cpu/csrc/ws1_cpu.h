@@ -23,6 +23,31 @@ enum class Isa { scalar = 0, avx2 = 1, avx512 = 2 };
 Isa active_isa();
 const char* isa_name(Isa isa);
 
+// Self-report: what the package itself ran, so evidence never rests on a Python label alone.
+// Every op opens a CallScope with its kernel id (e.g. "ws1_cpu::det_gemm"); the ISA selection goes
+// through dispatch_isa(), which notes the path in the open scope, so the path counted is the path that
+// ran. The call is counted when the op returns (an op that throws is not counted); ops that dispatch on
+// no ISA (embedding's row copies, empty shapes) count as path "generic". torch.ops.ws1_cpu.calls()
+// returns the totals since load as JSON {kernel id: {path: calls}}.
+class CallScope {
+ public:
+  explicit CallScope(const char* kernel_id);
+  ~CallScope();
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+  void took(Isa isa) { paths_ |= 1u << static_cast<int>(isa); }
+
+ private:
+  const char* id_;
+  unsigned paths_ = 0;
+  int uncaught_;
+  CallScope* prev_;
+};
+
+// active_isa(), noted as the path taken by the op open on this thread. Call it on the op's own thread,
+// outside parallel regions (as every kernel selects its path once per call).
+Isa dispatch_isa();
+
 // FP32 -> BF16 with round-to-nearest-even; NaN stays NaN (quiet), Inf stays Inf.
 inline uint16_t f32_to_bf16_bits(float f) {
   uint32_t u;

@@ -53,14 +53,14 @@
 #define WS1_BEGIN_AVX512 _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx2,fma\")")
 #define WS1_END_ISA _Pragma("GCC pop_options")
 
-// Function pointer NS::vs::FN / NS::v2::FN / NS::v5::FN according to ws1::active_isa() (WS1_CPU_ISA
+// Function pointer NS::vs::FN / NS::v2::FN / NS::v5::FN according to ws1::dispatch_isa() (WS1_CPU_ISA
 // is re-read on every call; pick once per op call, outside the parallel region).
 #define WS1_SELECT(NS, ...) ::ws1::pick_isa(&NS::vs::__VA_ARGS__, &NS::v2::__VA_ARGS__, &NS::v5::__VA_ARGS__)
 
 namespace ws1 {
 template <class F>
 inline F pick_isa(F scalar, F avx2, F avx512) {
-  switch (active_isa()) {
+  switch (dispatch_isa()) {
     case Isa::avx512: return avx512;
     case Isa::avx2: return avx2;
     default: return scalar;

@@ -17,13 +17,34 @@ def test_kernels_are_interpreted_and_run_on_cpu_tensors(tri):
 
     assert _common.INTERPRET
     for node, mod in tb.MODULES.items():
-        assert isinstance(getattr(mod, f"{node}_fwd_kernel"), InterpretedFunction), node
+        k = getattr(mod, f"{node}_fwd_kernel")
+        assert isinstance(k, _common.counted) and isinstance(k.fn, InterpretedFunction), node
     x = torch.randn(5, 16).bfloat16()
     with ws1_ops.record() as rec:
         y = ws1_ops.silu(x)
     assert y.device.type == "cpu"
     s = rec.summary()["silu"]
     assert s["kernel_ids"] == ["ws1_ops.triton.silu:silu_fwd_kernel"] and s["families"] == ["triton"] and s["devices"] == ["cpu"]
+    # the launch itself counted it (the kernels' self-report), on the interpreter path
+    assert s["package"] == {"ws1_ops.triton.silu:silu_fwd_kernel": {"interpreter": 1}} and s["package_problems"] == []
+
+
+def test_a_swapped_triton_callable_is_caught(tri):
+    """A pure-Python callable behind the triton label launches nothing: the record says it did not run."""
+    import dataclasses
+
+    from ws1_ops import registry
+
+    real = registry._KERNELS[("silu", "triton")]
+    registry._KERNELS[("silu", "triton")] = dataclasses.replace(real, fwd=lambda x: torch.nn.functional.silu(x))
+    try:
+        with ws1_ops.record() as rec:
+            ws1_ops.silu(torch.randn(5, 16).bfloat16())
+    finally:
+        registry._KERNELS[("silu", "triton")] = real
+    s = rec.summary()["silu"]
+    assert s["kernel_ids"] == ["ws1_ops.triton.silu:silu_fwd_kernel"]
+    assert any("recorded kernel did not run" in p for p in s["package_problems"]), s
 
 
 def test_every_node_registers_the_manifest_kernel_id():

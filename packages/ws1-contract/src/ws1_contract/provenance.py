@@ -60,8 +60,11 @@ def collect(
     device: str | torch.device | None = None,
     candidate_tf32: bool | None = None,
     reference_tf32: bool | None = None,
+    arch_key: str | None = None,
 ) -> Provenance:
-    """Provenance for a report. ``actual_backend`` is what the kernel registry recorded at run time."""
+    """Provenance for a report. ``actual_backend`` is what the kernel registry recorded at run time;
+    ``arch_key``, where given, what the kernel package reported it ran (on CPU: the ISA path,
+    ``ws1_ops.registry.arch_key_of``), else the device's architecture."""
     import ws1_accel
 
     dev = ws1_accel.resolve_device(profile, device)
@@ -79,7 +82,7 @@ def collect(
         candidate_tf32_enabled=tf32 if candidate_tf32 is None else candidate_tf32,
         reference_tf32_enabled=tf32 if reference_tf32 is None else reference_tf32,
         device_name=ws1_accel.device_name(dev),
-        arch_key=ws1_accel.arch_key(dev),
+        arch_key=arch_key or ws1_accel.arch_key(dev),
         torch_version=torch.__version__,
         git_sha=sha,
         git_dirty=dirty,

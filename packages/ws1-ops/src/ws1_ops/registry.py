@@ -6,6 +6,11 @@
 * Every kernel call is recorded — op, family, kernel id, direction (forward/backward), device —
   into the active :func:`record` scopes: C2's runtime evidence and C9's observed node kinds come
   from here, not from what the code meant to call.
+* The label is not trusted alone: each family's kernel package counts its own calls by kernel id
+  and the path it took (ISA on CPU), read through :func:`register_counter`. Every recorded call is
+  matched with what the package counted while it ran; a call the package did not count (a Python
+  callable swapped in behind the label) or a package kernel other than the label's own is a
+  ``package_problems`` entry in the record, and the gates turn it red.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ class Kernel:
     # set only on a negative control's deliberately variant kernel (ws1_ops.backends.controls): the
     # control's name, recorded with every call so evidence can never pass a control off as the kernel
     variant: str | None = None
+    # the kernel package's own ids of what fwd/bwd/param_grad run (its self-report counts by these ids)
+    runs: tuple[str, ...] = ()
 
 
 # family -> module that registers that family's kernels when imported
@@ -65,6 +72,14 @@ _overlay: contextvars.ContextVar[dict[str, Kernel] | None] = contextvars.Context
 # and backward calls must still be recorded.
 _recorders: list[Recorder] = []
 _rec_lock = threading.Lock()
+# family -> the kernel package's self-report: {package kernel id: {path: calls since load}}
+_COUNTERS: dict[str, Callable[[], dict[str, dict[str, int]]]] = {}
+# the last recorded call, until the next one (or the recorder's summary) settles what the package counted for it
+_pending: list = []
+
+
+def register_counter(family: str, counts: Callable[[], dict[str, dict[str, int]]]) -> None:
+    _COUNTERS[family] = counts
 
 
 def register(kernel: Kernel) -> None:
@@ -177,8 +192,43 @@ class Recorder:
 
     events: Counter = field(default_factory=Counter)  # (op, family, kernel_id, direction, device_type) -> calls
     variants: dict[str, set] = field(default_factory=dict)  # op -> names of the negative controls that ran it
+    # what the kernel package counted during the op's recorded calls: op -> {(package id, path): calls}
+    counted: dict[str, Counter] = field(default_factory=dict)
+    uncounted: Counter = field(default_factory=Counter)  # (op, kernel_id, direction) -> calls the package did not count
+    foreign: dict[str, set] = field(default_factory=dict)  # op -> package ids a non-variant kernel ran beyond its own
+    unreported: set = field(default_factory=set)  # (op, family) whose family has no self-report
+
+    def _settle(self, k: Kernel, direction: str, delta: dict | None) -> None:
+        if delta is None:
+            self.unreported.add((k.op, k.family))
+            return
+        if not delta:
+            self.uncounted[(k.op, k.kernel_id, direction)] += 1
+        c = self.counted.setdefault(k.op, Counter())
+        for (pid, path), n in delta.items():
+            c[(pid, path)] += n
+            if k.variant is None and pid not in k.runs:
+                self.foreign.setdefault(k.op, set()).add(pid)
+
+    def package_problems(self, op: str) -> list[str]:
+        """Why the package's own count does not confirm the op's recorded calls (empty: confirmed)."""
+        problems = [f"family {fam!r} has no kernel self-report: what ran cannot be confirmed"
+                    for o, fam in sorted(self.unreported) if o == op]
+        for (o, kid, direction), n in sorted(self.uncounted.items()):
+            if o == op:
+                problems.append(f"recorded kernel did not run: {n} {direction} call(s) recorded as {kid} "
+                                "were not counted by the kernel package")
+        if op in self.foreign:
+            problems.append(f"the kernel package ran {sorted(self.foreign[op])}, not the recorded kernel's own")
+        return problems
+
+    def arch_key(self) -> str:
+        """The ISA the kernels used, from the package's own count (see :func:`arch_key_of`)."""
+        return arch_key_of([self.summary()])
 
     def summary(self) -> dict[str, dict]:
+        with _rec_lock:
+            _settle_pending()
         out: dict[str, dict] = {}
         for (op, fam, kid, direction, dev), n in sorted(self.events.items()):
             e = out.setdefault(op, {"kernel_ids": [], "families": [], "devices": [], "forward": 0, "backward": 0})
@@ -188,6 +238,12 @@ class Recorder:
             e[direction] += n
         for op, names in self.variants.items():
             out[op]["variant"] = sorted(names)
+        for op, e in out.items():
+            pkg: dict = {}
+            for (pid, path), n in sorted(self.counted.get(op, Counter()).items()):
+                pkg.setdefault(pid, {})[path] = n
+            e["package"] = pkg
+            e["package_problems"] = self.package_problems(op)
         return out
 
     def ops(self) -> set[str]:
@@ -203,11 +259,46 @@ def record() -> Iterator[Recorder]:
         yield rec
     finally:
         with _rec_lock:
+            _settle_pending()
             _recorders.remove(rec)
 
 
+def arch_key_of(summaries) -> str:
+    """The path (ISA on CPU) the kernel package reported for the calls of these recorder summaries:
+    one path, ``mixed:a+b`` if several, never a guess from the CPU's flags. "generic" (ops that
+    dispatch on no ISA: embedding's row copies) is left out."""
+    paths = sorted({path for summ in summaries for e in summ.values() for by_path in e.get("package", {}).values()
+                    for path, n in by_path.items() if n and path != "generic"})
+    if not paths:
+        return "none (no kernel call counted by a kernel package)"
+    return paths[0] if len(paths) == 1 else "mixed:" + "+".join(paths)
+
+
+def _package_counts(family: str) -> dict[tuple[str, str], int] | None:
+    counts = _COUNTERS.get(family)
+    if counts is None:
+        return None
+    return {(pid, path): n for pid, paths in counts().items() for path, n in paths.items()}
+
+
+def _settle_pending() -> None:
+    """Give the last recorded call what its family's package counted since it was noted (callers hold
+    _rec_lock). Calls are settled one at a time, so each one is confirmed by its own count."""
+    if not _pending:
+        return
+    k, direction, before, recs = _pending.pop()
+    after = _package_counts(k.family) if before is not None else None
+    delta = None if after is None else {key: n - before.get(key, 0) for key, n in after.items() if n != before.get(key, 0)}
+    for rec in recs:
+        rec._settle(k, direction, delta)
+
+
 def note(k: Kernel, direction: str, device_type: str) -> None:
+    """Record a call of ``k`` about to run (callers call the kernel right after)."""
     with _rec_lock:
+        _settle_pending()
+        if _recorders:
+            _pending.append((k, direction, _package_counts(k.family), list(_recorders)))
         for rec in _recorders:
             rec.events[(k.op, k.family, k.kernel_id, direction, device_type)] += 1
             if k.variant is not None:

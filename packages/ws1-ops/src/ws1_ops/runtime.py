@@ -56,8 +56,9 @@ def _calls(dev: torch.device):
 
 def node_problems(s: dict | None, declared: str, family: str, dev_type: str, need_backward: bool) -> list[str]:
     """What is wrong with one node's record (a :meth:`Recorder.summary` entry) against its declaration:
-    never ran, another kernel id, another family (an undeclared fallback), another device, or a
-    direction missing. Empty: it ran exactly the declared kernel. (C2 runtime and C9 judge with it.)"""
+    never ran, another kernel id, another family (an undeclared fallback), another device, a
+    direction missing, or calls the kernel package itself did not count (``package_problems``).
+    Empty: it ran exactly the declared kernel. (C2 runtime and C9 judge with it.)"""
     if s is None:
         return ["never ran"]
     problems = []
@@ -71,6 +72,8 @@ def node_problems(s: dict | None, declared: str, family: str, dev_type: str, nee
         problems.append("no forward call")
     if need_backward and s["backward"] < 1:
         problems.append("no backward record")
+    # the label is not enough: the kernel package's own count must confirm every recorded call
+    problems += s.get("package_problems", ["the record carries no kernel self-report"])
     return problems
 
 

@@ -6,14 +6,29 @@ the registry refuses the cpu_bf16 profile with the reason (no fallback).
 
 from __future__ import annotations
 
+import json
+
 import torch
 
 import ws1_kernels_cpu  # noqa: F401  registers torch.ops.ws1_cpu
 
-from ..registry import Kernel, register
+from ..registry import Kernel, register, register_counter
 
 FAMILY = "cpu"
 K = torch.ops.ws1_cpu
+
+if not hasattr(K, "calls"):
+    # without the self-report the gates could only trust the Python labels: refuse the family
+    raise ImportError("the installed ws1_kernels_cpu lacks ws1_cpu::calls (the kernels' self-report); "
+                      "rebuild it: bash ci/setup_cpu.sh")
+
+
+def calls() -> dict[str, dict[str, int]]:
+    """What the C++ kernels counted of their own calls since load: {"ws1_cpu::<op>": {isa path: calls}}."""
+    return json.loads(K.calls())
+
+
+register_counter(FAMILY, calls)
 
 
 def _gemm_dx(dy, x, w):
@@ -74,4 +89,5 @@ MISSING = {node: [r for r in raw if not hasattr(K, r)] for node, (_, _, raw) in 
 
 for node, (fwd, bwd, _raw) in _TABLE.items():
     if not MISSING[node]:
-        register(Kernel(op=node, family=FAMILY, kernel_id=f"ws1_cpu::{node}", fwd=fwd, bwd=bwd, param_grad=_PARAM_GRAD.get(node)))
+        register(Kernel(op=node, family=FAMILY, kernel_id=f"ws1_cpu::{node}", fwd=fwd, bwd=bwd, param_grad=_PARAM_GRAD.get(node),
+                        runs=tuple(f"ws1_cpu::{r}" for r in _raw)))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import triton  # noqa: F401  (a missing triton must fail here, at family load)
 
-from ..registry import Kernel, register
+from ..registry import Kernel, register, register_counter
 from ..triton import attention as _attention
 from ..triton import batch_invariant_logp as _bilp
 from ..triton import det_gemm as _det_gemm
@@ -25,7 +25,7 @@ from ..triton import rms_norm as _rms_norm
 from ..triton import rope as _rope
 from ..triton import silu as _silu
 from ..triton import swiglu as _swiglu
-from ..triton._common import INTERPRET
+from ..triton._common import INTERPRET, counted, launches
 
 FAMILY = "triton"
 
@@ -52,9 +52,19 @@ MODULES = {"embedding": _embedding, "rms_norm": _rms_norm, "qk_norm": _qk_norm, 
            "lm_head": _lm_head, "rope": _rope, "attention": _attention, "swiglu": _swiglu, "silu": _silu,
            "logprob": _logprob, "batch_invariant_logp": _bilp}
 
+# the modules whose kernels a node's launchers launch besides its own (shared dW / dx launchers)
+_ALSO = {"qk_norm": (_rms_norm,), "lm_head": (_det_gemm,), "batch_invariant_logp": (_logprob,)}
+
+
+def _runs(node: str) -> tuple[str, ...]:
+    mods = (MODULES[node], *_ALSO.get(node, ()))
+    return tuple(sorted({v.kernel_id for m in mods for v in vars(m).values() if isinstance(v, counted)}))
+
+
+register_counter(FAMILY, launches)  # every launched kernel counts its own launches (triton._common.counted)
 for _node, (_fwd, _bwd, _pg) in _TABLE.items():
     # the declared entry point must exist: a renamed kernel is a missing kernel, not a silent one
     getattr(MODULES[_node], f"{_node}_fwd_kernel")
-    register(Kernel(op=_node, family=FAMILY, kernel_id=_kid(_node), fwd=_fwd, bwd=_bwd, param_grad=_pg))
+    register(Kernel(op=_node, family=FAMILY, kernel_id=_kid(_node), fwd=_fwd, bwd=_bwd, param_grad=_pg, runs=_runs(_node)))
 
 __all__ = ["FAMILY", "INTERPRET", "MODULES"]

@@ -19,6 +19,9 @@ each FP32 dot block in its own order, the tensor cores in theirs). Evidence come
 
 from __future__ import annotations
 
+import functools
+from collections import Counter
+
 import torch
 import triton
 import triton.language as tl
@@ -31,6 +34,47 @@ def _probe():
 
 # True when triton.jit produced interpreter functions (TRITON_INTERPRET=1 before import).
 INTERPRET = type(_probe).__name__ == "InterpretedFunction"
+
+
+# The kernels' self-report (the registry's counter for the triton family): launches per kernel id
+# ("ws1_ops.triton.<module>:<kernel>") and path ("interpreter", or the GPU's "sm<major><minor>").
+LAUNCHES: Counter = Counter()
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_path(index: int) -> str:
+    major, minor = torch.cuda.get_device_capability(index)
+    return f"sm{major}{minor}"
+
+
+class counted:
+    """A launched kernel that counts its own launches (``kernel[grid](...)`` as before), so what ran
+    is known from the launch itself, not from the Python label that chose the launcher."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        inner = getattr(fn, "fn", fn)
+        self.kernel_id = f"{inner.__module__}:{inner.__name__}"
+
+    def __getitem__(self, grid):
+        launch = self.fn[grid]
+
+        def run(*args, **kwargs):
+            out = launch(*args, **kwargs)
+            LAUNCHES[(self.kernel_id, "interpreter" if INTERPRET else _gpu_path(torch.cuda.current_device()))] += 1
+            return out
+
+        return run
+
+    def __getattr__(self, name):
+        return getattr(self.fn, name)
+
+
+def launches() -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for (kid, path), n in LAUNCHES.items():
+        out.setdefault(kid, {})[path] = n
+    return out
 
 
 def dot_f32(*tensors: torch.Tensor) -> bool:

@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import bf16_round_f32, check_device, dot_f32, index_on, next_pow2, rne_bf16
+from ._common import bf16_round_f32, check_device, counted, dot_f32, index_on, next_pow2, rne_bf16
 
 BM, BN = 64, 64            # query rows, keys per tile (fixed)
 FWD_WARPS, BWD_WARPS = 4, 8
@@ -81,6 +81,7 @@ def _query_tile(q_ptr, cu_q_ptr, cu_k_ptr, pos_ptr, tile_ptr, HQ, HKV, D, BM: tl
     return h, k0, k_len, kh, rows, r_ok, pos, d, q
 
 
+@counted
 @triton.jit
 def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, pos_ptr, tile_ptr, scale,
                          HQ, HKV, D, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, DOT_F32: tl.constexpr):
@@ -113,6 +114,7 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr
     tl.store(lse_ptr + rows.to(tl.int64) * HQ + h, m_i + tl.log(l_i), mask=r_ok)
 
 
+@counted
 @triton.jit(do_not_specialize=["T"])
 def attention_bwd_delta_kernel(do_ptr, o_ptr, delta_ptr, T, HQ, D, BH: tl.constexpr, BD: tl.constexpr):
     """delta[t, h] = sum_d dout[t, h, d] * out[t, h, d] (FP32), one token per program."""
@@ -126,6 +128,7 @@ def attention_bwd_delta_kernel(do_ptr, o_ptr, delta_ptr, T, HQ, D, BH: tl.conste
     tl.store(delta_ptr + t * HQ + h, tl.sum(do * o, 1), mask=h < HQ)
 
 
+@counted
 @triton.jit
 def attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_q_ptr, cu_k_ptr, pos_ptr,
                             tile_ptr, scale, HQ, HKV, D, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
@@ -153,6 +156,7 @@ def attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_
              mask=r_ok[:, None] & (d < D)[None, :])
 
 
+@counted
 @triton.jit
 def attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_q_ptr, cu_k_ptr,
                               pos_ptr, ktile_ptr, scale, HQ, HKV, D, BM: tl.constexpr, BN: tl.constexpr,

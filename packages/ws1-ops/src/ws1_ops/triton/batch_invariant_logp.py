@@ -14,9 +14,11 @@ import torch
 import triton
 import triton.language as tl
 
+from ._common import counted
 from .logprob import LSE_BLOCK, ROW_BLOCK, check_logits, row_lse
 
 
+@counted
 @triton.jit(do_not_specialize=["T"])
 def batch_invariant_logp_fwd_kernel(x_ptr, lse_ptr, out_ptr, T, V, s_xt, s_ot, BLOCK: tl.constexpr):
     """out[t, v] = x[t, v] - lse[t]."""
@@ -27,6 +29,7 @@ def batch_invariant_logp_fwd_kernel(x_ptr, lse_ptr, out_ptr, T, V, s_xt, s_ot, B
     tl.store(out_ptr + t * s_ot + v, x - tl.load(lse_ptr + t), mask=ok)
 
 
+@counted
 @triton.jit(do_not_specialize=["T"])
 def batch_invariant_logp_bwd_kernel(g_ptr, lp_ptr, d_ptr, T, V, s_gt, s_lt, s_dt, BLOCK: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)

@@ -15,10 +15,11 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import check_device, index_on
+from ._common import check_device, counted, index_on
 from ._gemm import gemm_acc, grid, launch_kwargs, store_tile, tile_of_program
 
 
+@counted
 @triton.jit(do_not_specialize=["M"])
 def det_gemm_fwd_kernel(x_ptr, w_ptr, y_ptr, M, N, K, s_xm, s_wn, s_ym,
                         BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
@@ -30,6 +31,7 @@ def det_gemm_fwd_kernel(x_ptr, w_ptr, y_ptr, M, N, K, s_xm, s_wn, s_ym,
     store_tile(y_ptr, acc, M, N, s_ym, pid_m, pid_n, BM, BN, True)
 
 
+@counted
 @triton.jit(do_not_specialize=["M"])
 def det_gemm_bwd_dx_kernel(dy_ptr, w_ptr, dx_ptr, M, N, K, s_dym, s_wn, s_dxm,
                            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
@@ -41,6 +43,7 @@ def det_gemm_bwd_dx_kernel(dy_ptr, w_ptr, dx_ptr, M, N, K, s_dym, s_wn, s_dxm,
     store_tile(dx_ptr, acc, M, K, s_dxm, pid_m, pid_n, BM, BN, False)
 
 
+@counted
 @triton.jit(do_not_specialize=["R"])
 def det_gemm_bwd_dw_kernel(dy_ptr, x_ptr, perm_ptr, dw_ptr, R, N, K, s_dym, s_xm, s_dwn,
                            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,

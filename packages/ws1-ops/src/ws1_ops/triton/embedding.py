@@ -15,11 +15,12 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import check_device, index_on
+from ._common import check_device, counted, index_on
 
 BLOCK_H = 256
 
 
+@counted
 @triton.jit(do_not_specialize=["T"])
 def embedding_fwd_kernel(ids_ptr, w_ptr, y_ptr, T, H, BLOCK: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
@@ -29,6 +30,7 @@ def embedding_fwd_kernel(ids_ptr, w_ptr, y_ptr, T, H, BLOCK: tl.constexpr):
     tl.store(y_ptr + t * H + cols, tl.load(w_ptr + row * H + cols, mask=ok), mask=ok)
 
 
+@counted
 @triton.jit
 def embedding_bwd_kernel(dy_ptr, rows_ptr, seg_start_ptr, seg_len_ptr, seg_id_ptr, de_ptr, H, BLOCK: tl.constexpr):
     """Segment s (one token id): dE[id] = ((0 + dy[rows[start]]) + dy[rows[start + 1]]) + ..."""

@@ -11,10 +11,12 @@ import torch
 import triton
 import triton.language as tl
 
+from ._common import counted
 from ._gemm import gemm_acc, store_tile, tile_of_program
 from .det_gemm import run_fwd
 
 
+@counted
 @triton.jit(do_not_specialize=["M"])
 def lm_head_fwd_kernel(x_ptr, w_ptr, y_ptr, M, N, K, s_xm, s_wn, s_ym,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,

@@ -17,12 +17,13 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import check_device, index_on
+from ._common import check_device, counted, index_on
 
 LSE_BLOCK = 4096     # lanes of the lse reduction (fixed; the order depends on V only)
 ROW_BLOCK = 2048     # columns per program of the elementwise passes (any value: no reduction)
 
 
+@counted
 @triton.jit(do_not_specialize=["T"])
 def row_lse_kernel(x_ptr, lse_ptr, T, V, s_xt, BLOCK: tl.constexpr):
     """lse[t] = m + log(sum_v exp(x[t, v] - m)), m = max_v x[t, v]."""
@@ -41,6 +42,7 @@ def row_lse_kernel(x_ptr, lse_ptr, T, V, s_xt, BLOCK: tl.constexpr):
     tl.store(lse_ptr + t, m + tl.log(tl.sum(sv, 0)))
 
 
+@counted
 @triton.jit(do_not_specialize=["T"])
 def logprob_fwd_kernel(x_ptr, tgt_ptr, lse_ptr, out_ptr, T, s_xt, BLOCK: tl.constexpr):
     """out[t] = x[t, tgt[t]] - lse[t] (the same subtraction batch_invariant_logp does at t_i)."""
@@ -51,6 +53,7 @@ def logprob_fwd_kernel(x_ptr, tgt_ptr, lse_ptr, out_ptr, T, s_xt, BLOCK: tl.cons
     tl.store(out_ptr + t, x - tl.load(lse_ptr + t, mask=ok, other=0.0), mask=ok)
 
 
+@counted
 @triton.jit(do_not_specialize=["T"])
 def logprob_bwd_kernel(g_ptr, x_ptr, lse_ptr, tgt_ptr, d_ptr, T, V, s_xt, s_dt, BLOCK: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)

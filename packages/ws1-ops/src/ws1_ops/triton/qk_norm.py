@@ -15,10 +15,11 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import check_device, next_pow2, rne_bf16
+from ._common import check_device, counted, next_pow2, rne_bf16
 from .rms_norm import norm_bwd_rows, norm_dw, norm_fwd_rows
 
 
+@counted
 @triton.jit(do_not_specialize=["T"])
 def qk_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, T, NH, D, Df, eps,
                        BLOCK_NH: tl.constexpr, BLOCK_D: tl.constexpr):
@@ -34,6 +35,7 @@ def qk_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, T, NH, D, Df, eps,
     tl.store(rstd_ptr + t * NH + h, rstd, mask=h < NH)
 
 
+@counted
 @triton.jit(do_not_specialize=["T"])
 def qk_norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, T, NH, D, Df,
                        BLOCK_NH: tl.constexpr, BLOCK_D: tl.constexpr):

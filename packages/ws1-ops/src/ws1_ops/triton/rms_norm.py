@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import check_device, index_on, next_pow2, rne_bf16
+from ._common import check_device, counted, index_on, next_pow2, rne_bf16
 
 DW_BR, DW_BC = 64, 32  # dweight: canonical rows per step, columns per program
 
@@ -41,6 +41,7 @@ def norm_bwd_rows(dy, x, w, rstd, Hf):
     return tl.fma(-x, c[:, None], g * rstd[:, None])
 
 
+@counted
 @triton.jit(do_not_specialize=["T"])
 def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, T, H, Hf, eps, BLOCK_H: tl.constexpr):
     """One token per program: y[t] = bf16_rne((x[t] * rstd[t]) * w)."""
@@ -54,6 +55,7 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, T, H, Hf, eps, BLOCK_H: t
     tl.store(rstd_ptr + t + tl.arange(0, 1), rstd)
 
 
+@counted
 @triton.jit(do_not_specialize=["T"])
 def rms_norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, T, H, Hf, BLOCK_H: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
@@ -67,6 +69,7 @@ def rms_norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, T, H, Hf, BLOCK_
     tl.store(dx_ptr + t * H + cols[None, :], dx, mask=ok[None, :])
 
 
+@counted
 @triton.jit(do_not_specialize=["R"])
 def norm_dw_kernel(dy_ptr, x_ptr, rstd_ptr, perm_ptr, dw_ptr, R, H, BR: tl.constexpr, BC: tl.constexpr):
     """dw[h] = sum over rows r in canonical order of dy[perm[r], h] * (x[perm[r], h] * rstd[perm[r]]).

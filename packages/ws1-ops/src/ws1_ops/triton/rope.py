@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import check_device, index_on, next_pow2, rne_bf16
+from ._common import check_device, counted, index_on, next_pow2, rne_bf16
 
 # pi/2 split for Cody-Waite reduction: PIO2_HI keeps 32 significant bits, so k * PIO2_HI is exact
 # for quadrant counts k < 2^21 (angles up to ~3e6 rad; Qwen3's 40960 positions need ~4.1e4).
@@ -113,11 +113,13 @@ def rotate_rows(x_ptr, pos_ptr, invf_ptr, y_ptr, R, NH, HALF, INVERSE: tl.conste
         tl.store(y_ptr + offs + HALF, o2, mask=ok)
 
 
+@counted
 @triton.jit(do_not_specialize=["R"])
 def rope_fwd_kernel(x_ptr, pos_ptr, invf_ptr, y_ptr, R, NH, HALF, BLOCK_R: tl.constexpr, BLOCK_HALF: tl.constexpr):
     rotate_rows(x_ptr, pos_ptr, invf_ptr, y_ptr, R, NH, HALF, False, True, BLOCK_R, BLOCK_HALF)
 
 
+@counted
 @triton.jit(do_not_specialize=["R"])
 def rope_bwd_kernel(dy_ptr, pos_ptr, invf_ptr, dx_ptr, R, NH, HALF, BLOCK_R: tl.constexpr, BLOCK_HALF: tl.constexpr):
     rotate_rows(dy_ptr, pos_ptr, invf_ptr, dx_ptr, R, NH, HALF, True, False, BLOCK_R, BLOCK_HALF)

@@ -13,10 +13,11 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import rne_bf16
+from ._common import counted, rne_bf16
 from .swiglu import BLOCK, check_same, swiglu_grad_math, swiglu_math
 
 
+@counted
 @triton.jit(do_not_specialize=["n"])
 def silu_fwd_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -25,6 +26,7 @@ def silu_fwd_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     tl.store(y_ptr + offs, rne_bf16(swiglu_math(x, 1.0)), mask=ok)
 
 
+@counted
 @triton.jit(do_not_specialize=["n"])
 def silu_bwd_kernel(dy_ptr, x_ptr, dx_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import check_device, rne_bf16
+from ._common import check_device, counted, rne_bf16
 
 BLOCK = 1024
 
@@ -35,6 +35,7 @@ def swiglu_grad_math(dy, g, u):
     return (dy * u) * (sig * inner), dy * s
 
 
+@counted
 @triton.jit(do_not_specialize=["n"])
 def swiglu_fwd_kernel(g_ptr, u_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -44,6 +45,7 @@ def swiglu_fwd_kernel(g_ptr, u_ptr, y_ptr, n, BLOCK: tl.constexpr):
     tl.store(y_ptr + offs, rne_bf16(swiglu_math(g, u)), mask=ok)
 
 
+@counted
 @triton.jit(do_not_specialize=["n"])
 def swiglu_bwd_kernel(dy_ptr, g_ptr, u_ptr, dg_ptr, du_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
