@@ -145,3 +145,19 @@ def test_arch_key_differs_from_the_cpu_flags_when_forced(monkeypatch):
     assert rec.arch_key() == "scalar"
     if torch.backends.cpu.get_cpu_capability().lower() != "default":
         assert rec.arch_key() != torch.backends.cpu.get_cpu_capability().lower()
+
+
+def test_c9_node_cell_is_red_for_the_swapped_callable(swapped_det_gemm):
+    """C9 (and C10's observed/ cells, same node_cells) on the model: det_gemm red, the others green."""
+    ws1_qwen3 = pytest.importorskip("ws1_qwen3")
+    from ws1_contract import load_manifest
+    from ws1_qwen3.c9 import node_cells, observe
+
+    m = load_manifest()
+    declared = {n: m.kernel_id("cpu_bf16", n) for n in m.required_nodes}
+    model = ws1_qwen3.synthetic("tiny", "cpu_bf16")
+    swapped_det_gemm(lambda x, w: F.linear(x, w))
+    rec, silu = observe(model)
+    cells = {c.id: c for c in node_cells(rec.summary(), declared, "cpu", "cpu", silu)}
+    assert cells["node/det_gemm"].status == "red" and "recorded kernel did not run" in cells["node/det_gemm"].detail
+    assert cells["node/rms_norm"].status == "green" and cells["node/attention"].status == "green"
