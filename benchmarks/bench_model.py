@@ -1,20 +1,22 @@
-"""Benchmark the ws1 Qwen3 model against transformers' own Qwen3 on the same weights, in one run.
+"""Benchmark the ws1 Qwen3 model against transformers' own Qwen3 (BF16 and FP32) and plain PyTorch BF16.
 
-For each model (``tiny``, ``qwen3-8b-L2``; synthetic weights, saved once and loaded by both):
+For each model (``tiny``, ``qwen3-8b-L2``; synthetic weights, saved once and loaded by every contender):
 
 * forward — the trainer's teacher forcing of the 4 fixture samples (4 x 20 right-padded): ws1 BF16
-  (cpu_bf16) vs transformers FP32 and BF16. transformers runs its backbone on the padded batch and
-  its lm_head on the same 27 completion rows ws1 computes logits for (the same work; a full-vocab
-  head on all 80 rows would only handicap it).
+  (cpu_bf16) vs transformers BF16 and FP32 and the plain-PyTorch BF16 model of plain_qwen3.py
+  (F.linear, F.rms_norm, batched causal SDPA: the code a user would write). The others run their
+  backbone on the padded batch and their lm_head on the same 27 completion rows ws1 computes logits
+  for (the same work; a full-vocab head on all 80 rows would only handicap them).
 * forward+backward — loss = −mean logp of the 27 completion tokens, backward to every parameter
-  (ws1 inside canonical_grads()); the two contenders run one after the other, each alone in
-  memory (an FP32 8B-shape model and its gradients take 13 GB).
-* decode — 4 requests, greedy, N new tokens: ws1 generate() vs transformers generate() (left-padded
-  batch, its KV cache).
+  (ws1 inside canonical_grads()). Interleaved when every contender with its gradients fits in
+  memory together; otherwise (qwen3-8b-L2 on a 24 GiB host: an FP32 8B-shape model and its
+  gradients take 13 GB) each runs alone, one after the other, and the record says so.
+* decode — 4 requests, greedy, N new tokens: ws1 generate() vs transformers generate() BF16 and FP32.
 
 The contenders' repetitions are interleaved (a, b, c, a, b, c, ...) after a warm-up, so background
-load hits them alike; medians and ratios (ws1 time / transformers time: < 1 means ws1 is faster)
-are printed and written as JSON.
+load hits them alike; medians, and ratios side by side (ws1 time / contender time: < 1 means ws1
+is faster), are printed and written as JSON (--json PATH). The ISA path the ws1 kernels took is
+printed from their own self-report (ws1_ops record: arch_key), not from the CPU's flags.
 
     .venv/bin/python benchmarks/bench_model.py [--models tiny,qwen3-8b-L2] [--reps 5] [--decode-tokens 20] [--json PATH]
 """
@@ -24,8 +26,10 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -36,7 +40,11 @@ import ws1_ops
 import ws1_qwen3
 from ws1_qwen3 import Request, fixture_samples, generate, save_pretrained, teacher_forcing
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plain_qwen3 import PlainQwen3  # noqa: E402
+
 PAD_TO = 20
+CONTENDERS = ("hf_bf16", "hf_fp32", "plain_bf16")   # ratios: ws1_bf16 / each of these
 
 
 def median_times(fns: dict, reps: int) -> dict[str, float]:
@@ -75,12 +83,31 @@ def ws1_loss(model, samples):
     return teacher_forcing(model, samples, layout="padded_right", padded_length=PAD_TO, grad=torch.is_grad_enabled()).loss
 
 
-def bench(name: str, reps: int, decode_tokens: int) -> dict:
+def available_bytes() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def ratios(t: dict) -> dict:
+    return {f"ws1_bf16/{k}": t["ws1_bf16"] / t[k] for k in CONTENDERS if k in t}
+
+
+def ws1_arch_key(model, samples) -> str:
+    """The ISA path the ws1 kernels took, from their own count (not the CPU's flags)."""
+    with torch.no_grad(), ws1_ops.record() as rec:
+        ws1_loss(model, samples)
+    return rec.arch_key()
+
+
+def bench(name: str, reps: int, decode_tokens: int, sequential: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as d:
-        return _bench(name, reps, decode_tokens, d)
+        return _bench(name, reps, decode_tokens, d, sequential)
 
 
-def _bench(name: str, reps: int, decode_tokens: int, d: str) -> dict:
+def _bench(name: str, reps: int, decode_tokens: int, d: str, sequential: bool) -> dict:
     from transformers import Qwen3ForCausalLM
 
     def hf(dtype):
@@ -91,62 +118,95 @@ def _bench(name: str, reps: int, decode_tokens: int, d: str) -> dict:
     cfg = ours.config
     save_pretrained(ours, d)
     hf32, hf16 = hf(torch.float32), hf(torch.bfloat16)
+    plain = PlainQwen3(ours)
     inputs = hf_inputs(samples, cfg.pad_id)
-    out: dict = {"model": name, "params": cfg.n_parameters(), "tokens": f"{len(samples)}x{PAD_TO}", "active_tokens": 27}
+    out: dict = {"model": name, "params": cfg.n_parameters(), "tokens": f"{len(samples)}x{PAD_TO}", "active_tokens": 27,
+                 "ws1_isa": ws1_arch_key(ours, samples)}
 
-    # 1. forward, three contenders interleaved
+    # 1. forward, four contenders interleaved
     with torch.no_grad():
         t = median_times({
             "ws1_bf16": lambda: ws1_loss(ours, samples),
-            "hf_fp32": lambda: hf_loss(hf32, *inputs),
             "hf_bf16": lambda: hf_loss(hf16, *inputs),
+            "hf_fp32": lambda: hf_loss(hf32, *inputs),
+            "plain_bf16": lambda: plain.loss(*inputs[::2], inputs[3]),
         }, reps)
     out["forward_s"] = t
-    out["forward_ratio_vs_hf_fp32"] = t["ws1_bf16"] / t["hf_fp32"]
-    out["forward_ratio_vs_hf_bf16"] = t["ws1_bf16"] / t["hf_bf16"]
-    hf16 = None
-    gc.collect()
+    out["forward_ratio"] = ratios(t)
 
     # 2. decode, interleaved
     prompts = [s.tokens[:s.n_prompt] for s in samples]
     reqs = [Request(prompt=p, max_new_tokens=decode_tokens, temperature=0.0, request_id=f"r{i}") for i, p in enumerate(prompts)]
     ids = torch.tensor(prompts)                    # equal-length prompts: no padding needed
+    def hf_gen(m):
+        return lambda: m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=decode_tokens,
+                                  min_new_tokens=decode_tokens, do_sample=False, pad_token_id=cfg.pad_id)
+
     with torch.no_grad():
-        t = median_times({
-            "ws1_bf16": lambda: generate(ours, reqs),
-            "hf_fp32": lambda: hf32.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=decode_tokens,
-                                             min_new_tokens=decode_tokens, do_sample=False, pad_token_id=cfg.pad_id),
-        }, max(3, reps // 2))
+        t = median_times({"ws1_bf16": lambda: generate(ours, reqs), "hf_bf16": hf_gen(hf16), "hf_fp32": hf_gen(hf32)},
+                         max(3, reps // 2))
     n = len(reqs) * decode_tokens
     out["decode_tokens"] = n
+    out["decode_s"] = t
     out["decode_tok_per_s"] = {k: n / v for k, v in t.items()}
-    out["decode_speedup_vs_hf_fp32"] = t["hf_fp32"] / t["ws1_bf16"]
+    out["decode_ratio"] = ratios(t)
 
-    # 3. forward+backward: at the 8B shapes an FP32 model with its gradients (13 GB) and ours with
-    # theirs do not fit a 24 GiB host together, so the two run one after the other in this process
-    # (each alone in memory), not interleaved: compare medians, mind the background load.
+    # 3. forward+backward: interleaved if all four contenders and their gradients fit together
+    # (weights + gradients: 2+2 bytes per parameter for each BF16 model, 4+4 for FP32, x1.5 for
+    # activations and allocator slack); else each alone in memory, one after the other.
     def ws1_fb():
         loss = ws1_loss(ours, samples)
         with ws1_ops.canonical_grads():
             loss.backward()
         ours.zero_grad(set_to_none=True)
 
-    hf32 = None
-    gc.collect()
-    fb = {"ws1_bf16": median_times({"ws1_bf16": ws1_fb}, max(3, reps // 2))["ws1_bf16"]}
-    ours = None
-    gc.collect()
-    hf32 = hf(torch.float32)
+    def fb_of(m, loss):
+        def run():
+            loss().backward()
+            m.zero_grad(set_to_none=True)
+        return run
 
-    def hf_fb():
-        hf_loss(hf32, *inputs).backward()
-        hf32.zero_grad(set_to_none=True)
-
-    fb["hf_fp32"] = median_times({"hf_fp32": hf_fb}, max(3, reps // 2))["hf_fp32"]
+    makers = {"ws1_bf16": lambda: ws1_fb,
+              "hf_bf16": lambda: fb_of(hf16, lambda: hf_loss(hf16, *inputs)),
+              "hf_fp32": lambda: fb_of(hf32, lambda: hf_loss(hf32, *inputs)),
+              "plain_bf16": lambda: fb_of(plain, lambda: plain.loss(*inputs[::2], inputs[3]))}
+    need = 1.5 * cfg.n_parameters() * (4 + 4 + 4 + 8)
+    fb_reps = max(3, reps // 2)
+    if need <= available_bytes() and not sequential:
+        fb = median_times({k: mk() for k, mk in makers.items()}, fb_reps)
+        out["forward_backward_mode"] = "interleaved"
+    else:
+        # each contender alone: free the others (the weights are on disk in d), rebuild one at a time
+        keep = {"ws1_bf16": ours}
+        ours = hf16 = hf32 = plain = None
+        gc.collect()
+        fb = {"ws1_bf16": median_times({"ws1_bf16": ws1_fb_of(keep["ws1_bf16"], samples)}, fb_reps)["ws1_bf16"]}
+        plain = PlainQwen3(keep["ws1_bf16"])
+        keep = None
+        gc.collect()
+        fb["plain_bf16"] = median_times({"plain_bf16": fb_of(plain, lambda: plain.loss(*inputs[::2], inputs[3]))}, fb_reps)["plain_bf16"]
+        plain = None
+        gc.collect()
+        for key, dt in (("hf_bf16", torch.bfloat16), ("hf_fp32", torch.float32)):
+            m = hf(dt)
+            fb[key] = median_times({key: fb_of(m, lambda m=m: hf_loss(m, *inputs))}, fb_reps)[key]
+            m = None
+            gc.collect()
+        why = "forced (--fb-sequential)" if sequential else (f"the contenders need ~{need / 2**30:.0f} GiB together, "
+                                                               f"{available_bytes() / 2**30:.0f} GiB available")
+        out["forward_backward_mode"] = f"sequential, not interleaved: {why}; mind the background load"
     out["forward_backward_s"] = fb
-    out["forward_backward_ratio_vs_hf_fp32"] = fb["ws1_bf16"] / fb["hf_fp32"]
-    out["forward_backward_note"] = "sequential phases (memory), not interleaved"
+    out["forward_backward_ratio"] = ratios(fb)
     return out
+
+
+def ws1_fb_of(model, samples):
+    def run():
+        loss = ws1_loss(model, samples)
+        with ws1_ops.canonical_grads():
+            loss.backward()
+        model.zero_grad(set_to_none=True)
+    return run
 
 
 def main() -> None:
@@ -155,20 +215,22 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--decode-tokens", type=int, default=20)
     ap.add_argument("--json", default="evidence/bench/model.json")
+    ap.add_argument("--fb-sequential", action="store_true", help="forward+backward one contender at a time even if all fit")
     args = ap.parse_args()
     results = []
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, {platform.processor() or platform.machine()}")
     for name in args.models.split(","):
-        r = bench(name, args.reps, args.decode_tokens)
+        r = bench(name, args.reps, args.decode_tokens, args.fb_sequential)
         results.append(r)
-        f, fb, d = r["forward_s"], r["forward_backward_s"], r["decode_tok_per_s"]
-        print(f"\n{name} ({r['params'] / 1e6:.0f}M params, {r['tokens']} tokens)")
-        print(f"  forward            ws1 bf16 {f['ws1_bf16']:.3f}s | hf fp32 {f['hf_fp32']:.3f}s | hf bf16 {f['hf_bf16']:.3f}s"
-              f" | ws1/hf_fp32 {r['forward_ratio_vs_hf_fp32']:.2f}x  ws1/hf_bf16 {r['forward_ratio_vs_hf_bf16']:.2f}x  (target <= 1.0x fp32)")
-        print(f"  forward+backward   ws1 bf16 {fb['ws1_bf16']:.3f}s | hf fp32 {fb['hf_fp32']:.3f}s"
-              f" | ws1/hf_fp32 {r['forward_backward_ratio_vs_hf_fp32']:.2f}x  (target <= 1.5x)")
-        print(f"  decode {r['decode_tokens']} tok   ws1 {d['ws1_bf16']:.1f} tok/s | hf fp32 {d['hf_fp32']:.1f} tok/s"
-              f" | ws1 speedup {r['decode_speedup_vs_hf_fp32']:.2f}x")
+        print(f"\n{name} ({r['params'] / 1e6:.0f}M params, {r['tokens']} tokens; ws1 kernels ran ISA path {r['ws1_isa']})")
+        cols = ("ws1_bf16", *CONTENDERS)
+        print(f"  {'phase':<18}" + "".join(f"{c + ' s':>14}" for c in cols) + "".join(f"{'ws1/' + c:>16}" for c in CONTENDERS))
+        for phase, key in (("forward", "forward"), ("forward+backward", "forward_backward"), ("decode", "decode")):
+            t, rt = r[f"{key}_s"], r[f"{key}_ratio"]
+            print(f"  {phase:<18}" + "".join(f"{t[c]:14.3f}" if c in t else f"{'-':>14}" for c in cols)
+                  + "".join(f"{rt['ws1_bf16/' + c]:15.2f}x" if "ws1_bf16/" + c in rt else f"{'-':>16}" for c in CONTENDERS))
+        print("  decode tok/s: " + ", ".join(f"{k} {v:.1f}" for k, v in r["decode_tok_per_s"].items()))
+        print(f"  forward+backward: {r['forward_backward_mode']}")
         gc.collect()
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
