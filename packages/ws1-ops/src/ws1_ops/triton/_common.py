@@ -34,6 +34,25 @@ def _probe():
 
 # True when triton.jit produced interpreter functions (TRITON_INTERPRET=1 before import).
 INTERPRET = type(_probe).__name__ == "InterpretedFunction"
+_INTERP = tl.constexpr(INTERPRET)
+
+
+@triton.jit
+def dot(a, b, acc):
+    """``acc + a @ b`` for a [BM, BK] and b [BK, BN] FP32/BF16 tiles, FP32 result.
+
+    GPU: ``tl.dot`` (the tensor cores, or IEEE FP32 FMAs for FP32 operands). Interpreter: ``tl.dot``
+    is numpy's matmul there, i.e. the host's BLAS, whose reduction order follows M on some CPUs
+    (measured on an AMD Zen 3 host with numpy's OpenBLAS 0.3.31: det_gemm's padded and permuted
+    layouts differed from the canonical batch in single FP32 ulps; on other hosts they did not), which
+    made the interpreter's invariance verdicts depend on the machine. So the interpreter forms the [BM, BK, BN] products and sums them over k with
+    numpy's reduction along a non-innermost axis: k ascending for every output element, whatever
+    BM is. Same values up to FP32 rounding; it checks logic and invariance, not GPU numerics."""
+    if _INTERP:
+        out = acc + tl.sum(a[:, :, None] * b[None, :, :], axis=1)
+    else:
+        out = tl.dot(a, b, acc, input_precision="ieee")
+    return out
 
 
 # The kernels' self-report (the registry's counter for the triton family): launches per kernel id

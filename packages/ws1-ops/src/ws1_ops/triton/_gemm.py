@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import dot_f32, rne_bf16
+from ._common import dot, dot_f32, rne_bf16
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def gemm_acc(a_ptr, b_ptr, k_idx_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, pid_m, pi
         if DOT_F32:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision="ieee")
+        acc = dot(a, b, acc)
     return acc
 
 
