@@ -114,27 +114,23 @@ def test_a_gradient_the_candidate_did_not_produce_is_red(small_env):
 
 
 @pytest.mark.parametrize("op", ["logprob", "batch_invariant_logp"])
-def test_logprob_ops_are_judged_by_the_fp32_row(small_env, op):
-    """FP32 in and out: the FP32 row passes the real kernel, and catches a 1e-4 perturbation of the
-    log-probs or of their gradient that the BF16 row (atol 6e-2 / 5e-2) would let through."""
-    judgments = ("forward_accuracy", "gradient_accuracy")
-    cells = _cells([op], judgments)
+def test_logprob_gradients_are_judged_by_the_fp32_norm_row(small_env, op):
+    """FP32 in and out: the gradient's tensor-norm limits are the FP32 row's (rel L2 1e-5), which pass
+    the real kernel and catch a 1e-4 relative change of the gradient that the elementwise BF16 row
+    (atol 5e-2) lets through. (The elementwise FP32 row is not used: see judge._rows.)"""
+    cells = _cells([op], ("gradient_accuracy",))
     for tier in ("short", "primary"):
-        for j in judgments:
-            c = cells[f"{op}-{tier}-{j}"]
-            assert c.status == "green" and c.thresholds["dtype"] == "float32" and c.thresholds["atol"] == 1e-5, c.detail
-
-    def fwd(real):
-        return lambda *a: (lambda r: (r[0] + 1e-4, *r[1:]))(real.fwd(*a))
+        c = cells[f"{op}-{tier}-gradient_accuracy"]
+        assert c.status == "green", c.detail
+        assert c.thresholds["norm_dtype"] == "float32" and c.thresholds["max_rel_l2"] == 1e-5, c.thresholds
+        assert c.thresholds["dtype"] == "bfloat16" and c.thresholds["atol"] == 5e-2, c.thresholds
 
     def bwd(real):
         return lambda *a: real.bwd(*a) * (1 + 1e-4)
 
-    with variant(op, fwd=fwd):
-        cells = _cells([op], ("forward_accuracy",))
-    assert all(cells[f"{op}-{t}-forward_accuracy"].status == "red" for t in ("short", "primary"))
     with variant(op, bwd=bwd):
         cells = _cells([op])
     for t in ("short", "primary"):
         c = cells[f"{op}-{t}-gradient_accuracy"]
         assert c.status == "red" and _comparison(c, "logits")["rel_l2"] > 1e-5, c.detail
+        assert _comparison(c, "logits")["max_abs"] < 5e-2, "the elementwise row alone would be green"

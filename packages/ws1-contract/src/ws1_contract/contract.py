@@ -178,8 +178,9 @@ class Contract:
         return attrs.evolve(th, max_rel_l2=lim.max_rel_l2, min_cosine=lim.min_cosine)
 
     def judged_dtype(self, op: str, execution_dtype) -> str:
-        """The dtype row an op's judgments use: the logprob class is FP32 in and out
-        (``dtype_policy.logprob_dtype``) on every profile; every other op runs at the execution dtype."""
+        """The dtype an op's values are in, whose tensor-norm row judges its gradient: the logprob class
+        is FP32 in and out (``dtype_policy.logprob_dtype``) on every profile; every other op runs at
+        the execution dtype. (Elementwise atol/rtol stay the execution dtype's row; see ws1_matrix.judge._rows.)"""
         if self.op_class(op) == "logprob":
             return self.dtype_name(self.dtype_policy.logprob_dtype)
         return self.dtype_name(execution_dtype)
