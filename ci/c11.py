@@ -40,6 +40,11 @@ PY = sys.executable
 # C10's model in the flow: `tiny` keeps the whole flow near 10 minutes on 2 cores (measured 16 min
 # with qwen3-8b-L2: its C10 ~3.5 min and negative control ~4 min); C6 runs the 8B shapes either way.
 DEFAULT_MODEL = "tiny"
+# The flow's negative control: one of our own variant kernels, so its failure is certain on every host
+# (torch_default's depends on the CPU: on AMX hosts torch's BF16 GEMM is row-invariant). This one is
+# the RL failure itself: the rollout's decode steps reduce attention's keys in another order than the
+# trainer's prefill, so train/infer parity and the decode sweep must come out red with a first drift.
+NEGATIVE_CONTROL = "variant_attn_decode_order"
 C6_MODELS = "tiny,qwen3-8b-L2"
 
 
@@ -84,8 +89,8 @@ def steps_for(profile: str, args) -> tuple[list[Step], list[Step]]:
         Step("c8_matrix", "C8 four-judgment matrix", m + ["ws1_matrix", "c8", profile] + ev, "c8_matrix.json"),
         Step("c10_chain_gate", f"C10 chain gate ({args.model})", m + ["ws1_qwen3", "c10", profile, "--model", args.model] + ev,
              "c10_chain_gate.json"),
-        Step("c10_negative_control", "C10 negative control (torch_default)",
-             m + ["ws1_qwen3", "c10", profile, "--model", args.model, "--candidate", "torch_default"] + ev,
+        Step("c10_negative_control", f"C10 negative control ({NEGATIVE_CONTROL})",
+             m + ["ws1_qwen3", "c10", profile, "--model", args.model, "--candidate", NEGATIVE_CONTROL] + ev,
              "c10_negative_control.json", expect_red=True),
     ]
     if args.skip_tests:
@@ -226,7 +231,7 @@ def summary_lines(profile: str, outcomes: list[Outcome], root: Path, run_id: str
     if neg:
         ti = neg.get("train_infer") or {}
         fd = neg.get("first_drift") or {}
-        lines.append(f"  neg. control   torch_default: {'red as required' if not neg['passed'] else 'GREEN (the gate could not fail!)'}"
+        lines.append(f"  neg. control   {NEGATIVE_CONTROL}: {'red as required' if not neg['passed'] else 'GREEN (the gate could not fail!)'}"
                      f" — train/infer max |Δlogp| {ti.get('max_abs_dlogp', float('nan')):.3e}; first drift "
                      f"{fd.get('cell')} layer {fd.get('layer')} {fd.get('node')} ({fd.get('tokens_differ')} tokens)")
     return lines

@@ -77,8 +77,8 @@ def _split_k(a: torch.Tensor, b: torch.Tensor, parts: int) -> torch.Tensor:
 
 
 def _gemm_k_blocked_by_m(k: Kernel) -> Kernel:
-    """det_gemm whose K loop is split in two halves above M_SPLIT_ABOVE rows (the FP32 partial sums are
-    added at the end): the classic split-K "large-batch path". Its backward dx = dy @ W splits its N
+    """det_gemm whose K loop is split in two halves above M_SPLIT_ABOVE rows (see _split_k: BF16
+    partials added at the end): the classic split-K "large-batch path". Its backward dx = dy @ W splits its N
     reduction the same way, so the gradient cells of the batch-size transforms see it too."""
 
     def fwd(x, w):
@@ -236,7 +236,7 @@ CONTROLS: dict[str, Control] = {
                 {"det_gemm": _gemm_k_blocked_by_m}),
         Control("variant_threads_split", "thread_count", "det_gemm splits K into torch.get_num_threads() partial sums",
                 {"det_gemm": _gemm_split_by_threads}),
-        Control("variant_row_parity", "row_position", "rms_norm sums squares in another order for rows at odd batch positions",
+        Control("variant_row_parity", "row_position", "rms_norm keeps rstd in BF16 for rows at odd batch positions",
                 {"rms_norm": _rms_norm_by_row_parity}),
         Control("variant_dw_batch_order", "permutation", "det_gemm reduces dW over rows in batch order, not canonical",
                 {"det_gemm": _gemm_dw_batch_order}),
