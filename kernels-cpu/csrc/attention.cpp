@@ -24,31 +24,11 @@
 
 #include <vector>
 
-#define WS1_KERNEL_BODY
 namespace ws1_attn {
-constexpr int64_t kKT = 32;
-namespace vs {
-using namespace ::ws1::vs;
-#include __FILE__
-}  // namespace vs
+constexpr int64_t kKT = 32;  // key tile (see the top of this file)
 }  // namespace ws1_attn
-WS1_BEGIN_AVX2
-namespace ws1_attn {
-namespace v2 {
-using namespace ::ws1::v2;
-#include __FILE__
-}  // namespace v2
-}  // namespace ws1_attn
-WS1_END_ISA
-WS1_BEGIN_AVX512
-namespace ws1_attn {
-namespace v5 {
-using namespace ::ws1::v5;
-#include __FILE__
-}  // namespace v5
-}  // namespace ws1_attn
-WS1_END_ISA
-#undef WS1_KERNEL_BODY
+#define WS1_KERNEL_NS ws1_attn
+#include "ws1_isa_instances.h"  // the WS1_KERNEL_BODY part below, as ws1_attn::vs / v2 / v5
 
 namespace {
 

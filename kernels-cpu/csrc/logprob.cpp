@@ -14,30 +14,8 @@
 #ifndef WS1_KERNEL_BODY
 #include "ws1_math.h"
 
-#define WS1_KERNEL_BODY
-namespace ws1_lp {
-namespace vs {
-using namespace ::ws1::vs;
-#include __FILE__
-}  // namespace vs
-}  // namespace ws1_lp
-WS1_BEGIN_AVX2
-namespace ws1_lp {
-namespace v2 {
-using namespace ::ws1::v2;
-#include __FILE__
-}  // namespace v2
-}  // namespace ws1_lp
-WS1_END_ISA
-WS1_BEGIN_AVX512
-namespace ws1_lp {
-namespace v5 {
-using namespace ::ws1::v5;
-#include __FILE__
-}  // namespace v5
-}  // namespace ws1_lp
-WS1_END_ISA
-#undef WS1_KERNEL_BODY
+#define WS1_KERNEL_NS ws1_lp
+#include "ws1_isa_instances.h"  // the WS1_KERNEL_BODY part below, as ws1_lp::vs / v2 / v5
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Shared helpers for the ws1_cpu kernels: BF16 <-> FP32, ISA selection, argument checks.
+// Shared helpers for the ws1_cpu kernels: BF16 <-> FP32, ISA selection and ISA regions, argument checks.
 //
 // Invariance rules every kernel in this folder follows (DESIGN.md section 7b):
 //  * parallelism (at::parallel_for) only across independent outputs: rows, output tiles, heads;
@@ -47,6 +47,14 @@ class CallScope {
 // active_isa(), noted as the path taken by the op open on this thread. Call it on the op's own thread,
 // outside parallel regions (as every kernel selects its path once per call).
 Isa dispatch_isa();
+
+// ISA regions: functions defined between WS1_BEGIN_<ISA> and WS1_END_ISA are compiled for that ISA
+// (GCC target pragmas) and are only called once dispatch_isa() has chosen that path. Include library
+// headers (std, ATen) BEFORE a region: an inline function or template defined inside one carries its ISA.
+// The ws1_math.h kernels use them through ws1_isa_instances.h.
+#define WS1_BEGIN_AVX2 _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma\")")
+#define WS1_BEGIN_AVX512 _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx2,fma\")")
+#define WS1_END_ISA _Pragma("GCC pop_options")
 
 // FP32 -> BF16 with round-to-nearest-even; NaN stays NaN (quiet), Inf stays Inf.
 inline uint16_t f32_to_bf16_bits(float f) {

@@ -19,8 +19,8 @@
 // template defined outside a `#pragma GCC target` region does not pick up the region's ISA (nor do
 // lambdas inside it). So the generic part of this header (section B) and the ISA-specific body of
 // every kernel .cpp are *textually included* inside each ISA region, in namespace ws1::vs / v2 / v5
-// (kernels: <kernel ns>::vs / v2 / v5). Kernel files do this with `#include __FILE__` guarded by
-// WS1_KERNEL_BODY; see activation.cpp for the pattern.
+// (kernels: <kernel ns>::vs / v2 / v5). Kernel files do this through ws1_isa_instances.h, which
+// re-includes the kernel file's WS1_KERNEL_BODY part once per ISA; see that header for the pattern.
 //
 // exp: ONE implementation (vexp, section B), used in vector form (V) and scalar form (float) with the
 // same operation sequence:
@@ -48,10 +48,6 @@
 #include <type_traits>
 
 #include "ws1_cpu.h"
-
-#define WS1_BEGIN_AVX2 _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma\")")
-#define WS1_BEGIN_AVX512 _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx2,fma\")")
-#define WS1_END_ISA _Pragma("GCC pop_options")
 
 // Function pointer NS::vs::FN / NS::v2::FN / NS::v5::FN according to ws1::dispatch_isa() (WS1_CPU_ISA
 // is re-read on every call; pick once per op call, outside the parallel region).
