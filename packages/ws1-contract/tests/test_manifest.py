@@ -43,56 +43,65 @@ def test_fixture_edit_changes_hash(manifest_data, contract):
 
 
 def test_empty_kernel_id(manifest_data, contract):
-    manifest_data["profiles"]["cuda_bf16"]["nodes"]["rope"]["kernel_id"] = "  "
-    _expect(manifest_data, contract, "profiles.cuda_bf16.nodes.rope.kernel_id", "empty kernel id")
+    manifest_data["nodes"]["rope"]["kernels"]["cuda_bf16"]["kernel_id"] = "  "
+    _expect(manifest_data, contract, "nodes.rope.kernels.cuda_bf16.kernel_id", "empty kernel id")
 
 
 def test_duplicate_kernel_id(manifest_data, contract):
-    nodes = manifest_data["profiles"]["cpu_bf16"]["nodes"]
-    nodes["silu"]["kernel_id"] = nodes["swiglu"]["kernel_id"]
-    _expect(manifest_data, contract, "profiles.cpu_bf16.nodes.silu.kernel_id", "duplicate kernel id 'ws1_cpu::swiglu'")
+    nodes = manifest_data["nodes"]
+    nodes["silu"]["kernels"]["cpu_bf16"]["kernel_id"] = nodes["swiglu"]["kernels"]["cpu_bf16"]["kernel_id"]
+    _expect(manifest_data, contract, "nodes.silu.kernels.cpu_bf16.kernel_id", "duplicate kernel id 'ws1_cpu::swiglu'")
 
 
 def test_cross_family_kernel_is_rejected(manifest_data, contract):
-    manifest_data["profiles"]["ascend_bf16"]["nodes"]["det_gemm"]["kernel_id"] = "ws1_cuda::det_gemm"
-    _expect(manifest_data, contract, "profiles.ascend_bf16.nodes.det_gemm.kernel_id", "is not a ascend kernel id")
+    manifest_data["nodes"]["det_gemm"]["kernels"]["ascend_bf16"]["kernel_id"] = "ws1_cuda::det_gemm"
+    _expect(manifest_data, contract, "nodes.det_gemm.kernels.ascend_bf16.kernel_id", "is not a ascend kernel id")
 
 
 def test_unknown_node(manifest_data, contract):
-    manifest_data["profiles"]["cpu_bf16"]["nodes"]["softmax"] = {"kernel_id": "ws1_cpu::softmax", "source": "x"}
-    _expect(manifest_data, contract, "profiles.cpu_bf16.nodes.softmax", "unknown node 'softmax'")
+    manifest_data["nodes"]["softmax"] = manifest_data["nodes"]["silu"]
+    _expect(manifest_data, contract, "nodes.softmax", "unknown op 'softmax'")
+
+
+def test_node_of_the_contract_missing_from_the_table(manifest_data, contract):
+    del manifest_data["nodes"]["rope"]
+    _expect(manifest_data, contract, "nodes", "the contract's op 'rope' has no row in the node table")
 
 
 def test_unknown_profile(manifest_data, contract):
-    manifest_data["profiles"]["tpu_bf16"] = manifest_data["profiles"]["cpu_bf16"]
-    _expect(manifest_data, contract, "profiles.tpu_bf16", "unknown profile 'tpu_bf16'")
+    manifest_data["nodes"]["rope"]["kernels"]["tpu_bf16"] = {"kernel_id": "ws1_tpu::rope", "source": "x"}
+    _expect(manifest_data, contract, "nodes.rope.kernels.tpu_bf16", "unknown profile 'tpu_bf16'")
 
 
 def test_missing_profile(manifest_data, contract):
-    del manifest_data["profiles"]["ascend_bf16"]
-    _expect(manifest_data, contract, "profiles", "profile 'ascend_bf16' of the contract is not declared")
+    del manifest_data["nodes"]["rope"]["kernels"]["ascend_bf16"]
+    _expect(manifest_data, contract, "nodes.rope.kernels", "no kernel declared for profile 'ascend_bf16' (missing_required)")
 
 
-def test_wrong_family(manifest_data, contract):
-    manifest_data["profiles"]["triton_cuda_bf16"]["backend_family"] = "cuda"
-    _expect(manifest_data, contract, "profiles.triton_cuda_bf16.backend_family", "the contract says 'triton'")
+def test_helper_node_needs_a_reason_and_no_kernels(manifest_data, contract):
+    manifest_data["nodes"]["pack"]["reason"] = " "
+    _expect(manifest_data, contract, "nodes.pack", "profile_independent helper with a reason")
 
 
-def test_unknown_case_op(manifest_data, contract):
-    manifest_data["representative_cases"][3]["op"] = "softmax"
-    _expect(manifest_data, contract, "representative_cases[3].op", "unknown op 'softmax'")
+def test_bad_row_kind_and_unknown_case_tier(manifest_data, contract):
+    manifest_data["nodes"]["rope"]["rows"] = "column"
+    _expect(manifest_data, contract, "nodes.rope.rows", "must be one of ['token', 'sequence', 'layout']")
+    manifest_data["nodes"]["rope"]["rows"] = "token"
+    manifest_data["nodes"]["rope"]["cases"]["medium"] = manifest_data["nodes"]["rope"]["cases"]["short"]
+    _expect(manifest_data, contract, "nodes.rope.cases.medium", "unknown tier 'medium'")
 
 
-def test_case_tier_not_defined(manifest_data, contract):
-    c = manifest_data["representative_cases"][0]  # embedding short
-    c["tier"] = "long"
-    _expect(manifest_data, contract, "representative_cases[0].tier", "tier 'long' is not defined for op 'embedding'")
+def test_fixture_summary_must_match_the_fixtures(manifest_data, contract):
+    manifest_data["fixture_summary"]["active_tokens"] = 28
+    _expect(manifest_data, contract, "fixture_summary.active_tokens", "declares 28, the fixtures give 27")
 
 
-def test_duplicate_case_id(manifest_data, contract):
-    manifest_data["representative_cases"].append(dict(manifest_data["representative_cases"][0]))
-    _expect(manifest_data, contract, f"representative_cases[{len(manifest_data['representative_cases']) - 1}].case_id",
-            "duplicate case id")
+def test_cases_are_derived_one_per_profile_node_tier(contract):
+    m = load_manifest(contract=contract)
+    ids = [c.case_id for c in m.representative_cases]
+    assert len(ids) == len(set(ids)) == len(contract.profiles) * sum(len(d.cases) for d in m.nodes.values())
+    assert m.extra_tiers == {"long": ["attention"]}
+    assert m.nodes_where(rows="sequence") == ["attention"] and m.helper_nodes.keys() == {"pack"}
 
 
 def test_wrong_type_in_fixture(manifest_data, contract):

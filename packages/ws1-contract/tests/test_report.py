@@ -3,8 +3,12 @@
 import pytest
 
 from ws1_contract import Cell, EvidenceError, write_evidence
-from ws1_contract.report import DRIFT_NODES, write_report
+from ws1_contract.report import drift_columns, write_report
 
+# the chain's trace points as a C10 record names them (test data: ws1_qwen3.chain is the source)
+DRIFT_NODES = ("embedding", "input_layernorm", "q_proj", "q_norm", "k_proj", "k_norm", "v_proj", "rope_q", "rope_k",
+               "attention", "o_proj", "attn_residual", "post_attention_layernorm", "gate_proj", "up_proj", "swiglu", "silu",
+               "down_proj", "mlp_residual", "final_norm", "lm_head", "logprob", "batch_invariant_logp")
 KW = dict(contract_fingerprint="c" * 64, fixture_hash="f" * 64, git_sha="0123456789abcdef", dirty=False)
 
 
@@ -26,7 +30,7 @@ def test_report_combines_gates_and_shows_the_drift(tmp_path):
                    extra={"mode": "synthetic", "model": "tiny", "grad_compare": "full", "first_drift": fd,
                           "train_infer": {"max_abs_dlogp": 2e-3, "bitwise": False},
                           "gradient_invariance": {"min_bitwise": 0, "of": 25, "cells": 7},
-                          "drift_maps": [{**fd, "map": _drift_map()}]})
+                          "drift_maps": [{**fd, "map": _drift_map(), "nodes": list(DRIFT_NODES)}]})
     md, html = write_report(tmp_path / "cpu_bf16")
     text = md.read_text()
     assert "| c7_stateful_kv | FAIL | 1 | 1 |" in text and "`bad` — paged differs" in text
@@ -73,7 +77,7 @@ def test_html_renders_markdown_and_has_a_drift_column_per_node(tmp_path):
                    extra={"mode": "synthetic", "model": "tiny", "grad_compare": "full", "first_drift": fd,
                           "train_infer": {"max_abs_dlogp": 0.0, "bitwise": True},
                           "gradient_invariance": {"min_bitwise": 25, "of": 25, "cells": 7},
-                          "drift_maps": [{**fd, "map": m}]})
+                          "drift_maps": [{**fd, "map": m, "nodes": list(DRIFT_NODES)}]})
     _, html = write_report(tmp_path / "cpu_bf16")
     h = html.read_text()
     assert "**" not in h and "`" not in h, "raw Markdown in report.html"
@@ -102,3 +106,9 @@ def test_report_shows_only_the_records_of_one_run(tmp_path, monkeypatch):
     assert "c7_stateful_kv" in md.read_text() and "c1_contract" not in md.read_text()
     with pytest.raises(EvidenceError, match="no evidence records to report of run nope"):
         write_report(tmp_path / "cpu_bf16", run_id="nope")
+
+
+def test_drift_columns_come_from_the_record():
+    assert drift_columns({"nodes": ["a", "b"], "map": _drift_map()}) == ["a", "b"]
+    # an older record without them: the order the map's rows name them
+    assert drift_columns({"map": _drift_map()}) == ["embedding", "rope_k", "attention", "swiglu", "final_norm"]

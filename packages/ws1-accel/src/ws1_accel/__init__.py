@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import platform
 import random
+import types
 from dataclasses import asdict, dataclass
 
 import torch
@@ -28,6 +29,7 @@ __all__ = [
     "ProfileDeviceMismatch",
     "UnknownProfile",
     "Facts",
+    "BUILTIN_PROFILES",
     "PROFILE_FAMILY",
     "FAMILY_DEVICE_TYPE",
     "register_profile",
@@ -67,14 +69,17 @@ class UnknownProfile(AcceleratorError, KeyError):
         return str(self.args[0])
 
 
-PROFILE_FAMILY: dict[str, str] = {
+# The one declaration of WS1's backend families (whose kernels run) and the device type each runs on,
+# and of the built-in profiles (ws1-contract, ws1-ops' registry and the gates derive theirs from here).
+FAMILY_DEVICE_TYPE: dict[str, str] = {"cpu": "cpu", "triton": "cuda", "cuda": "cuda", "ascend": "npu"}
+BUILTIN_PROFILES: types.MappingProxyType = types.MappingProxyType({
     "cpu_bf16": "cpu",
     "triton_cuda_bf16": "triton",
     "cuda_bf16": "cuda",
     "ascend_bf16": "ascend",
-}
-
-FAMILY_DEVICE_TYPE: dict[str, str] = {"cpu": "cpu", "triton": "cuda", "cuda": "cuda", "ascend": "npu"}
+})
+# profile -> family: the built-in ones and any added with register_profile()
+PROFILE_FAMILY: dict[str, str] = dict(BUILTIN_PROFILES)
 
 
 def register_profile(name: str, family: str) -> None:

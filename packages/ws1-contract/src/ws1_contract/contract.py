@@ -13,13 +13,16 @@ from pathlib import Path
 
 import attrs
 
+import ws1_accel
+
 from . import locate
 from ._strict import canonical_json, read_json, structure
 from .errors import ContractError
 
-FAMILIES = ("cpu", "triton", "cuda", "ascend")
-FAMILY_DEVICE_TYPE = {"cpu": "cpu", "triton": "cuda", "cuda": "cuda", "ascend": "npu"}
-REQUIRED_PROFILES = {"cpu_bf16": "cpu", "triton_cuda_bf16": "triton", "cuda_bf16": "cuda", "ascend_bf16": "ascend"}
+# Families, their device types and the built-in profiles are ws1_accel's facts, declared there only.
+FAMILIES = tuple(ws1_accel.FAMILY_DEVICE_TYPE)
+FAMILY_DEVICE_TYPE = ws1_accel.FAMILY_DEVICE_TYPE
+REQUIRED_PROFILES = ws1_accel.BUILTIN_PROFILES
 OP_CLASSES = ("elementwise", "reduction", "attention", "logprob")
 JUDGMENTS = {
     "forward_accuracy": "tolerance",

@@ -2,7 +2,7 @@
 
 A cell is ``green`` (executed, passed), ``red`` (executed and failed, or required and not
 executed) or ``N/A`` — the last only for an allowed (op, reason) pair of the manifest (its
-``helper_nodes`` marked ``profile_independent``: today only ``pack``) with a written detail; a
+helper nodes (``required: false``) marked ``profile_independent``: today only ``pack``) with a written detail; a
 hidden N/A is rejected when the cell is built and when a record is read back. A record passes only
 when it has a green cell and no red one (all-N/A is not a pass).
 
@@ -36,8 +36,8 @@ NOT_EXECUTED = "not executed on this host"
 @functools.lru_cache(maxsize=8)
 def _na_pairs_of(path: str, mtime_ns: int) -> frozenset[tuple[str, str]]:
     data = json.loads(Path(path).read_text())
-    return frozenset((op, "profile_independent") for op, h in (data.get("helper_nodes") or {}).items()
-                     if isinstance(h, dict) and h.get("profile_independent") is True)
+    return frozenset((op, "profile_independent") for op, d in (data.get("nodes") or {}).items()
+                     if isinstance(d, dict) and d.get("required") is False and d.get("profile_independent") is True)
 
 
 def allowed_na_pairs() -> frozenset[tuple[str, str]]:

@@ -144,19 +144,21 @@ def c2_manifest(run: GateRun, args) -> None:
     _cell(run, "fixture-hash", "manifest", computed == m.fixture_identity_sha256, f"fixture_identity_sha256 {computed[:16]}… matches")
     fx = m.fixtures
     lengths = [s.length for s in fx.primary]
-    ok = (m.active_tokens, m.total_tokens, fx.padded_length, lengths) == (27, 59, 20, [11, 16, 13, 19])
+    sm = m.fixture_summary   # checked against the fixtures on load; here the cell shows it
+    ok = (m.active_tokens, m.total_tokens, fx.padded_length, lengths) == (sm.active_tokens, sm.total_tokens, sm.padded_length,
+                                                                          sm.primary_lengths)
     _cell(run, "fixtures-primary", "manifest", ok,
           f"{len(fx.primary)} samples, lengths {lengths}, {m.active_tokens} active / {m.total_tokens} tokens, padded to {fx.padded_length}")
-    _cell(run, "fixtures-short-long", "manifest", (fx.short.length, fx.long.length) == (8, 32),
+    _cell(run, "fixtures-short-long", "manifest", (fx.short.length, fx.long.length) == (sm.short_length, sm.long_length),
           f"short length {fx.short.length}, long length {fx.long.length}")
     mutations = {
         "fixture-edit": lambda d: d["fixtures"]["primary"][0]["completion"].append(203),
-        "empty-kernel-id": lambda d: d["profiles"][profile]["nodes"]["rope"].update(kernel_id=""),
-        "cross-family-kernel": lambda d: d["profiles"][profile]["nodes"]["det_gemm"].update(
+        "empty-kernel-id": lambda d: d["nodes"]["rope"]["kernels"][profile].update(kernel_id=""),
+        "cross-family-kernel": lambda d: d["nodes"]["det_gemm"]["kernels"][profile].update(
             kernel_id="ws1_cuda::det_gemm" if decl.backend_family != "cuda" else "ws1_cpu::det_gemm"),
-        "duplicate-kernel-id": lambda d: d["profiles"][profile]["nodes"]["silu"].update(
-            kernel_id=d["profiles"][profile]["nodes"]["swiglu"]["kernel_id"]),
-        "unknown-op": lambda d: d["representative_cases"][0].update(op="softmax"),
+        "duplicate-kernel-id": lambda d: d["nodes"]["silu"]["kernels"][profile].update(
+            kernel_id=d["nodes"]["swiglu"]["kernels"][profile]["kernel_id"]),
+        "unknown-op": lambda d: d["nodes"].update(softmax=d["nodes"]["silu"]),
     }
     for name, mutate in mutations.items():
         ok, detail = _rejects(mutate, raw, lambda bad: manifest_from_dict(bad, c))

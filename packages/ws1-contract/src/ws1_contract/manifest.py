@@ -1,8 +1,17 @@
-"""The workload manifest (C2): model identity, required chain nodes with one declared kernel per
-profile, fixtures with their identity hash, and the representative cases per profile and tier."""
+"""The workload manifest (C2): model identity, fixtures with their identity hash, and the node
+table — the one place the set of chain nodes is declared.
+
+Each node of ``nodes`` says whether it is required (one kernel per profile) or a profile-independent
+helper, what a row is for it (``token``: rows are independent; ``sequence``: attention; ``layout``:
+pack), its parameter, whether it is a C5 inventory kernel item, its representative case per tier and
+its kernel per profile. Everything else — required nodes, ops, representative cases, declarations
+per profile — is derived here from that table, and every list of nodes in code derives from these
+(see docs/adding_a_node.md).
+"""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from pathlib import Path
@@ -15,14 +24,18 @@ from ._strict import canonical_json, read_json, structure
 from .contract import Contract, load_contract
 from .errors import ContractError
 
-# A kernel id must name an entry point of the profile's own family: a cpu profile declaring a
-# CUDA kernel is a cross-profile fallback written into the manifest, and is rejected here.
-KERNEL_ID_PATTERNS = {
-    "cpu": re.compile(r"^ws1_cpu::[a-z_][a-z0-9_]*$"),
-    "cuda": re.compile(r"^ws1_cuda::[a-z_][a-z0-9_]*$"),
-    "ascend": re.compile(r"^ws1_ascend::[a-z_][a-z0-9_]*$"),
-    "triton": re.compile(r"^ws1_ops\.triton\.[a-z_][a-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"),
-}
+ROW_KINDS = ("token", "sequence", "layout")
+TIERS = ("short", "primary", "long")
+
+
+def kernel_id_pattern(family: str) -> re.Pattern:
+    """A kernel id must name an entry point of the profile's own family: ``ws1_<family>::<op>`` for a
+    compiled kernel package (torch.ops namespace), ``ws1_ops.<family>.<module>:<kernel>`` for a Python
+    one (Triton). A cpu profile declaring a CUDA kernel is a cross-profile fallback written into the
+    manifest, and is rejected here."""
+    return re.compile(rf"^(ws1_{family}::[a-z_][a-z0-9_]*|ws1_ops\.{family}\.[a-z_][a-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*)$")
+
+
 ShapeValue = Union[int, str]
 
 
@@ -34,9 +47,30 @@ class Declaration:
 
 @attrs.frozen
 class ProfileDecl:
+    """A profile's view of the node table (derived): its family and the kernel of each required node."""
+
     backend_family: str
     nodes: dict[str, Declaration]
 
+
+@attrs.frozen
+class CaseDecl:
+    tag: str                          # the <shape> part of the case id, e.g. "M8K4096N4096"
+    shape: dict[str, Union[int, str]]
+
+
+@attrs.frozen
+class Node:
+    """One row of the node table."""
+
+    required: bool
+    rows: str                         # "token" | "sequence" | "layout"
+    param: Optional[str]              # the parameter whose gradient is a row reduction, or None
+    inventory: bool                   # a C5 elementwise inventory item that is a ws1 kernel
+    cases: dict[str, CaseDecl]        # tier -> representative case
+    kernels: dict[str, Declaration] = attrs.field(factory=dict)   # profile -> kernel (required nodes)
+    profile_independent: bool = False  # helpers only: one implementation serves every profile
+    reason: str = ""                   # helpers only: why
 
 @attrs.frozen
 class Sample:
@@ -62,6 +96,19 @@ class Fixtures:
     primary: list[Sample]
     short: Sample
     long: Sample
+
+
+@attrs.frozen
+class FixtureSummary:
+    """What the fixtures add up to (checked against them on load; code quotes these, never constants)."""
+
+    note: str
+    primary_lengths: list[int]
+    active_tokens: int
+    total_tokens: int
+    padded_length: int
+    short_length: int
+    long_length: int
 
 
 @attrs.frozen
@@ -97,16 +144,58 @@ class Manifest:
     workload_id: str
     workload_seed: int
     model: Model
-    required_nodes: list[str]
-    helper_nodes: dict[str, HelperNode]
-    ops: list[str]
+    node_table_note: str
     tiers: list[str]
-    extra_tiers: dict[str, list[str]]
-    profiles: dict[str, ProfileDecl]
+    nodes: dict[str, Node]
     fixtures: Fixtures
     fixture_identity_sha256: str
-    representative_cases: list[Case]
+    fixture_summary: FixtureSummary
     source: str = attrs.field(default="", kw_only=True)
+    # the contract's profiles, in order (set by manifest_from_dict): representative cases exist per profile
+    profile_families: dict[str, str] = attrs.field(factory=dict, kw_only=True)
+
+    # ---- derived from the node table --------------------------------------------------------
+
+    @property
+    def ops(self) -> list[str]:
+        """Every node, required and helper, in table order."""
+        return list(self.nodes)
+
+    @property
+    def required_nodes(self) -> list[str]:
+        return [n for n, d in self.nodes.items() if d.required]
+
+    @property
+    def helper_nodes(self) -> dict[str, HelperNode]:
+        return {n: HelperNode(d.profile_independent, d.reason) for n, d in self.nodes.items() if not d.required}
+
+    def nodes_where(self, **props) -> list[str]:
+        """Nodes whose properties equal ``props``, e.g. ``nodes_where(rows="token", required=True)``."""
+        return [n for n, d in self.nodes.items() if all(getattr(d, k) == v for k, v in props.items())]
+
+    @property
+    def extra_tiers(self) -> dict[str, list[str]]:
+        """Tiers beyond ``tiers`` -> the nodes that have a case there (attention's ``long``)."""
+        out: dict[str, list[str]] = {}
+        for n, d in self.nodes.items():
+            for t in d.cases:
+                if t not in self.tiers:
+                    out.setdefault(t, []).append(n)
+        return out
+
+    def tiers_of(self, node: str) -> list[str]:
+        return list(self.nodes[node].cases)
+
+    @functools.cached_property
+    def profiles(self) -> dict[str, ProfileDecl]:
+        return {p: ProfileDecl(fam, {n: d.kernels[p] for n, d in self.nodes.items() if d.required and p in d.kernels})
+                for p, fam in self.profile_families.items()}
+
+    @functools.cached_property
+    def representative_cases(self) -> list[Case]:
+        """One case per profile × node × tier of the node table; id ``<node>-<tier>-<tag>-<profile>``."""
+        return [Case(case_id=f"{n}-{t}-{c.tag}-{p}", profile=p, op=n, tier=t, shape=dict(c.shape))
+                for p in self.profile_families for n, d in self.nodes.items() for t, c in d.cases.items()]
 
     def kernel_id(self, profile: str, node: str) -> str:
         if profile not in self.profiles:
@@ -141,40 +230,47 @@ def _check(cond: bool, path: str, rule: str) -> None:
         raise ContractError(path, rule)
 
 
-def _case_id(c: Case) -> re.Pattern:
-    return re.compile(rf"^{re.escape(c.op)}-{re.escape(c.tier)}-[A-Za-z0-9]+-{re.escape(c.profile)}$")
-
-
 def validate(m: Manifest, contract: Contract, fixtures_json: dict) -> None:
     _check(m.schema == "ws1-manifest", "schema", f"expected 'ws1-manifest', got {m.schema!r}")
     for f in ("version", "workload_id"):
         _check(getattr(m, f) != "", f, "must not be empty")
+    for t in m.tiers:
+        _check(t in TIERS, "tiers", f"unknown tier {t!r}; expected one of {list(TIERS)}")
+    # the node table: its node set is the contract's op set (each op has an op class there)
     ops = contract.ops
-    _check(sorted(m.ops) == sorted(ops), "ops", f"must be the contract's ops {ops}, got {m.ops}")
-    for i, node in enumerate(m.required_nodes):
-        _check(node in ops, f"required_nodes[{i}]", f"unknown op {node!r}")
-    for node in m.helper_nodes:
-        _check(node in ops and node not in m.required_nodes, f"helper_nodes.{node}", "must be a known op that is not a required node")
-    _check(set(m.required_nodes) | set(m.helper_nodes) == set(ops), "required_nodes", "every op must be a required node or a helper node")
-    for t in m.tiers + list(m.extra_tiers):
-        _check(t in ("short", "primary", "long"), "tiers", f"unknown tier {t!r}")
-    # profiles and declared kernels
+    for node in m.nodes:
+        _check(node in ops, f"nodes.{node}", f"unknown op {node!r}: the contract's op_classes do not name it (expected one of {ops})")
+    for op in ops:
+        _check(op in m.nodes, "nodes", f"the contract's op {op!r} has no row in the node table")
     for name in contract.profiles:
-        _check(name in m.profiles, "profiles", f"profile {name!r} of the contract is not declared")
-    for name, p in m.profiles.items():
-        path = f"profiles.{name}"
-        _check(name in contract.profiles, path, f"unknown profile {name!r} (not in the contract)")
-        fam = contract.family(name)
-        _check(p.backend_family == fam, f"{path}.backend_family", f"the contract says {fam!r}, got {p.backend_family!r}")
-        seen: dict[str, str] = {}
-        for node, decl in p.nodes.items():
-            npath = f"{path}.nodes.{node}"
-            _check(node in m.required_nodes, npath, f"unknown node {node!r}")
-            _check(decl.kernel_id.strip() != "", f"{npath}.kernel_id", "empty kernel id")
-            _check(bool(KERNEL_ID_PATTERNS[fam].match(decl.kernel_id)), f"{npath}.kernel_id",
-                   f"{decl.kernel_id!r} is not a {fam} kernel id (pattern {KERNEL_ID_PATTERNS[fam].pattern})")
-            _check(decl.kernel_id not in seen, f"{npath}.kernel_id", f"duplicate kernel id {decl.kernel_id!r} (also {seen.get(decl.kernel_id)})")
-            seen[decl.kernel_id] = node
+        _check(name in m.profile_families, "profiles", f"profile {name!r} of the contract is not known")
+    seen_kernel: dict[tuple[str, str], str] = {}
+    for node, d in m.nodes.items():
+        path = f"nodes.{node}"
+        _check(d.rows in ROW_KINDS, f"{path}.rows", f"must be one of {list(ROW_KINDS)}, got {d.rows!r}")
+        for t, c in d.cases.items():
+            _check(t in TIERS, f"{path}.cases.{t}", f"unknown tier {t!r}; expected one of {list(TIERS)}")
+            _check(bool(re.fullmatch(r"[A-Za-z0-9]+", c.tag)), f"{path}.cases.{t}.tag", f"{c.tag!r} must be letters and digits")
+            for k, v in c.shape.items():
+                if isinstance(v, int):
+                    _check(v > 0, f"{path}.cases.{t}.shape.{k}", f"must be > 0, got {v}")
+        if not d.required:
+            _check(d.profile_independent and d.reason.strip() != "", path,
+                   "a node that is not required must be a profile_independent helper with a reason")
+            _check(not d.kernels, f"{path}.kernels", "a profile-independent helper declares no kernels")
+            continue
+        for profile in contract.profiles:
+            _check(profile in d.kernels, f"{path}.kernels", f"no kernel declared for profile {profile!r} (missing_required)")
+        for profile, decl in d.kernels.items():
+            kpath = f"{path}.kernels.{profile}"
+            _check(profile in contract.profiles, kpath, f"unknown profile {profile!r} (not in the contract)")
+            fam = contract.family(profile)
+            _check(decl.kernel_id.strip() != "", f"{kpath}.kernel_id", "empty kernel id")
+            _check(bool(kernel_id_pattern(fam).match(decl.kernel_id)), f"{kpath}.kernel_id",
+                   f"{decl.kernel_id!r} is not a {fam} kernel id (pattern {kernel_id_pattern(fam).pattern})")
+            other = seen_kernel.get((profile, decl.kernel_id))
+            _check(other is None, f"{kpath}.kernel_id", f"duplicate kernel id {decl.kernel_id!r} (also {other})")
+            seen_kernel[(profile, decl.kernel_id)] = node
     # fixtures
     fx = m.fixtures
     declared = m.fixture_identity_sha256
@@ -187,28 +283,23 @@ def validate(m: Manifest, contract: Contract, fixtures_json: dict) -> None:
     ids = [s.sample_id for s in fx.primary]
     _check(len(set(ids)) == len(ids), "fixtures.primary", f"duplicate sample ids {ids}")
     _check(fx.padded_length >= max(s.length for s in fx.primary), "fixtures.padded_length", "shorter than the longest sample")
-    # cases
-    seen_ids: set[str] = set()
-    for i, c in enumerate(m.representative_cases):
-        path = f"representative_cases[{i}]"
-        _check(c.profile in m.profiles, f"{path}.profile", f"unknown profile {c.profile!r}")
-        _check(c.op in ops, f"{path}.op", f"unknown op {c.op!r}")
-        allowed_tiers = m.tiers + [t for t, tops in m.extra_tiers.items() if c.op in tops]
-        _check(c.tier in allowed_tiers, f"{path}.tier", f"tier {c.tier!r} is not defined for op {c.op!r}")
-        _check(bool(_case_id(c).match(c.case_id)), f"{path}.case_id", f"{c.case_id!r} is not '<op>-<tier>-<shape>-<profile>'")
-        _check(c.case_id not in seen_ids, f"{path}.case_id", f"duplicate case id {c.case_id!r}")
-        seen_ids.add(c.case_id)
-        for k, v in c.shape.items():
-            if isinstance(v, int):
-                _check(v > 0, f"{path}.shape.{k}", f"must be > 0, got {v}")
+    sm = m.fixture_summary
+    for name, declared_v, actual in (("primary_lengths", sm.primary_lengths, [s.length for s in fx.primary]),
+                                     ("active_tokens", sm.active_tokens, m.active_tokens),
+                                     ("total_tokens", sm.total_tokens, m.total_tokens),
+                                     ("padded_length", sm.padded_length, fx.padded_length),
+                                     ("short_length", sm.short_length, fx.short.length),
+                                     ("long_length", sm.long_length, fx.long.length)):
+        _check(declared_v == actual, f"fixture_summary.{name}", f"declares {declared_v}, the fixtures give {actual}")
 
 
 def manifest_from_dict(data, contract: Contract, source: str = "<dict>") -> Manifest:
     if not isinstance(data, dict):
         raise ContractError("$", f"the manifest must be a JSON object, got {type(data).__name__}")
     m = structure(data, Manifest)
+    m = attrs.evolve(m, source=source, profile_families={p: contract.family(p) for p in contract.profiles})
     validate(m, contract, data["fixtures"])
-    return attrs.evolve(m, source=source)
+    return m
 
 
 def load_manifest(path: str | Path | None = None, contract: Contract | None = None) -> Manifest:

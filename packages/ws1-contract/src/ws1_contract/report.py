@@ -22,12 +22,17 @@ from .evidence import read_evidence
 
 GATE_ORDER = ("c1_contract", "c2_manifest", "c2_runtime", "c3_forward", "c4_gradient", "c5_inventory", "c6_decode_prefill",
               "c7_stateful_kv", "c9_model", "c8_matrix", "c10_chain_gate", "c10_negative_control", "c11_ci")
-# the first-drift view's columns: every node of the chain in the order computed (ws1_qwen3.drift.NODE_ORDER,
-# which a ws1-qwen3 test holds this copy to); "silu" is filled only by its own check (it is not in the chain)
-DRIFT_NODES = ("embedding", "input_layernorm", "q_proj", "q_norm", "k_proj", "k_norm", "v_proj", "rope_q", "rope_k",
-               "attention", "o_proj", "attn_residual", "post_attention_layernorm", "gate_proj", "up_proj", "swiglu", "silu",
-               "down_proj", "mlp_residual", "final_norm", "lm_head", "logprob", "batch_invariant_logp")
 
+
+def drift_columns(d: dict) -> list[str]:
+    """The first-drift view's columns: the chain's trace points in the order computed, as the C10
+    record names them (``nodes``, from ws1_qwen3.chain); else the order they first appear in the map."""
+    if d.get("nodes"):
+        return list(d["nodes"])
+    seen: dict[str, None] = {}
+    for row in d.get("map") or []:
+        seen.setdefault(row["node"], None)
+    return list(seen)
 
 def load_records(folder: Path, run_id: str | None = None) -> list[tuple[Path, dict]]:
     """The folder's gate records (all of them, or only those of ``run_id``)."""
@@ -147,11 +152,12 @@ def _c10_md(r: dict) -> list[str]:
     for d in (r.get("drift_maps") or [])[:1]:
         out += [f"First-drift view — `{d['cell']}` vs the canonical run (tokens whose bits differ / tokens compared):", ""]
         layers, cells = drift_table(d["map"])
-        out.append("| | " + " | ".join(DRIFT_NODES) + " |")
-        out.append("|---" * (len(DRIFT_NODES) + 1) + "|")
+        columns = drift_columns(d)
+        out.append("| | " + " | ".join(columns) + " |")
+        out.append("|---" * (len(columns) + 1) + "|")
         for layer in layers:
             row = []
-            for node in DRIFT_NODES:
+            for node in columns:
                 c = cells.get((layer, node))
                 row.append("" if c is None else (f"**{c['tokens_differ']}**/{c['tokens']}" if c["tokens_differ"] else f"0/{c['tokens']}"))
             out.append(f"| {_layer_name(layer, cells)} | " + " | ".join(row) + " |")
@@ -211,11 +217,12 @@ def _c10_html(r: dict) -> str:
                     "(tokens whose bits differ / tokens compared; the first drifting node outlined):</p>"
                     "<div class=wide><table class=drift><tr><th>")
         # node names break after "_" so 23 columns fit a page; the kind (the ws1 op) under each
-        head.append("".join(f"<th title='{e(n)}'>{e(n).replace('_', '_<wbr>')}</th>" for n in DRIFT_NODES) + "</tr>")
+        columns = drift_columns(d)
+        head.append("".join(f"<th title='{e(n)}'>{e(n).replace('_', '_<wbr>')}</th>" for n in columns) + "</tr>")
         first = (d.get("layer"), d.get("node"))
         for layer in layers:
             row = f"<tr><th>{e(_layer_name(layer, cells))}</th>"
-            for node in DRIFT_NODES:
+            for node in columns:
                 c = cells.get((layer, node))
                 if c is None:
                     row += "<td class=none></td>"
