@@ -39,8 +39,16 @@ from .registry import (
     use_profile,
 )
 
-REQUIRED_NODES = ("embedding", "rms_norm", "det_gemm", "qk_norm", "rope", "attention", "swiglu", "silu",
-                  "lm_head", "logprob", "batch_invariant_logp")
+
+def __getattr__(name: str):
+    # derived from the manifest's node table (read on first use), never written out here
+    if name == "REQUIRED_NODES":
+        from ws1_contract.manifest import load_manifest
+
+        value = tuple(load_manifest().required_nodes)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "REQUIRED_NODES", "CanonicalGrads", "canonical_grads",

@@ -33,7 +33,7 @@ class Layout:
 
 
 def standard_layouts(n: int, ms: Sequence[int] = DEFAULT_MS, seed: int = 0, subsets: bool = True) -> list[Layout]:
-    """The transforms of DESIGN §3/C3 for ``n`` canonical rows.
+    """The transforms of docs/design.md §3/C3 for ``n`` canonical rows.
 
     ``subsets``: include the batch-size layouts M=m (the first m rows); ops whose inputs are not
     independent rows (none here) would turn it off."""

@@ -92,9 +92,26 @@ def logprob(logits, targets):
 
 from .ops.pack import pack, unpack  # noqa: E402  (profile-independent: the reference is the op itself)
 
-OPS = {
-    "embedding": embedding, "rms_norm": rms_norm, "qk_norm": qk_norm, "det_gemm": det_gemm, "lm_head": lm_head,
-    "rope": rope, "attention": attention, "silu": silu, "swiglu": swiglu, "logprob": logprob,
-    "batch_invariant_logp": batch_invariant_logp, "pack": pack,
-}
-__all__ = list(OPS) + ["unpack", "rope_cos_sin", "OPS"]
+
+def _ops() -> dict:
+    """node -> its FP32 reference (a function of this module named after the node), for every node of
+    the manifest's node table; a node without one is an error naming it."""
+    from ws1_contract.manifest import load_manifest
+
+    nodes = load_manifest().ops
+    lacking = [n for n in nodes if not callable(globals().get(n))]
+    if lacking:
+        raise NotImplementedError(f"ws1_ops.reference has no FP32 reference for node(s) {lacking} of the manifest's node table")
+    return {n: globals()[n] for n in nodes}
+
+
+def __getattr__(name: str):
+    if name == "OPS":
+        value = _ops()
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["embedding", "rms_norm", "qk_norm", "det_gemm", "lm_head", "rope", "attention", "silu", "swiglu", "logprob",
+           "batch_invariant_logp", "pack", "unpack", "rope_cos_sin"]  # and OPS (derived, on first use)

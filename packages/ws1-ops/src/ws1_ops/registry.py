@@ -1,5 +1,11 @@
 """The kernel registry: one implementation per (op, family), chosen by the active profile.
 
+* Every family module ``ws1_ops.backends.<family>`` has one shape: ``FAMILY``, ``KERNELS = {node:
+  Impl(fwd, bwd, param_grad, runs)}`` and, for a kernel package that counts its own calls,
+  ``COUNTER``. Loading it checks ``KERNELS`` against the manifest's node table (a node the manifest
+  declares for the family's profile and the module lacks, or one the table does not know, is an
+  error naming both) and registers each kernel under the manifest's kernel id. Families are
+  ``ws1_accel``'s (``FAMILY_DEVICE_TYPE``); nothing else lists them.
 * ``use_profile("cpu_bf16")`` makes the profile's family active for the ops called inside it;
   the family's kernel package is imported then, and a missing package is an error
   (:class:`KernelUnavailable`), never a fallback to another family.
@@ -24,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import ws1_accel
+from ws1_contract.manifest import load_manifest
 
 
 class KernelUnavailable(RuntimeError):
@@ -52,18 +59,38 @@ class Kernel:
     runs: tuple[str, ...] = ()
 
 
-# family -> module that registers that family's kernels when imported
-FAMILY_BACKENDS = {
-    "cpu": "ws1_ops.backends.cpu",
-    "triton": "ws1_ops.backends.triton",
-    "cuda": "ws1_ops.backends.cuda",
-    "ascend": "ws1_ops.backends.ascend",
-    # Plain PyTorch ops: the negative control of the gates. Not a profile; never chosen by one.
-    "torch_default": "ws1_ops.backends.torch_default",
-}
+@dataclass(frozen=True)
+class Impl:
+    """One node's kernel as a family module declares it: ``KERNELS[node] = Impl(...)``.
+
+    ``runs``: the kernel package's own ids of what fwd/bwd/param_grad run (its self-report counts by
+    these; the manifest's kernel id must be one of them). ``missing``: the raw kernels this build of
+    the package lacks — the node is then unavailable (missing_required, red), never served by another
+    family. ``kernel_id``: only for candidates outside the manifest (torch_default)."""
+
+    fwd: Callable | None
+    bwd: Callable | None = None
+    param_grad: Callable | None = None
+    runs: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    kernel_id: str | None = None
+
+
+# Plain PyTorch ops: the negative control of the gates. Not a family of any profile; never chosen by one.
+CANDIDATE_FAMILIES = ("torch_default",)
+
+
+def backend_module(family: str) -> str:
+    """The module that declares ``family``'s kernels (one per family, one shape)."""
+    if family not in ws1_accel.FAMILY_DEVICE_TYPE and family not in CANDIDATE_FAMILIES:
+        raise KernelUnavailable(f"unknown backend family {family!r}; expected one of "
+                                f"{sorted([*ws1_accel.FAMILY_DEVICE_TYPE, *CANDIDATE_FAMILIES])}")
+    return f"ws1_ops.backends.{family}"
+
 
 _KERNELS: dict[tuple[str, str], Kernel] = {}
 _LOADED: dict[str, str | None] = {}  # family -> None (loaded) or the import error text
+_MISSING: dict[tuple[str, str], tuple[str, ...]] = {}  # (node, family) -> raw kernels the installed package lacks
 
 _active: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("ws1_active", default=None)
 # A negative control's variant kernels, op -> Kernel, in force over the active family's own ones.
@@ -89,13 +116,56 @@ def register(kernel: Kernel) -> None:
     _KERNELS[key] = kernel
 
 
+def declared_kernel_ids(family: str) -> dict[str, str]:
+    """node -> the kernel id the manifest declares for ``family``'s profiles (they must agree)."""
+    m = load_manifest()
+    out: dict[str, str] = {}
+    for decl in m.profiles.values():
+        if decl.backend_family != family:
+            continue
+        for node, d in decl.nodes.items():
+            if out.setdefault(node, d.kernel_id) != d.kernel_id:
+                raise KernelUnavailable(f"nodes.{node}.kernels: the {family} profiles declare two kernel ids "
+                                        f"({out[node]}, {d.kernel_id}); one family, one kernel per node")
+    return out
+
+
+def register_backend(mod) -> None:
+    """Register a family module's ``KERNELS`` after checking them against the manifest's node table."""
+    family, kernels, where = getattr(mod, "FAMILY", None), getattr(mod, "KERNELS", None), mod.__name__
+    if not isinstance(family, str) or not isinstance(kernels, dict):
+        raise KernelUnavailable(f"{where}: a backend module exports FAMILY (str) and KERNELS ({{node: Impl}})")
+    if family in CANDIDATE_FAMILIES:
+        declared = {node: impl.kernel_id for node, impl in kernels.items()}
+    else:
+        declared = declared_kernel_ids(family)
+        lacking = [n for n in declared if n not in kernels]
+        unknown = [n for n in kernels if n not in declared]
+        if lacking or unknown:
+            raise KernelUnavailable(
+                "; ".join([f"{where}.KERNELS has no entry for node {n!r}, which contracts/ws1_manifest.json declares for "
+                           f"family {family!r} as {declared[n]}" for n in lacking]
+                          + [f"{where}.KERNELS has node {n!r}, which the manifest's node table does not declare for family "
+                             f"{family!r}" for n in unknown]))
+    for node, impl in kernels.items():
+        kid = declared[node]
+        if impl.runs and kid not in impl.runs and not impl.missing:
+            raise KernelUnavailable(f"{where}.KERNELS[{node!r}]: the declared kernel {kid} is not among what it runs {list(impl.runs)}")
+        if impl.missing:
+            _MISSING[(node, family)] = impl.missing
+            continue
+        register(Kernel(op=node, family=family, kernel_id=kid, fwd=impl.fwd, bwd=impl.bwd, param_grad=impl.param_grad, runs=impl.runs))
+    counter = getattr(mod, "COUNTER", None)
+    if counter is not None:
+        register_counter(family, counter)
+
+
 def load_family(family: str) -> None:
-    """Import the family's backend (which imports its kernel package); raise if it cannot."""
-    if family not in FAMILY_BACKENDS:
-        raise KernelUnavailable(f"unknown backend family {family!r}; expected one of {sorted(FAMILY_BACKENDS)}")
+    """Import the family's backend (which imports its kernel package) and register it; raise if it cannot."""
+    name = backend_module(family)
     if family not in _LOADED:
         try:
-            importlib.import_module(FAMILY_BACKENDS[family])
+            register_backend(importlib.import_module(name))
             _LOADED[family] = None
         except ImportError as exc:
             _LOADED[family] = f"{type(exc).__name__}: {exc}"
@@ -171,9 +241,8 @@ def kernel(op: str) -> Kernel:
         return overlay[op]
     k = _KERNELS.get((op, family))
     if k is None:
-        mod = importlib.import_module(FAMILY_BACKENDS[family])
-        lacks = getattr(mod, "MISSING", {}).get(op)
-        why = f": the installed kernel package lacks {lacks}" if lacks else ""
+        lacks = _MISSING.get((op, family))
+        why = f": the installed kernel package lacks {list(lacks)}" if lacks else ""
         raise KernelUnavailable(f"{profile}: no {family} kernel for op {op!r} (missing_required; no fallback){why}")
     return k
 

@@ -12,7 +12,7 @@ import torch
 
 import ws1_kernels_cpu  # noqa: F401  registers torch.ops.ws1_cpu
 
-from ..registry import Kernel, register, register_counter
+from ..registry import Impl
 
 FAMILY = "cpu"
 K = torch.ops.ws1_cpu
@@ -23,12 +23,9 @@ if not hasattr(K, "calls"):
                       "rebuild it: bash ci/setup_cpu.sh")
 
 
-def calls() -> dict[str, dict[str, int]]:
+def COUNTER() -> dict[str, dict[str, int]]:  # noqa: N802  (the backend shape's name)
     """What the C++ kernels counted of their own calls since load: {"ws1_cpu::<op>": {isa path: calls}}."""
     return json.loads(K.calls())
-
-
-register_counter(FAMILY, calls)
 
 
 def _gemm_dx(dy, x, w):
@@ -69,25 +66,22 @@ def _rope_bwd(dy, pos, theta):
     return K.rope(dy.float(), pos, theta, True)  # the inverse rotation, FP32 out
 
 
-_PARAM_GRAD = {"embedding": _emb_dw, "rms_norm": _rms_dw, "qk_norm": _qk_dw, "det_gemm": _gemm_dw, "lm_head": _gemm_dw}
-_TABLE = {
-    # node: (forward, backward, the raw ops both need)
-    "embedding": (_op("embedding"), None, ("embedding", "embedding_bwd")),
-    "rms_norm": (_op("rms_norm"), _op("rms_norm_bwd"), ("rms_norm", "rms_norm_bwd")),
-    "qk_norm": (_op("qk_norm"), _op("qk_norm_bwd"), ("qk_norm", "qk_norm_bwd")),
-    "det_gemm": (_op("det_gemm"), _gemm_dx, ("det_gemm", "gemm")),
-    "lm_head": (_op("lm_head"), _gemm_dx, ("lm_head", "gemm")),
-    "rope": (_rope_fwd, _rope_bwd, ("rope",)),
-    "attention": (_op("attention"), _op("attention_bwd"), ("attention", "attention_bwd")),
-    "swiglu": (_op("swiglu"), _op("swiglu_bwd"), ("swiglu", "swiglu_bwd")),
-    "silu": (_op("silu"), _op("silu_bwd"), ("silu", "silu_bwd")),
-    "logprob": (_op("logprob"), _op("logprob_bwd"), ("logprob", "logprob_bwd")),
-    "batch_invariant_logp": (_op("batch_invariant_logp"), _op("batch_invariant_logp_bwd"),
-                             ("batch_invariant_logp", "batch_invariant_logp_bwd")),
-}
-MISSING = {node: [r for r in raw if not hasattr(K, r)] for node, (_, _, raw) in _TABLE.items()}
+def _impl(fwd, bwd, raw: tuple[str, ...], param_grad=None) -> Impl:
+    """A node's kernel from the raw torch.ops.ws1_cpu ops it runs; a build lacking one marks the node missing."""
+    return Impl(fwd, bwd, param_grad, runs=tuple(f"ws1_cpu::{r}" for r in raw), missing=tuple(r for r in raw if not hasattr(K, r)))
 
-for node, (fwd, bwd, _raw) in _TABLE.items():
-    if not MISSING[node]:
-        register(Kernel(op=node, family=FAMILY, kernel_id=f"ws1_cpu::{node}", fwd=fwd, bwd=bwd, param_grad=_PARAM_GRAD.get(node),
-                        runs=tuple(f"ws1_cpu::{r}" for r in _raw)))
+
+KERNELS = {
+    "embedding": _impl(_op("embedding"), None, ("embedding", "embedding_bwd"), _emb_dw),
+    "rms_norm": _impl(_op("rms_norm"), _op("rms_norm_bwd"), ("rms_norm", "rms_norm_bwd"), _rms_dw),
+    "qk_norm": _impl(_op("qk_norm"), _op("qk_norm_bwd"), ("qk_norm", "qk_norm_bwd"), _qk_dw),
+    "det_gemm": _impl(_op("det_gemm"), _gemm_dx, ("det_gemm", "gemm"), _gemm_dw),
+    "lm_head": _impl(_op("lm_head"), _gemm_dx, ("lm_head", "gemm"), _gemm_dw),
+    "rope": _impl(_rope_fwd, _rope_bwd, ("rope",)),
+    "attention": _impl(_op("attention"), _op("attention_bwd"), ("attention", "attention_bwd")),
+    "swiglu": _impl(_op("swiglu"), _op("swiglu_bwd"), ("swiglu", "swiglu_bwd")),
+    "silu": _impl(_op("silu"), _op("silu_bwd"), ("silu", "silu_bwd")),
+    "logprob": _impl(_op("logprob"), _op("logprob_bwd"), ("logprob", "logprob_bwd")),
+    "batch_invariant_logp": _impl(_op("batch_invariant_logp"), _op("batch_invariant_logp_bwd"),
+                                  ("batch_invariant_logp", "batch_invariant_logp_bwd")),
+}

@@ -5,15 +5,15 @@ refuses the profile with the reason (no fallback). The kernels run on CUDA tenso
 are accepted only under ``TRITON_INTERPRET=1`` (the interpreter unit tests), and no gate
 activates this family on a host without a GPU (``use_profile`` resolves the device first).
 
-Same function names and signatures as the cpu backend; kernel ids are the manifest's
-``ws1_ops.triton.<node>:<node>_fwd_kernel``.
+Same function names and signatures as the cpu backend; the manifest's kernel ids
+(``ws1_ops.triton.<node>:<node>_fwd_kernel``) must be among the kernels each node launches.
 """
 
 from __future__ import annotations
 
 import triton  # noqa: F401  (a missing triton must fail here, at family load)
 
-from ..registry import Kernel, register, register_counter
+from ..registry import Impl
 from ..triton import attention as _attention
 from ..triton import batch_invariant_logp as _bilp
 from ..triton import det_gemm as _det_gemm
@@ -28,10 +28,6 @@ from ..triton import swiglu as _swiglu
 from ..triton._common import INTERPRET, counted, launches
 
 FAMILY = "triton"
-
-
-def _kid(node: str) -> str:
-    return f"ws1_ops.triton.{node}:{node}_fwd_kernel"
 
 
 # node: (forward, backward, param_grad) — the launchers; signatures as ws1_ops.backends.cpu
@@ -61,10 +57,7 @@ def _runs(node: str) -> tuple[str, ...]:
     return tuple(sorted({v.kernel_id for m in mods for v in vars(m).values() if isinstance(v, counted)}))
 
 
-register_counter(FAMILY, launches)  # every launched kernel counts its own launches (triton._common.counted)
-for _node, (_fwd, _bwd, _pg) in _TABLE.items():
-    # the declared entry point must exist: a renamed kernel is a missing kernel, not a silent one
-    getattr(MODULES[_node], f"{_node}_fwd_kernel")
-    register(Kernel(op=_node, family=FAMILY, kernel_id=_kid(_node), fwd=_fwd, bwd=_bwd, param_grad=_pg, runs=_runs(_node)))
+COUNTER = launches  # every launched kernel counts its own launches (triton._common.counted)
+KERNELS = {node: Impl(fwd, bwd, pg, runs=_runs(node)) for node, (fwd, bwd, pg) in _TABLE.items()}
 
-__all__ = ["FAMILY", "INTERPRET", "MODULES"]
+__all__ = ["COUNTER", "FAMILY", "INTERPRET", "KERNELS", "MODULES"]

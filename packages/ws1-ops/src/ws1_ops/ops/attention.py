@@ -11,7 +11,7 @@ Backward (dq, dk, dv) is per sequence; packing or batching cannot change its bit
 
 ``chunk=c`` runs the forward the way chunked prefill does — queries in chunks of ``c`` absolute
 positions, each chunk against keys 0..end of the chunk — so a training step can run (and be judged
-on) the chunked arithmetic. Its backward is the canonical one (DESIGN §7): dK/dV are row
+on) the chunked arithmetic. Its backward is the canonical one (docs/design.md §7): dK/dV are row
 reductions over queries, so they run over the whole sequence in one fixed order, exactly as after
 a full prefill; autograd summing per-chunk partial dK would depend on the chunking.
 """

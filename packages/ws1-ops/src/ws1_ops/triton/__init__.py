@@ -5,6 +5,6 @@ declares, its backward kernel(s), and a launcher with fixed tile constants (shap
 docstrings, numerics in the comments). ``ws1_ops.backends.triton`` registers the launchers as
 family ``triton``; nothing here is imported until that family is requested.
 
-How they are batch-invariant (DESIGN §7b) and what an interpreter run (``TRITON_INTERPRET=1``)
+How they are batch-invariant (docs/design.md §7b) and what an interpreter run (``TRITON_INTERPRET=1``)
 does and does not prove: ``docs/triton.md``.
 """

@@ -46,7 +46,7 @@ class GemmConfig:
 # compromise for every M: BM 64 keeps the wasted MMA work of a decode step (M = 1 computes a
 # 64-row tile) at half of a 128-row tile's, and 64x128 tiles give 128 programs at M 256, N 4096
 # (one wave on 132 SMs) while large M still runs full wgmma tiles. A different M never selects
-# another configuration (DESIGN §7b rule 4): the trade-off is measured by benchmarks/bench_triton.py.
+# another configuration (docs/design.md §7b rule 4): the trade-off is measured by benchmarks/bench_triton.py.
 BF16_CONFIG = GemmConfig(BM=64, BN=128, BK=64, GROUP_M=8, num_warps=4, num_stages=4)
 # An FP32 operand (lm_head's backward: FP32 logit gradients): IEEE FP32 dot, no TF32.
 F32_CONFIG = GemmConfig(BM=64, BN=64, BK=32, GROUP_M=8, num_warps=4, num_stages=3)
