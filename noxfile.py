@@ -85,11 +85,12 @@ def c2_manifest(session: nox.Session) -> None:
     args = [a for a in session.posargs if a != "--runtime"]
     _gate(session, "ws1_contract", "c2", posargs=args)
     if "--runtime" in session.posargs:
-        _require(session, "ws1_ops")
-        _gate(session, "ws1_ops.runtime", posargs=args)
+        _require(session, "ws1_matrix")
+        _gate(session, "ws1_matrix", "c2-runtime", posargs=args)
 
 
 def _matrix_gate(session: nox.Session, gate: str) -> None:
+    """Every gate body C2-runtime and C3–C10 is ``python -m ws1_matrix <gate>`` (the harness package)."""
     _require(session, "ws1_matrix")
     _gate(session, "ws1_matrix", gate)
 
@@ -120,35 +121,30 @@ def c8_matrix(session: nox.Session) -> None:
     _matrix_gate(session, "c8")
 
 
-def _model_gate(session: nox.Session, gate: str) -> None:
-    _require(session, "ws1_qwen3")
-    _gate(session, "ws1_qwen3", gate)
-
-
 @nox.session
 def c6_decode_prefill(session: nox.Session) -> None:
-    """C6: decode vs prefill, bitwise — the six operator cases of DESIGN §6 and model-level decode
+    """C6: decode vs prefill, bitwise — the six operator cases of docs/design.md §6 and model-level decode
     vs teacher forcing (``--models tiny,qwen3-8b-L2`` by default)."""
-    _model_gate(session, "c6")
+    _matrix_gate(session, "c6")
 
 
 @nox.session
 def c7_stateful_kv(session: nox.Session) -> None:
     """C7: B1 contiguous and B2 paged KV caches (paged == contiguous, warm prefix == cold), bitwise."""
-    _model_gate(session, "c7")
+    _matrix_gate(session, "c7")
 
 
 @nox.session
 def c9_model(session: nox.Session) -> None:
     """C9: the model runs on the profile's device; every required node observed with its declared kernel."""
-    _model_gate(session, "c9")
+    _matrix_gate(session, "c9")
 
 
 @nox.session
 def c10_chain_gate(session: nox.Session) -> None:
     """C10: the chain gate on the whole model (``--model tiny|qwen3-8b-L2|qwen3-8b``, ``--weights DIR``,
     ``--formal``); ``--candidate torch_default`` runs the negative control, which must come out red."""
-    _model_gate(session, "c10")
+    _matrix_gate(session, "c10")
 
 
 @nox.session

@@ -34,8 +34,9 @@ def small_contracts(dest: Path, edit=None) -> Path:
     src = locate.contracts_dir()
     shutil.copy(src / locate.CONTRACT_NAME, dest / locate.CONTRACT_NAME)
     m = json.loads((src / locate.MANIFEST_NAME).read_text())
-    for c in m["representative_cases"]:
-        c["shape"] = shrink_shape(c["shape"])
+    for node in m["nodes"].values():
+        for c in node["cases"].values():
+            c["shape"] = shrink_shape(c["shape"])
     if edit is not None:
         edit(m)
     (dest / locate.MANIFEST_NAME).write_text(json.dumps(m, indent=1))

@@ -12,7 +12,7 @@ from conftest import make_run
 
 import ws1_ops
 from ws1_matrix import compare, rows
-from ws1_matrix.c34 import judge_profile
+from ws1_matrix.forward_gradient import judge_profile
 from ws1_matrix.judge import tiers_of
 from ws1_ops import registry
 

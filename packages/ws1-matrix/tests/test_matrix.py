@@ -11,7 +11,7 @@ from conftest import args, make_run
 
 from ws1_contract import read_evidence
 from ws1_contract.evidence import ALLOWED_NA_REASONS
-from ws1_matrix import c5
+from ws1_matrix import inventory as c5
 from ws1_matrix.__main__ import main
 
 OPS = 12
@@ -114,10 +114,10 @@ def test_assembled_from_c3_c4_evidence(small_env, capsys):
     (["c4", "cpu_bf16", "--op", "det_gemm,conv2d"], "unknown op(s) ['conv2d']"),
     (["c8", "tpu_bf16", "--execute"], "unknown profile(s) ['tpu_bf16']"),
     (["c5", "tpu_bf16"], "unknown profile(s) ['tpu_bf16']"),
-    (["c9"], "unknown command 'c9'"),
+    (["c99"], "unknown command 'c99'"),
 ])
 def test_bad_input_exit_2_one_line(argv, expect, capsys, tmp_path):
-    assert main([*argv, "--evidence-dir", str(tmp_path)] if argv[0] != "c9" else argv) == 2
+    assert main([*argv, "--evidence-dir", str(tmp_path)] if argv[0] != "c99" else argv) == 2
     err = capsys.readouterr().err.strip()
     assert expect in err and "\n" not in err, err
 
@@ -133,7 +133,7 @@ def test_c5_inventory_verdicts(small_env, monkeypatch):
     run = make_run("c5_inventory")
     c5.c5_inventory(run, args())
     by = {c.extra["item"]: c for c in run.cells}
-    assert sorted(by) == sorted(c5.ITEMS)
+    assert sorted(by) == sorted(c5.items(run.manifest))
     for item, c in by.items():
         assert c.status == "green" and c.extra["verdict"] == "pass", (item, c.detail)
         assert c.extra["argument"] and len(c.extra["checks"]) >= 3
@@ -142,11 +142,11 @@ def test_c5_inventory_verdicts(small_env, monkeypatch):
     # absent hardware: tracked_red, red, with the reason
     run = make_run("c5_inventory", "ascend_bf16")
     c5.c5_inventory(run, args())
-    assert [c.extra["verdict"] for c in run.cells] == ["tracked_red"] * len(c5.ITEMS)
+    assert [c.extra["verdict"] for c in run.cells] == ["tracked_red"] * len(c5.items(run.manifest))
     assert all(c.status == "red" and "not yet executed on its hardware" in c.detail for c in run.cells)
     # a check that fails on the hardware is a blocker (here: a wrong reference for the cast)
     monkeypatch.setattr(c5, "_round_bf16_bits", lambda x: (x * 1.01).to(c5.BF16))
-    monkeypatch.setattr(c5, "ITEMS", ("scale", "dtype_cast"))
+    monkeypatch.setattr(c5, "items", lambda manifest: ["scale", "dtype_cast"])
     run = make_run("c5_inventory")
     c5.c5_inventory(run, args())
     by = {c.extra["item"]: c for c in run.cells}

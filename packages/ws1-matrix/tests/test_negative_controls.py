@@ -10,7 +10,8 @@ from conftest import args, make_run
 
 import ws1_ops
 from ws1_contract import Cell, EvidenceError
-from ws1_matrix import c34, compare, rows
+from ws1_matrix import compare, rows
+from ws1_matrix import forward_gradient as c34
 from ws1_ops import registry
 from ws1_ops.backends import controls
 from ws1_ops.invariance import standard_layouts, thread_counts
@@ -154,7 +155,7 @@ def test_missing_representative_case_is_red_not_skipped(tmp_path, monkeypatch):
     from ws1_matrix import cases
 
     def drop(m):
-        m["representative_cases"] = [c for c in m["representative_cases"] if c["case_id"] != "rope-short-T8-cpu_bf16"]
+        del m["nodes"]["rope"]["cases"]["short"]
 
     monkeypatch.setenv("WS1_CONTRACTS_DIR", str(small_contracts(tmp_path / "c", edit=drop)))
     cases.forget()

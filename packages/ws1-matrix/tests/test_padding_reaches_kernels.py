@@ -9,7 +9,8 @@ import torch
 from conftest import args, make_run
 
 import ws1_ops
-from ws1_matrix import attn, c34
+from ws1_matrix import attn
+from ws1_matrix import forward_gradient as c34
 from ws1_matrix.cases import AttnCase
 from ws1_ops import registry
 

@@ -8,6 +8,7 @@ from typing import Callable
 import torch
 
 import ws1_ops
+from ws1_contract.manifest import load_manifest
 from ws1_ops import reference
 
 BF16, F32 = torch.bfloat16, torch.float32
@@ -67,7 +68,8 @@ def make(op: str, n: int = N_ROWS, seed: int = 0) -> Case:
     raise KeyError(op)
 
 
-PER_ROW_OPS = ["embedding", "rms_norm", "qk_norm", "det_gemm", "lm_head", "rope", "silu", "swiglu", "logprob", "batch_invariant_logp"]
+# the node table's per-token nodes (rows independent): every required node but attention
+PER_ROW_OPS = load_manifest().nodes_where(rows="token", required=True)
 
 
 def forward_accuracy(c: Case, contract):

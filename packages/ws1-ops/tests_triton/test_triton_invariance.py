@@ -38,7 +38,7 @@ def test_gradient_invariance(op, tri):
 def _lm_head_with(cfg_for_m, split_k_above=None):
     """lm_head (the GEMM main loop with its FP32 accumulator stored as is, so every bit of the
     reduction is visible) launched through the real kernel, but with a launch config chosen by M
-    or a split-K variant above some M: exactly what DESIGN §7b forbids. (With a BF16 output the
+    or a split-K variant above some M: exactly what docs/design.md §7b forbids. (With a BF16 output the
     last FP32 bits rarely survive the rounding on these small shapes: a weaker probe.)"""
     from ws1_ops.triton import lm_head as tl_
 

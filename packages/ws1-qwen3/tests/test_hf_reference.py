@@ -5,8 +5,7 @@ import torch
 from hf_ref import hf_checkpoint, hf_rollout, hf_teacher_forcing
 
 import ws1_qwen3
-from ws1_contract import within_tolerance
-from ws1_qwen3 import parity
+from ws1_contract import aggregates, within_tolerance
 
 
 @pytest.fixture(scope="module")
@@ -14,6 +13,12 @@ def ckpt(tmp_path_factory):
     d = tmp_path_factory.mktemp("hf")
     hf = hf_checkpoint(d)
     return d, hf
+
+
+
+def _dlogp(tf, rollout, contract):
+    """dlogp aggregates of teacher forcing vs rollout with the contract's FP32 thresholds."""
+    return aggregates(tf, rollout, thresholds=contract.aggregate_thresholds("float32"), clip_interval=contract.clip_interval)
 
 
 def test_fp32_path_matches_transformers(ckpt):
@@ -47,7 +52,7 @@ def test_decode_parity_check_catches_transformers(ckpt, contract, samples):
     (its decode GEMMs and attention reduce in another order than its full forward)."""
     _, hf = ckpt
     small = [ws1_qwen3.Sample(s.rank, tuple(t % 700 for t in s.tokens), s.n_prompt) for s in samples]
-    agg = parity.judge(hf_teacher_forcing(hf, small), hf_rollout(hf, small), contract, "float32")
+    agg = _dlogp(hf_teacher_forcing(hf, small), hf_rollout(hf, small), contract)
     assert not agg.bitwise_equal and agg.tokens_different > 0, agg.detail
     assert agg.max_abs_dlogp < 1e-4                 # small, but not zero: only a bitwise check sees it
 
@@ -67,5 +72,5 @@ def test_8b_shapes_against_transformers(tmp_path, contract, samples):
     cmp = within_tolerance(ws1_qwen3.teacher_forcing(bf, samples).logp, ws1_qwen3.teacher_forcing(ref, samples).logp,
                            th.atol, th.rtol)
     assert cmp.passed, cmp.detail
-    agg = parity.judge(hf_teacher_forcing(hf, samples), hf_rollout(hf, samples), contract, "float32")
+    agg = _dlogp(hf_teacher_forcing(hf, samples), hf_rollout(hf, samples), contract)
     assert not agg.bitwise_equal, agg.detail

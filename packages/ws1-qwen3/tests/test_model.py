@@ -1,5 +1,6 @@
-"""The chain gate's cells on `tiny`: every layout gives the same selected log-probs and the same
-parameter gradients, bit for bit; plain PyTorch ops (the negative control) do not."""
+"""The model on `tiny`: rollout decode equals teacher forcing bit for bit (plain PyTorch ops, the
+negative control, do not); forward entry points; one-line errors. The chain gate's layout cells
+are tested in ws1-matrix (test_chain_cells.py)."""
 
 import pytest
 import torch
@@ -7,35 +8,7 @@ import torch
 import ws1_qwen3
 from ws1_contract import bitwise
 from ws1_qwen3 import ModelInputError, Sample, teacher_forcing
-from ws1_qwen3.c10 import cell_plans, run_cell
-from ws1_qwen3.parity import rollout_logp
-
-
-def judge(model, samples):
-    """The C10 cells (c10.cell_plans): name -> what differs from BN/full (log-probs, parameter names)."""
-    plans = cell_plans(samples)
-    ref_lp, _, _, ref_g, _ = run_cell(model, *plans["BN/full"], 27)
-    bad = {}
-    for name, (calls, kw) in plans.items():
-        lp, _, _, g, _ = run_cell(model, calls, kw, 27)
-        diff = [n for n in g if not bitwise(g[n], ref_g[n]).passed]
-        if not bitwise(lp, ref_lp).passed:
-            diff.append("logp")
-        if diff:
-            bad[name] = diff
-    return bad
-
-
-def test_every_cell_bitwise_logp_and_all_gradients(tiny, samples):
-    assert judge(tiny, samples) == {}
-    assert len(list(tiny.parameters())) == tiny.config.n_parameter_tensors == 25
-
-
-def test_negative_control_torch_default_is_red(samples):
-    m = ws1_qwen3.synthetic("tiny", "torch_default")
-    bad = judge(m, samples)
-    assert len(bad) >= 4, bad                      # plain torch: gradients change with the layout
-    assert any("logp" in v for v in bad.values()) or any(len(v) > 3 for v in bad.values())
+from ws1_qwen3.rollout import rollout_logp
 
 
 def test_decode_equals_teacher_forcing(tiny, samples):
@@ -104,9 +77,3 @@ def test_absent_device_and_unknown_profile_fail_closed():
         ws1_qwen3.synthetic("tiny", "ascend_bf16")
     with pytest.raises(ws1_accel.UnknownProfile):
         ws1_qwen3.synthetic("tiny", "tpu_bf16")
-
-
-@pytest.mark.slow
-def test_8b_l2_cells_bitwise(samples):
-    m = ws1_qwen3.synthetic("qwen3-8b-L2")
-    assert judge(m, samples) == {}

@@ -45,7 +45,7 @@ from ws1_contract.manifest import Case, Manifest, Sample
 from ws1_ops import reference
 
 BF16, F32 = torch.bfloat16, torch.float32
-CHUNK = 7  # chunked prefill: 7-token chunks, boundaries at absolute positions (DESIGN §5)
+CHUNK = 7  # chunked prefill: 7-token chunks, boundaries at absolute positions (docs/design.md §5)
 
 
 def case_key(case: Case) -> str:
@@ -160,81 +160,113 @@ def _pad_id(manifest: Manifest, V: int) -> int:
     return manifest.fixtures.pad_id if manifest.fixtures.pad_id < V else V - 1
 
 
-def _token_case(case: Case, manifest: Manifest) -> TokenCase:
-    g = _generator(manifest, case)
-    cfg = manifest.model.config
-    eps, theta = float(cfg["rms_norm_eps"]), float(cfg["rope_theta"])
+class _Draw:
+    """The seeded draws of one case: BF16 tensors, FP32 masters holding BF16 values, its rows."""
 
-    def r(*shape, scale=1.0, dtype=BF16):
-        return torch.randn(*shape, generator=g).mul_(scale).to(dtype)
+    def __init__(self, case: Case, manifest: Manifest, rows_key: str = "T"):
+        self.g = _generator(manifest, case)
+        cfg = manifest.model.config
+        self.eps, self.theta, self.max_pos = float(cfg["rms_norm_eps"]), float(cfg["rope_theta"]), int(cfg["max_position_embeddings"])
+        (self.T,) = _shape(case, rows_key)
+        self.rows = fixture_rows(manifest, case.tier, self.T)
 
-    def w(*shape, scale=1.0):
+    def r(self, *shape, scale=1.0, dtype=BF16):
+        return torch.randn(*shape, generator=self.g).mul_(scale).to(dtype)
+
+    def w(self, *shape, scale=1.0):
         """A master weight: FP32 storage, BF16 values (drawn in BF16, widened exactly)."""
-        return r(*shape, scale=scale).float()
+        return self.r(*shape, scale=scale).float()
 
-    op = case.op
-    (T,) = _shape(case, "M" if op in ("det_gemm", "lm_head") else "T")
-    rows = fixture_rows(manifest, case.tier, T)
-    if op == "embedding":
-        V, H = _shape(case, "V", "H")
-        ids = rows.token % V
-        # the fixture's ids are all distinct, which would leave dE's per-id row sum untested: every
-        # third row repeats the id two rows up, so dE[id] sums rows in canonical order
-        rep = torch.arange(2, T, 3)
-        ids[rep] = ids[rep - 2]
-        def emb_block(inputs, wb, v0, v1, dy):
-            sel = (inputs[0] >= v0) & (inputs[0] < v1)
-            if bool(sel.any()):
-                reference.embedding(inputs[0][sel] - v0, wb).backward(dy[sel].float())
+    def norm_weight(self, n):
+        return (1 + 0.1 * torch.randn(n, generator=self.g)).to(BF16).float()   # ~1 +- 0.1
 
-        return TokenCase(case, rows, [ids], [w(V, H, scale=0.02)], ["ids", "weight"],
-                         lambda i, w, row_keys: ws1_ops.embedding(i, w, row_keys), reference.embedding, [_pad_id(manifest, V)],
-                         emb_block)
-    if op == "rms_norm":
-        (H,) = _shape(case, "H")
-        # x is the FP32 residual stream (its RMS ~2, like a mid-depth hidden state); weight ~1 +- 0.1
-        return TokenCase(case, rows, [r(T, H, scale=2.0, dtype=F32)], [(1 + 0.1 * torch.randn(H, generator=g)).to(BF16).float()],
-                         ["x", "weight"], lambda x, w, row_keys: ws1_ops.rms_norm(x, w, eps, row_keys),
-                         lambda x, w: reference.rms_norm(x, w, eps), [None])
-    if op == "qk_norm":
-        heads, D = _shape(case, "heads", "D")
-        return TokenCase(case, rows, [r(T, heads, D, scale=2.0)], [(1 + 0.1 * torch.randn(D, generator=g)).to(BF16).float()],
-                         ["x", "weight"], lambda x, w, row_keys: ws1_ops.qk_norm(x, w, eps, row_keys),
-                         lambda x, w: reference.qk_norm(x, w, eps), [None])
-    if op in ("det_gemm", "lm_head"):
+
+def _embedding(case: Case, manifest: Manifest) -> TokenCase:
+    d = _Draw(case, manifest)
+    V, H = _shape(case, "V", "H")
+    ids = d.rows.token % V
+    # the fixture's ids are all distinct, which would leave dE's per-id row sum untested: every
+    # third row repeats the id two rows up, so dE[id] sums rows in canonical order
+    rep = torch.arange(2, d.T, 3)
+    ids[rep] = ids[rep - 2]
+
+    def emb_block(inputs, wb, v0, v1, dy):
+        sel = (inputs[0] >= v0) & (inputs[0] < v1)
+        if bool(sel.any()):
+            reference.embedding(inputs[0][sel] - v0, wb).backward(dy[sel].float())
+
+    return TokenCase(case, d.rows, [ids], [d.w(V, H, scale=0.02)], ["ids", "weight"],
+                     lambda i, w, row_keys: ws1_ops.embedding(i, w, row_keys), reference.embedding, [_pad_id(manifest, V)],
+                     emb_block)
+
+
+def _rms_norm(case: Case, manifest: Manifest) -> TokenCase:
+    d = _Draw(case, manifest)
+    (H,) = _shape(case, "H")
+    # x is the FP32 residual stream (its RMS ~2, like a mid-depth hidden state)
+    return TokenCase(case, d.rows, [d.r(d.T, H, scale=2.0, dtype=F32)], [d.norm_weight(H)],
+                     ["x", "weight"], lambda x, w, row_keys: ws1_ops.rms_norm(x, w, d.eps, row_keys),
+                     lambda x, w: reference.rms_norm(x, w, d.eps), [None])
+
+
+def _qk_norm(case: Case, manifest: Manifest) -> TokenCase:
+    d = _Draw(case, manifest)
+    heads, D = _shape(case, "heads", "D")
+    return TokenCase(case, d.rows, [d.r(d.T, heads, D, scale=2.0)], [d.norm_weight(D)],
+                     ["x", "weight"], lambda x, w, row_keys: ws1_ops.qk_norm(x, w, d.eps, row_keys),
+                     lambda x, w: reference.qk_norm(x, w, d.eps), [None])
+
+
+def _gemm(fn: Callable, ref: Callable) -> Callable[[Case, Manifest], TokenCase]:
+    def build(case: Case, manifest: Manifest) -> TokenCase:
+        d = _Draw(case, manifest, rows_key="M")
         K, N = _shape(case, "K", "N")
-        fn = ws1_ops.det_gemm if op == "det_gemm" else ws1_ops.lm_head
-        ref = reference.det_gemm if op == "det_gemm" else reference.lm_head
-        # weights ~ N(0, 0.02) (Qwen3's init scale), activations ~ N(0, 1): outputs ~ N(0, 0.02 sqrt(K))
+
         def gemm_block(inputs, wb, v0, v1, dy):
             ref(inputs[0], wb).backward(dy[:, v0:v1].float())
 
-        return TokenCase(case, rows, [r(T, K)], [w(N, K, scale=0.02)], ["x", "weight"],
+        # weights ~ N(0, 0.02) (Qwen3's init scale), activations ~ N(0, 1): outputs ~ N(0, 0.02 sqrt(K))
+        return TokenCase(case, d.rows, [d.r(d.T, K)], [d.w(N, K, scale=0.02)], ["x", "weight"],
                          lambda x, w, row_keys: fn(x, w, row_keys), ref, [None], gemm_block)
-    if op == "rope":
-        heads, D = _shape(case, "heads", "D")
-        max_pos = int(cfg["max_position_embeddings"])
-        # filler rows sit at the last position the model allows: a padding row's rotation is garbage
-        return TokenCase(case, rows, [r(T, heads, D), rows.position.clone()], [], ["x", "positions"],
-                         lambda x, p, row_keys: ws1_ops.rope(x, p, theta), lambda x, p: reference.rope(x, p, theta),
-                         [None, max_pos - 1])
-    if op == "swiglu":
-        (F,) = _shape(case, "F")
-        return TokenCase(case, rows, [r(T, F, scale=2.0), r(T, F, scale=2.0)], [], ["gate", "up"],
-                         lambda a, b, row_keys: ws1_ops.swiglu(a, b), reference.swiglu, [None, None])
-    if op == "silu":
-        (F,) = _shape(case, "F")
-        return TokenCase(case, rows, [r(T, F, scale=2.0)], [], ["x"], lambda x, row_keys: ws1_ops.silu(x), reference.silu, [None])
-    if op == "logprob":
-        (V,) = _shape(case, "V")
-        # logits ~ N(0, 3): a peaked but not degenerate softmax over the 151936-token vocabulary
-        return TokenCase(case, rows, [r(T, V, scale=3.0, dtype=F32), rows.token % V], [], ["logits", "targets"],
-                         lambda lg, t, row_keys: ws1_ops.logprob(lg, t), reference.logprob, [None, _pad_id(manifest, V)])
-    if op == "batch_invariant_logp":
-        (V,) = _shape(case, "V")
-        return TokenCase(case, rows, [r(T, V, scale=3.0, dtype=F32)], [], ["logits"],
-                         lambda lg, row_keys: ws1_ops.batch_invariant_logp(lg), reference.batch_invariant_logp, [None])
-    raise ContractError(f"representative_cases[{case.case_id}].op", f"no case builder for op {op!r}")
+
+    return build
+
+
+def _rope(case: Case, manifest: Manifest) -> TokenCase:
+    d = _Draw(case, manifest)
+    heads, D = _shape(case, "heads", "D")
+    # filler rows sit at the last position the model allows: a padding row's rotation is garbage
+    return TokenCase(case, d.rows, [d.r(d.T, heads, D), d.rows.position.clone()], [], ["x", "positions"],
+                     lambda x, p, row_keys: ws1_ops.rope(x, p, d.theta), lambda x, p: reference.rope(x, p, d.theta),
+                     [None, d.max_pos - 1])
+
+
+def _swiglu(case: Case, manifest: Manifest) -> TokenCase:
+    d = _Draw(case, manifest)
+    (F,) = _shape(case, "F")
+    return TokenCase(case, d.rows, [d.r(d.T, F, scale=2.0), d.r(d.T, F, scale=2.0)], [], ["gate", "up"],
+                     lambda a, b, row_keys: ws1_ops.swiglu(a, b), reference.swiglu, [None, None])
+
+
+def _silu(case: Case, manifest: Manifest) -> TokenCase:
+    d = _Draw(case, manifest)
+    (F,) = _shape(case, "F")
+    return TokenCase(case, d.rows, [d.r(d.T, F, scale=2.0)], [], ["x"], lambda x, row_keys: ws1_ops.silu(x), reference.silu, [None])
+
+
+def _logprob(case: Case, manifest: Manifest) -> TokenCase:
+    d = _Draw(case, manifest)
+    (V,) = _shape(case, "V")
+    # logits ~ N(0, 3): a peaked but not degenerate softmax over the 151936-token vocabulary
+    return TokenCase(case, d.rows, [d.r(d.T, V, scale=3.0, dtype=F32), d.rows.token % V], [], ["logits", "targets"],
+                     lambda lg, t, row_keys: ws1_ops.logprob(lg, t), reference.logprob, [None, _pad_id(manifest, V)])
+
+
+def _batch_invariant_logp(case: Case, manifest: Manifest) -> TokenCase:
+    d = _Draw(case, manifest)
+    (V,) = _shape(case, "V")
+    return TokenCase(case, d.rows, [d.r(d.T, V, scale=3.0, dtype=F32)], [], ["logits"],
+                     lambda lg, row_keys: ws1_ops.batch_invariant_logp(lg), reference.batch_invariant_logp, [None])
 
 
 # ---- attention: sequence-level ------------------------------------------------------------------
@@ -308,6 +340,15 @@ def _pack_case(case: Case, manifest: Manifest) -> PackCase:
     return PackCase(case, lengths, torch.randn(B, S, H, generator=g).to(BF16))
 
 
+# node -> its input builder (shapes from the node table's case, values from the seeded draws); a node
+# of the table without one is a red cell naming it (tests: test_node_table.py)
+BUILDERS: dict[str, Callable[[Case, Manifest], TokenCase | AttnCase | PackCase]] = {
+    "embedding": _embedding, "rms_norm": _rms_norm, "qk_norm": _qk_norm,
+    "det_gemm": _gemm(ws1_ops.det_gemm, reference.det_gemm), "lm_head": _gemm(ws1_ops.lm_head, reference.lm_head),
+    "rope": _rope, "swiglu": _swiglu, "silu": _silu, "logprob": _logprob, "batch_invariant_logp": _batch_invariant_logp,
+    "attention": _attn_case, "pack": _pack_case,
+}
+
 _LAST: list = []  # [(key, built case)]: at most one entry
 
 
@@ -322,12 +363,11 @@ def build(case: Case, manifest: Manifest) -> TokenCase | AttnCase | PackCase:
     if _LAST and _LAST[0][0] == key:
         return _LAST[0][1]
     _LAST.clear()  # free the previous case's tensors before drawing the next
-    if case.op == "attention":
-        built = _attn_case(case, manifest)
-    elif case.op == "pack":
-        built = _pack_case(case, manifest)
-    else:
-        built = _token_case(case, manifest)
+    builder = BUILDERS.get(case.op)
+    if builder is None:
+        raise ContractError(f"nodes.{case.op}", f"no case builder for node {case.op!r} in ws1_matrix.cases.BUILDERS "
+                                                "(docs/adding_a_node.md)")
+    built = builder(case, manifest)
     _LAST.append((key, built))
     return built
 

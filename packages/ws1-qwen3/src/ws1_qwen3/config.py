@@ -1,6 +1,6 @@
 """Qwen3 dense configuration: an attrs class with presets and HF ``config.json`` conversion.
 
-Only the dense Qwen3 architecture of DESIGN §4 is accepted (SiLU MLP, QK-norm, untied embeddings,
+Only the dense Qwen3 architecture of docs/design.md §4 is accepted (SiLU MLP, QK-norm, untied embeddings,
 no attention bias, no sliding window, default RoPE); anything else is refused with the field named,
 rather than silently computed as something it is not.
 """
@@ -120,7 +120,7 @@ _8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hid
            pad_token_id=151643)
 
 PRESETS: dict[str, Qwen3Config] = {
-    # DESIGN §4: the manifest's model
+    # docs/design.md §4: the manifest's model
     "qwen3-8b": Qwen3Config(**_8B, name="qwen3-8b"),
     # the 8B shapes with 2 layers: every kernel at its real shape, on a CPU
     "qwen3-8b-L2": Qwen3Config(**{**_8B, "num_hidden_layers": 2}, name="qwen3-8b-L2"),

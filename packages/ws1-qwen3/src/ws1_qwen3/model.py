@@ -186,7 +186,7 @@ class Qwen3ForCausalLM(nn.Module):
         return ws1_ops.use_profile(self.profile, self.device)
 
     def _trace(self, layer: int, node: str, t: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        """Hand node ``(layer, node)``'s output to the tracer (ws1_qwen3.drift); returns ``t``."""
+        """Hand node ``(layer, node)``'s output to the tracer (the trace points of ws1_qwen3.chain); returns ``t``."""
         if self.tracer is not None:
             self.tracer(layer, node, t.detach(), keys)
         return t

@@ -1,5 +1,5 @@
 """Provenance from the kernel, not the label: every recorded call must be confirmed by what the
-kernel package itself counted (torch.ops.ws1_cpu.calls()), and arch_key on CPU is the ISA path the
+kernel package itself counted (torch.ops.ws1_cpu.COUNTER()), and arch_key on CPU is the ISA path the
 kernels reported taking. A callable swapped in behind a registered label is caught."""
 
 import dataclasses
@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 import ws1_ops
+from ws1_matrix.runtime import _calls, node_problems
 from ws1_ops import registry
-from ws1_ops.runtime import _calls, node_problems
 
 BF = torch.bfloat16
 
@@ -43,12 +43,12 @@ def test_every_node_is_counted_by_the_package_exactly():
     package's counts match the record one for one (forward + backward calls of every node)."""
     from ws1_ops.backends import cpu
 
-    before = cpu.calls()
+    before = cpu.COUNTER()
     with ws1_ops.use_profile("cpu_bf16"), ws1_ops.record() as rec:
         for run in _calls(torch.device("cpu")).values():
             run()
     summ = rec.summary()
-    after = cpu.calls()
+    after = cpu.COUNTER()
     total_recorded = sum(e["forward"] + e["backward"] for e in summ.values())
     total_counted = sum(n for kid, paths in after.items() for p, n in paths.items()) - \
         sum(n for kid, paths in before.items() for p, n in paths.items())
@@ -129,7 +129,7 @@ def test_arch_key_is_the_isa_the_kernels_ran(monkeypatch, isa):
     assert all(set(by_path) <= {isa, "generic"} for e in rec.summary().values() for by_path in e["package"].values())
 
     from ws1_contract import GateRun, load_contract, load_manifest
-    from ws1_qwen3.gatekit import attach_provenance
+    from ws1_matrix.modelkit import attach_provenance
 
     run = GateRun(gate="c9_model", profile="cpu_bf16", contract=load_contract(), manifest=load_manifest())
     attach_provenance(run, rec)
@@ -151,7 +151,7 @@ def test_c9_node_cell_is_red_for_the_swapped_callable(swapped_det_gemm):
     """C9 (and C10's observed/ cells, same node_cells) on the model: det_gemm red, the others green."""
     ws1_qwen3 = pytest.importorskip("ws1_qwen3")
     from ws1_contract import load_manifest
-    from ws1_qwen3.c9 import node_cells, observe
+    from ws1_matrix.model_nodes import node_cells, observe
 
     m = load_manifest()
     declared = {n: m.kernel_id("cpu_bf16", n) for n in m.required_nodes}

@@ -5,8 +5,13 @@ import pytest
 import torch
 
 import ws1_accel
-import ws1_qwen3.__main__ as qmain
+import ws1_matrix.__main__ as qmain
 from ws1_contract import Cell, collect_provenance, read_evidence
+from ws1_matrix import chain_gate, decode_prefill, model_nodes, stateful_kv
+
+# command -> (the module holding the gate's body, the body's name, the evidence name)
+BODIES = {"c6": (decode_prefill, "c6", "c6_decode_prefill"), "c7": (stateful_kv, "c7", "c7_stateful_kv"),
+          "c9": (model_nodes, "c9", "c9_model"), "c10": (chain_gate, "c10", "c10_chain_gate")}
 
 
 @pytest.fixture
@@ -38,8 +43,8 @@ def test_model_gates_disable_tf32_and_record_it(tmp_path, monkeypatch, cuda_host
         on = prov.candidate_tf32_enabled or prov.reference_tf32_enabled
         run.add(Cell(id="tf32", judgment="provenance", status="red" if on else "green", detail=f"tf32 on: {on}"))
 
-    name, _body, add_args, desc = qmain.GATES[gate]
-    monkeypatch.setitem(qmain.GATES, gate, (name, probe, add_args, desc))
+    module, body, name = BODIES[gate]
+    monkeypatch.setattr(module, body, probe)
     assert qmain.main([gate, "cuda_bf16", "--evidence-dir", str(tmp_path)]) == 0
     assert seen == {"cuda_matmul_allow_tf32": False, "cudnn_allow_tf32": False, "float32_matmul_precision": "highest",
                     "cuda": False, "cpu": False}
@@ -54,9 +59,8 @@ def test_model_gates_disable_tf32_and_record_it(tmp_path, monkeypatch, cuda_host
 def test_tf32_that_cannot_be_disabled_is_red(tmp_path, monkeypatch, cuda_host_with_tf32_on):
     """The gate's own check can fail: a vendor whose disable does nothing leaves a red cell."""
     monkeypatch.setattr(ws1_accel.VENDORS["cuda"], "disable_tf32", lambda: None)
-    name, _body, add_args, desc = qmain.GATES["c9"]
-    monkeypatch.setitem(qmain.GATES, "c9", (name, lambda run, args: run.add(Cell(id="x", judgment="j", status="green",
-                                                                                  detail="ok")), add_args, desc))
+    module, body, name = BODIES["c9"]
+    monkeypatch.setattr(module, body, lambda run, args: run.add(Cell(id="x", judgment="j", status="green", detail="ok")))
     assert qmain.main(["c9", "cuda_bf16", "--evidence-dir", str(tmp_path)]) == 1
     rec = read_evidence(tmp_path / "cuda_bf16" / f"{name}.json")
     assert [c["id"] for c in rec["cells"] if c["status"] == "red"] == ["tf32"]

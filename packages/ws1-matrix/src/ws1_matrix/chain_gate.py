@@ -1,8 +1,8 @@
-"""C10 chain gate: the whole model, every cell of DESIGN §5, train/infer parity, the FP32 reference,
+"""C10 chain gate: the whole model, every cell of docs/design.md §5, train/infer parity, the FP32 reference,
 the C6 sweep, observed node kinds, and first_drift.
 
-    python -m ws1_qwen3 c10 cpu_bf16 [--model tiny|qwen3-8b-L2|qwen3-8b] [--weights DIR [--formal]]
-    python -m ws1_qwen3 c10 cpu_bf16 --candidate torch_default     # the negative control: must be red
+    python -m ws1_matrix c10 cpu_bf16 [--model tiny|qwen3-8b-L2|qwen3-8b] [--weights DIR [--formal]]
+    python -m ws1_matrix c10 cpu_bf16 --candidate variant_attn_decode_order   # a negative control: must be red
 
 Cells, each compared with the canonical ``BN/full`` (the 4 samples right-padded to 20) by logical
 key: ``B1/full`` (four B=1 runs, losses summed, one backward), ``BN/chunked``, ``B1/chunked``
@@ -35,17 +35,17 @@ import torch
 
 import ws1_accel
 import ws1_ops
-from ws1_contract import Cell, Comparison, aggregates, bitwise, within_tolerance
+from ws1_contract import Cell, Comparison, aggregates, bitwise, gate_main, within_tolerance
 from ws1_contract.compare import accuracy
 from ws1_contract.progress import Progress
-from ws1_kv.checks import c6_operator_cases
+from ws1_qwen3.model import REFERENCE
+from ws1_qwen3.teacher import fixture_samples, teacher_forcing
 
 from . import parity
-from .c9 import node_cells, silu_identity
-from .drift import drift_map, first_drift, tracing
-from .gatekit import attach_provenance, build_model, comparison_cell, log, parity_cell, status
-from .model import REFERENCE
-from .teacher import fixture_samples, teacher_forcing
+from .drift import NODE_ORDER, drift_map, first_drift, tracing
+from .kv_ops import c6_operator_cases
+from .model_nodes import node_cells, silu_identity
+from .modelkit import attach_provenance, build_model, comparison_cell, log, parity_cell, status
 
 CANONICAL = "BN/full"
 PERMUTATION = (2, 0, 3, 1)
@@ -183,7 +183,7 @@ def c10(run, args) -> None:
             agg = aggregates(logp, c_logp, active, contract.aggregate_thresholds("bfloat16"), contract.clip_interval)
             fd = first_drift(trace, c_trace)
             if fd:
-                drifts.append({"cell": name, **fd, "map": drift_map(trace, c_trace)})
+                drifts.append({"cell": name, **fd, "map": drift_map(trace, c_trace), "nodes": list(NODE_ORDER)})
             cmp = bitwise(logp, c_logp, f"{name} log-probs vs {CANONICAL}")
             run.add(comparison_cell(f"cell/{name}/logp", "forward_invariance", cmp, lhs="transformed_config", rhs="canonical_config",
                                     loss=float(loss), aggregates={"max_abs_dlogp": agg.max_abs_dlogp, "approx_kl0": agg.approx_kl0,
@@ -211,7 +211,7 @@ def c10(run, args) -> None:
             agg = parity.judge(tf_act, ro, contract)
             fd = first_drift(tr, c_trace)
             if fd:
-                drifts.append({"cell": f"parity/{name}", **fd, "map": drift_map(tr, c_trace)})
+                drifts.append({"cell": f"parity/{name}", **fd, "map": drift_map(tr, c_trace), "nodes": list(NODE_ORDER)})
             worst = max(worst, agg.max_abs_dlogp)
             run.add(parity_cell(f"parity/{name}", agg, parity.LHS, parity.RHS, first_drift=fd))
             log(f"train/infer parity {name}: max|dlogp| {agg.max_abs_dlogp:.3e} ({time.perf_counter() - t:.1f}s)")
@@ -267,8 +267,8 @@ def c10(run, args) -> None:
 
 
 def reference_copy(model):
-    """The FP32 reference model: the candidate's own BF16 parameters upcast to FP32 (DESIGN §3)."""
-    from .model import Qwen3ForCausalLM
+    """The FP32 reference model: the candidate's own BF16 parameters upcast to FP32 (docs/design.md §3)."""
+    from ws1_qwen3.model import Qwen3ForCausalLM
 
     ref = Qwen3ForCausalLM(model.config, REFERENCE)
     with torch.no_grad():
@@ -367,3 +367,10 @@ def add_args(ap) -> None:
                          "the project's variant kernels (ws1_ops.backends.controls); the gate must come out red")
     ap.add_argument("--grad-compare", default=None, choices=["full", "digest"],
                     help="gradient invariance on full tensors or raw-bit digests (default: digest above 6 GiB of gradients)")
+
+
+def main(argv: list[str]) -> int:
+    # a negative control writes its own evidence file: red is its expected outcome
+    control = any(a == "--candidate" or a.startswith("--candidate=") for a in argv)
+    return gate_main("c10_negative_control" if control else "c10_chain_gate", c10, argv, needs_device=True, add_args=add_args,
+                     description="C10: the chain gate on the whole model")

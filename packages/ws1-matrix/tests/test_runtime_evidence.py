@@ -2,8 +2,8 @@
 
 import ws1_ops
 from ws1_contract import read_evidence
+from ws1_matrix.runtime import main
 from ws1_ops import registry
-from ws1_ops.runtime import main
 
 
 def test_runtime_green_on_cpu(tmp_path):

@@ -1,6 +1,6 @@
-"""C6 decode vs prefill: operator level (DESIGN §6's six cases) and model level.
+"""C6 decode vs prefill: operator level (docs/design.md §6's six cases) and model level.
 
-    python -m ws1_qwen3 c6 cpu_bf16 [--models tiny,qwen3-8b-L2] [--json]     (nox -s c6_decode_prefill -- cpu_bf16)
+    python -m ws1_matrix c6 cpu_bf16 [--models tiny,qwen3-8b-L2] [--json]     (nox -s c6_decode_prefill -- cpu_bf16)
 
 Operator level (Hq 32, Hkv 8, D 128): for b1 lengths 8, 32, 19 and B=4 lengths [11, 16, 13, 19]
 packed, padded right to 20 and padded left to 20, each query decoded from the cache (one token per
@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import ws1_accel
 import ws1_ops
-from ws1_kv.checks import c6_operator_cases
+from ws1_contract import gate_main
+from ws1_qwen3.teacher import fixture_samples, teacher_forcing
 
 from . import parity
-from .gatekit import attach_provenance, build_model, comparison_cell, log, parity_cell
-from .teacher import fixture_samples, teacher_forcing
+from .kv_ops import c6_operator_cases
+from .modelkit import attach_provenance, build_model, comparison_cell, log, parity_cell
 
 DEFAULT_MODELS = ("tiny", "qwen3-8b-L2")
 
@@ -63,3 +64,8 @@ def c6(run, args) -> None:
 def add_args(ap) -> None:
     ap.add_argument("--models", default=None, help=f"comma-separated presets for the model-level cells (default {','.join(DEFAULT_MODELS)})")
     ap.add_argument("--weights", default=None, help="an HF-format checkpoint directory for the first model instead of synthetic weights")
+
+
+def main(argv: list[str]) -> int:
+    return gate_main("c6_decode_prefill", c6, argv, needs_device=True, add_args=add_args,
+                     description="C6: decode vs prefill, operator and model level")

@@ -15,7 +15,7 @@ provenance :func:`validate_provenance` rejects (re-run here on every source reco
 (exit 1).
 
 Unlike C3/C4, a profile whose device is absent does not end the run with exit 2: the matrix is over
-*all* profiles, and DESIGN §1 wants such a cell red with "not executed on this host: <reason>"
+*all* profiles, and docs/design.md §1 wants such a cell red with "not executed on this host: <reason>"
 (so a CPU host reports cpu_bf16 executed and every other profile red). A profile whose device
 exists but whose kernel package is missing is red with that reason — never served by another
 family. ``pack`` is N/A (profile_independent, the manifest's reason) for every profile, and its
@@ -44,7 +44,8 @@ from ws1_contract.evidence import ALLOWED_NA_REASONS, evidence_root, read_eviden
 from ws1_contract.progress import Progress
 from ws1_contract.provenance import Provenance, git_state, validate_provenance
 
-from . import c34, cases, report
+from . import cases, report
+from . import forward_gradient as c34
 from .judge import FORWARD, GRADIENT, JUDGMENTS, cell_id, judge, judge_pack, red_cells
 
 GATE = "c8_matrix"

@@ -4,7 +4,7 @@ turns exactly the cases of its family red, on every host (the controls are the c
 import pytest
 
 import ws1_ops
-from ws1_kv.checks import DECODE_CASES, c6_operator_cases
+from ws1_matrix.kv_ops import DECODE_CASES, c6_operator_cases
 
 DIMS = dict(hq=4, hkv=2, d=32)
 CASES = [name for name, _, _ in DECODE_CASES]

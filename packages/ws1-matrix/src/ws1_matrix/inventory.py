@@ -1,4 +1,4 @@
-"""C5: the elementwise inventory (DESIGN §8) — a verdict per item and profile, with its argument.
+"""C5: the elementwise inventory (docs/design.md §8) — a verdict per item and profile, with its argument.
 
     python -m ws1_matrix c5 [PROFILE ...] [--json]        (nox -s c5_inventory -- cpu_bf16)
 
@@ -36,13 +36,21 @@ import ws1_ops
 from ws1_contract import Cell, Comparison, bitwise, gate_main
 from ws1_contract.manifest import Case
 
-from . import c34, cases, rows
+from . import cases, rows
+from . import forward_gradient as c34
 from .cases import BF16, F32, TokenCase
 from .judge import JUDGMENTS, judge
 
-KERNEL_ITEMS = ("rope", "silu", "swiglu")
 TORCH_ITEMS = ("residual_add", "scale", "bias", "mask_fill", "dtype_cast")
-ITEMS = KERNEL_ITEMS + TORCH_ITEMS
+
+
+def kernel_items(manifest) -> list[str]:
+    """The inventory's ws1-kernel items: the node table's ``inventory: true`` nodes (rope, swiglu, silu)."""
+    return manifest.nodes_where(inventory=True)
+
+
+def items(manifest) -> list[str]:
+    return [*kernel_items(manifest), *TORCH_ITEMS]
 
 ARGUMENTS = {
     "rope": "ws1 kernel: cos/sin computed in the kernel from (position, i) alone, one rotation formula per element; "
@@ -80,7 +88,7 @@ def _elementwise_case(manifest, profile: str, name: str, inputs: list[torch.Tens
 
 def _torch_item(item: str, manifest, profile: str, dev: torch.device) -> list[tuple[str, Comparison]]:
     """(check name, comparison) pairs for a plain-torch item, executed on ``dev``."""
-    g = torch.Generator().manual_seed(manifest.workload_seed + ITEMS.index(item))
+    g = torch.Generator().manual_seed(manifest.workload_seed + items(manifest).index(item))
     T = manifest.total_tokens  # the primary fixture's 59 tokens
     H, F = int(manifest.model.config["hidden_size"]), int(manifest.model.config["intermediate_size"])
     out: list[tuple[str, Comparison]] = []
@@ -98,7 +106,7 @@ def _torch_item(item: str, manifest, profile: str, dev: torch.device) -> list[tu
         inputs = [h, o]
     elif item == "scale":
         x32, xb = torch.randn(T, H, generator=g) * 3, torch.randn(T, H, generator=g).to(BF16)
-        s = float(torch.tensor(1 / 27, dtype=F32))  # the loss' 1/active-token count, as an FP32 value
+        s = float(torch.tensor(1 / manifest.active_tokens, dtype=F32))  # the loss' 1/active-token count, as an FP32 value
         out.append(("exact FP32: round32(x * s)", bitwise((on(x32) * s).cpu(), (x32.double() * s).float(), "FP32 scale")))
         out.append(("exact BF16: round16(x * s)", bitwise((on(xb) * s).cpu(), (xb.double() * s).float().to(BF16), "BF16 scale")))
         fn, inputs = (lambda a: a * s), [x32]
@@ -166,16 +174,16 @@ def c5_inventory(run, args) -> None:
     profile = run.profile
     why = ws1_accel.unavailable_reason(profile)
     if why is not None:
-        for item in ITEMS:
+        for item in items(run.manifest):
             run.add(_cell(profile, item, "tracked_red",
                           f"not yet executed on its hardware: {profile} needs a {ws1_accel.device_type_of(profile)} device: {why}"))
         return
     ctx = c34.make_ctx(run)
     missing = ws1_ops.family_available(ctx.family)
     families: set[str] = set()
-    for item in ITEMS:
+    for item in items(run.manifest):
         try:
-            if item in KERNEL_ITEMS:
+            if item in kernel_items(run.manifest):
                 if missing is not None:
                     run.add(_cell(profile, item, "tracked_red", f"not yet executed on its hardware: {ctx.family} kernel package missing: {missing}"))
                     continue

@@ -12,11 +12,14 @@ package is missing gets red cells with that reason — never another family's ke
 
 from __future__ import annotations
 
+import argparse
 import functools
+import sys
 
 import ws1_accel
 import ws1_ops
-from ws1_contract import Cell, collect_provenance, validate_provenance
+from ws1_contract import Cell, collect_provenance, gate_main, load_contract, load_manifest, validate_provenance
+from ws1_contract.errors import ContractError
 from ws1_contract.progress import Progress
 
 from . import cases
@@ -95,3 +98,50 @@ def c3_forward(run, args, activate=None) -> None:
 
 def c4_gradient(run, args, activate=None) -> None:
     judge_profile(run, selected_ops(run, args), GRADIENT, lambda op: tiers_of(run.manifest, op, extra=True), activate)
+
+
+# ---- command line: python -m ws1_matrix c3|c4 [PROFILE ...] [--op OP] ---------------------------
+
+EXIT_BAD_ARGS = 2
+GATES = {"c3": ("c3_forward", c3_forward, "C3: forward accuracy and invariance"),
+         "c4": ("c4_gradient", c4_gradient, "C4: gradient accuracy and invariance")}
+
+
+def _split_ops(values) -> list[str]:
+    return [o for v in (values or []) for o in v.split(",") if o]
+
+
+def _add_op(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--op", action="append", metavar="OP", help="judge only this op (repeatable, or comma-separated)")
+
+
+def _unknown_ops(gate: str, argv: list[str]) -> int | None:
+    """Fail closed on an unknown --op before anything runs: exit 2 with one line."""
+    pre = argparse.ArgumentParser(add_help=False)
+    _add_op(pre)
+    known, _ = pre.parse_known_args(argv)
+    ops = _split_ops(known.op)
+    if not ops:
+        return None
+    try:
+        valid = load_manifest(contract=load_contract()).ops
+    except (ContractError, FileNotFoundError):
+        return None  # gate_main reports the broken contract itself
+    unknown = [o for o in ops if o not in valid]
+    if unknown:
+        print(f"ws1 {gate}: unknown op(s) {unknown}; expected one of {valid}", file=sys.stderr)
+        return EXIT_BAD_ARGS
+    return None
+
+
+def main(argv: list[str], which: str) -> int:
+    gate, body, description = GATES[which]
+    bad = _unknown_ops(gate, argv)
+    if bad is not None:
+        return bad
+
+    def run_body(run, args):
+        args.op = _split_ops(args.op)
+        body(run, args)
+
+    return gate_main(gate, run_body, argv, needs_device=True, add_args=_add_op, description=description)

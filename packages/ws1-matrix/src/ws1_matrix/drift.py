@@ -5,22 +5,10 @@ digest of each valid row's raw bits keyed by its logical key. Comparing two trac
 in chain order and names the first one whose per-token outputs differ on a key both runs computed
 — the tool a user needs when parity breaks ("layer 0, attention, 19 tokens").
 
-Every kernel call of the chain is a node, named by its role (each GEMM, each norm), in the order
-the chain computes them, so the first drifting node is the kernel that drifted, not one downstream:
-
-* layer −1: ``embedding``;
-* each decoder layer: ``input_layernorm``, ``q_proj``, ``q_norm``, ``k_proj``, ``k_norm``, ``v_proj``,
-  ``rope_q``, ``rope_k``, ``attention``, ``o_proj``, ``attn_residual``, ``post_attention_layernorm``,
-  ``gate_proj``, ``up_proj``, ``swiglu``, ``down_proj``, ``mlp_residual`` (the residuals are FP32 adds,
-  not kernels: traced so a drift is seen where it enters the residual stream);
-* layer L (the head): ``final_norm``, ``lm_head``, then the selected log-prob of the predicted token —
-  ``logprob`` in teacher forcing, ``batch_invariant_logp`` in the rollout (decode path). The two are
-  the same point of the chain (the log-prob a token gets), so a rollout trace compared with a
-  teacher-forcing trace compares them with each other.
-
-``silu`` is one of the eleven node kinds but never runs in the chain: the dense Qwen3 MLP uses the
-fused ``swiglu``. It runs in the C9/C10 check ``silu(g) == swiglu(g, 1)`` on layer 0's gate
-activations, which traces it there as node (0, ``silu``) (see ``ws1_qwen3.c9.silu_identity``).
+Every kernel call of the chain is a trace point, named by its role (each GEMM, each norm), in the
+order the chain computes them (:mod:`ws1_qwen3.chain`), so the first drifting point is the kernel
+that drifted, not one downstream. ``silu`` is traced at (0, ``silu``) by the C9/C10 identity check
+(:func:`ws1_matrix.model_nodes.silu_identity`).
 
 Rows are digested, not kept, so a trace of the 8B model costs kilobytes.
 """
@@ -33,19 +21,7 @@ from contextlib import contextmanager
 
 import torch
 
-# (node, kind): the kind is the ws1 op (one of ws1_ops.REQUIRED_NODES) or "residual_add"
-INPUT_NODES = (("embedding", "embedding"),)
-LAYER_NODES = (("input_layernorm", "rms_norm"), ("q_proj", "det_gemm"), ("q_norm", "qk_norm"), ("k_proj", "det_gemm"),
-               ("k_norm", "qk_norm"), ("v_proj", "det_gemm"), ("rope_q", "rope"), ("rope_k", "rope"),
-               ("attention", "attention"), ("o_proj", "det_gemm"), ("attn_residual", "residual_add"),
-               ("post_attention_layernorm", "rms_norm"), ("gate_proj", "det_gemm"), ("up_proj", "det_gemm"),
-               ("swiglu", "swiglu"), ("silu", "silu"), ("down_proj", "det_gemm"), ("mlp_residual", "residual_add"))
-HEAD_NODES = (("final_norm", "rms_norm"), ("lm_head", "lm_head"), ("logprob", "logprob"),
-              ("batch_invariant_logp", "batch_invariant_logp"))
-NODE_KIND = dict(INPUT_NODES + LAYER_NODES + HEAD_NODES)
-NODE_ORDER = tuple(NODE_KIND)
-# nodes that are one point of the chain under two names (teacher forcing vs rollout)
-SAME_POINT = {"batch_invariant_logp": "logprob", "logprob": "batch_invariant_logp"}
+from ws1_qwen3.chain import HEAD_NODES, INPUT_NODES, LAYER_NODES, NODE_KIND, NODE_ORDER, SAME_POINT  # noqa: F401  (re-exported)
 
 
 def _row_digests(t: torch.Tensor) -> list[bytes]:

@@ -11,10 +11,9 @@ import torch
 import ws1_accel
 import ws1_ops
 from ws1_contract import AggregateResult, Cell, Comparison, GateRun, collect_provenance, progress, validate_provenance
-
-from .config import preset
-from .model import Qwen3ForCausalLM
-from .weights import synthetic
+from ws1_qwen3.config import preset
+from ws1_qwen3.model import Qwen3ForCausalLM
+from ws1_qwen3.weights import synthetic
 
 
 def status(ok: bool) -> str:
@@ -53,7 +52,7 @@ def build_model(name: str, profile: str, *, seed: int = 20260812, weights: str |
     """The gate's model: a checkpoint directory, else synthetic weights of preset ``name``."""
     t = time.perf_counter()
     if weights:
-        from .weights import from_pretrained
+        from ws1_qwen3.weights import from_pretrained
 
         m = from_pretrained(weights, profile)
     else:

@@ -1,7 +1,7 @@
 """C9 the model is device-agnostic: it runs each profile on that profile's own device only, and every
 required node kind is observed running its declared kernel (from the registry's runtime record).
 
-    python -m ws1_qwen3 c9 cpu_bf16 [--model tiny] [--json]        (nox -s c9_model -- cpu_bf16)
+    python -m ws1_matrix c9 cpu_bf16 [--model tiny] [--json]        (nox -s c9_model -- cpu_bf16)
 
 One training step (teacher forcing + canonical backward) and one generate step run under a
 recorder. Then, per required node: the recorded kernel ids must be exactly the manifest's
@@ -20,13 +20,13 @@ import torch
 
 import ws1_accel
 import ws1_ops
-from ws1_contract import Cell, bitwise
-from ws1_ops.runtime import node_problems
+from ws1_contract import Cell, bitwise, gate_main
+from ws1_qwen3.generate import Request, generate
+from ws1_qwen3.teacher import fixture_samples, teacher_forcing
 
 from .drift import Trace, drift_map, first_drift
-from .gatekit import attach_provenance, build_model, log, status
-from .generate import Request, generate
-from .teacher import fixture_samples, teacher_forcing
+from .modelkit import attach_provenance, build_model, log, status
+from .runtime import node_problems
 
 PARAM_NODES = ("embedding", "rms_norm", "det_gemm", "qk_norm", "lm_head")
 
@@ -116,3 +116,8 @@ def c9(run, args) -> None:
 def add_args(ap) -> None:
     ap.add_argument("--model", default="tiny", help="preset to run (default tiny)")
     ap.add_argument("--weights", default=None, help="an HF-format checkpoint directory instead of synthetic weights")
+
+
+def main(argv: list[str]) -> int:
+    return gate_main("c9_model", c9, argv, needs_device=True, add_args=add_args,
+                     description="C9: the model runs on its profile's device; node kinds observed")

@@ -11,11 +11,11 @@ import dataclasses
 import pytest
 import torch
 
+from ws1_matrix import parity
+from ws1_matrix.chain_gate import CANONICAL, cell_plans
+from ws1_matrix.drift import HEAD_NODES, LAYER_NODES, NODE_KIND, NODE_ORDER, Trace, first_drift, tracing
+from ws1_matrix.model_nodes import silu_identity
 from ws1_ops import registry
-from ws1_qwen3 import parity
-from ws1_qwen3.c9 import silu_identity
-from ws1_qwen3.c10 import CANONICAL, cell_plans
-from ws1_qwen3.drift import HEAD_NODES, LAYER_NODES, NODE_KIND, NODE_ORDER, Trace, first_drift, tracing
 from ws1_qwen3.teacher import teacher_forcing
 
 LAST = 1   # tiny has 2 decoder layers: role-selected variants hit the last one (the layer must be right too)
@@ -95,16 +95,16 @@ def test_every_chain_node_is_traced_in_order(tiny, canonical):
     assert set(c_trace.rows) == want
     assert c_trace.order() == sorted(want, key=lambda ln: (ln[0], NODE_ORDER.index(ln[1])))
     # all eleven node kinds have a place in the chain order (silu: traced by its C9/C10 check)
-    assert set(NODE_KIND.values()) - {"residual_add"} == set(__import__("ws1_ops").REQUIRED_NODES)
+    assert set(NODE_KIND.values()) - {"residual_add"} == set(__import__("ws1_ops").REQUIRED_NODES)   # every required node is traced
     assert first_drift(_trace(tiny, plans["packed"]), c_trace) is None    # the real kernels: no drift
     with pytest.raises(ValueError, match="unknown node"):
         Trace()(0, "mlp", torch.zeros(1, 1), torch.zeros(1, dtype=torch.int64))
 
 
 def test_the_report_has_a_column_for_every_node():
-    from ws1_contract.report import DRIFT_NODES
+    from ws1_contract.report import drift_columns
 
-    assert tuple(DRIFT_NODES) == NODE_ORDER
+    assert drift_columns({"nodes": list(NODE_ORDER), "map": []}) == list(NODE_ORDER)
 
 
 def test_first_drift_names_each_perturbed_node(tiny, canonical, monkeypatch):

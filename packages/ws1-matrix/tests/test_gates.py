@@ -6,8 +6,8 @@ import pytest
 
 import ws1_qwen3
 from ws1_contract import load_manifest, read_evidence
-from ws1_qwen3.__main__ import main
-from ws1_qwen3.c9 import node_cells, observe
+from ws1_matrix.__main__ import main
+from ws1_matrix.model_nodes import node_cells, observe
 
 
 @pytest.mark.parametrize("gate,args,name", [

@@ -6,7 +6,7 @@ import dataclasses
 import torch
 
 import ws1_ops
-from ws1_kv.checks import PADDED_LENGTH, decode_vs_prefill
+from ws1_matrix.kv_ops import PADDED_LENGTH, decode_vs_prefill
 from ws1_ops import registry
 
 

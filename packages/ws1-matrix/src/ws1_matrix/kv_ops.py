@@ -16,15 +16,11 @@ import torch
 
 import ws1_ops
 from ws1_contract import Comparison, bitwise
-
-from .base import KVCache
-from .contiguous import ContiguousKVCache
-from .paged import PagedKVCache
-from .step import cached_attention
+from ws1_kv import ContiguousKVCache, KVCache, PagedKVCache, cached_attention
 
 BF16 = torch.bfloat16
 
-# DESIGN §6: (case id, sequence lengths, layout of the prefill batch)
+# docs/design.md §6: (case id, sequence lengths, layout of the prefill batch)
 DECODE_CASES: tuple[tuple[str, tuple[int, ...], str], ...] = (
     ("b1-len8", (8,), "packed"),
     ("b1-len32", (32,), "packed"),
@@ -139,7 +135,7 @@ def decode_vs_prefill(case: str, lengths: Sequence[int], layout: str, *, hq: int
 
 
 def c6_operator_cases(*, device="cpu", seed: int = 0, cases=DECODE_CASES, **dims) -> list[Outcome]:
-    """The six operator-level cases of DESIGN §6 (Hq 32, Hkv 8, D 128 unless ``dims`` says otherwise)."""
+    """The six operator-level cases of docs/design.md §6 (Hq 32, Hkv 8, D 128 unless ``dims`` says otherwise)."""
     out = []
     for i, (name, lengths, layout) in enumerate(cases):
         out += decode_vs_prefill(name, lengths, layout, seed=seed + i, device=device, **dims)

@@ -24,9 +24,9 @@ import torch
 
 import ws1_ops
 from ws1_contract import bitwise
-from ws1_kv.checks import c6_operator_cases
-from ws1_qwen3 import parity
-from ws1_qwen3.c10 import CANONICAL, cell_plans, compare_grads, run_cell
+from ws1_matrix import parity
+from ws1_matrix.chain_gate import CANONICAL, cell_plans, compare_grads, run_cell
+from ws1_matrix.kv_ops import c6_operator_cases
 
 ALL_CELLS = ("B1/full", "BN/chunked", "B1/chunked", "padded_left", "padded_right", "permuted", "packed")
 PARITY = ("parity/B4", "parity/B1")

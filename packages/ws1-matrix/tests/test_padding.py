@@ -2,7 +2,7 @@
 turns the C10 cells red (the ``variant_pad_leak_dw`` negative control), through the gate's own cells."""
 
 from ws1_contract import bitwise
-from ws1_qwen3.c10 import CANONICAL, cell_plans, compare_grads, run_cell
+from ws1_matrix.chain_gate import CANONICAL, cell_plans, compare_grads, run_cell
 from ws1_qwen3.teacher import teacher_forcing
 
 

@@ -1,14 +1,10 @@
-"""Model-level parity checks: the trainer's log-probs against the rollout engine's.
+"""The rollout's log-probs of given completions: :func:`rollout_logp`.
 
-* :func:`rollout_logp` — what inference computes for the completion tokens of each sample: prefill
-  the prompt through a KV cache (whole or chunked), then decode the completion one forced token per
-  step, the batch shrinking as samples finish; each token's log-prob is read from the rollout's
-  full log-softmax (``batch_invariant_logp``).
-* :func:`judge` — dlogp aggregates (contract thresholds) plus the raw-bit verdict, with the
-  contract's role pair ``training_style_teacher_forcing`` vs ``inference_style_rollout_decode``.
-
-Both are plain functions over log-prob tensors, so the same judgment runs on any model — ours, or
-transformers' Qwen3 as the negative control.
+What inference computes for the completion tokens of each sample: prefill the prompt through a KV
+cache (whole or chunked), then decode the completion one forced token per step, the batch
+shrinking as samples finish; each token's log-prob is read from the rollout's full log-softmax
+(``batch_invariant_logp``). Compare it with :func:`ws1_qwen3.teacher_forcing`'s log-probs of the
+same tokens: on WS1's kernels the two are bitwise equal (the harness' C10 train/infer parity).
 """
 
 from __future__ import annotations
@@ -17,12 +13,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ws1_contract import AggregateResult, Contract, aggregates
-
 from .model import Qwen3ForCausalLM
 from .teacher import Sample
-
-LHS, RHS = "training_style_teacher_forcing", "inference_style_rollout_decode"
 
 
 def rollout_logp(model: Qwen3ForCausalLM, samples: Sequence[Sample], *, cache: str = "contiguous", chunk: int | None = None,
@@ -53,14 +45,8 @@ def rollout_logp(model: Qwen3ForCausalLM, samples: Sequence[Sample], *, cache: s
                     feed[r] = s.tokens[p]
                 else:
                     kv.finish(r)
-            # the selected log-prob, the chain point teacher forcing traces as "logprob" (drift.SAME_POINT)
+            # the selected log-prob, the chain point teacher forcing traces as "logprob" (ws1_qwen3.chain.SAME_POINT)
             model._trace(model.config.num_hidden_layers, "batch_invariant_logp", torch.stack(sel)[:, None],
                          torch.tensor(row_keys, dtype=torch.int64))
             logits = model.decode(kv, feed, ranks) if feed else {}
     return torch.stack([got[k] for k in sorted(got)])
-
-
-def judge(tf_logp: torch.Tensor, rollout: torch.Tensor, contract: Contract, dtype: str = "bfloat16") -> AggregateResult:
-    """Aggregates of dlogp = teacher forcing − rollout over the active tokens (both [n_active])."""
-    contract.validate_role_pair("train_infer_parity", LHS, RHS)
-    return aggregates(tf_logp, rollout, thresholds=contract.aggregate_thresholds(dtype), clip_interval=contract.clip_interval)

@@ -1,6 +1,6 @@
 """C7 stateful KV: B1 (contiguous cache) and B2 (paged cache), at operator and model level.
 
-    python -m ws1_qwen3 c7 cpu_bf16 [--model tiny] [--json]        (nox -s c7_stateful_kv -- cpu_bf16)
+    python -m ws1_matrix c7 cpu_bf16 [--model tiny] [--json]        (nox -s c7_stateful_kv -- cpu_bf16)
 
 B1: write S−1 tokens and read them back exactly, the cursor advances, a decode step is finite;
 generate then rescore — by teacher forcing (the trainer) and by forced decode (direct) — matches
@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import ws1_accel
 import ws1_ops
-from ws1_contract import Cell, Comparison, bitwise
+from ws1_contract import Cell, Comparison, bitwise, gate_main
 from ws1_kv import KVCacheError
-from ws1_kv.checks import b1_roundtrip, paged_vs_contiguous
+from ws1_qwen3.generate import Request, generate
+from ws1_qwen3.model import ModelInputError
+from ws1_qwen3.teacher import Sample, fixture_samples, teacher_forcing
 
 from . import parity
-from .gatekit import attach_provenance, build_model, comparison_cell, error_cell, log, parity_cell, status
-from .generate import Request, generate
-from .model import ModelInputError
-from .teacher import Sample, fixture_samples, teacher_forcing
+from .kv_ops import b1_roundtrip, paged_vs_contiguous
+from .modelkit import attach_provenance, build_model, comparison_cell, error_cell, log, parity_cell, status
 
 
 def _requests(samples, temperature: float = 1.0) -> list[Request]:
@@ -150,3 +150,8 @@ def c7(run, args) -> None:
 def add_args(ap) -> None:
     ap.add_argument("--model", default="tiny", help="preset for the model-level checks (default tiny)")
     ap.add_argument("--weights", default=None, help="an HF-format checkpoint directory instead of synthetic weights")
+
+
+def main(argv: list[str]) -> int:
+    return gate_main("c7_stateful_kv", c7, argv, needs_device=True, add_args=add_args,
+                     description="C7: stateful KV caches B1 (contiguous) and B2 (paged)")

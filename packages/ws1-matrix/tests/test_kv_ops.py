@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import ws1_ops
-from ws1_kv.checks import DECODE_CASES, b1_roundtrip, c6_operator_cases, decode_vs_prefill, paged_vs_contiguous
+from ws1_matrix.kv_ops import DECODE_CASES, b1_roundtrip, c6_operator_cases, decode_vs_prefill, paged_vs_contiguous
 
 SMALL = dict(hq=8, hkv=2, d=64)
 

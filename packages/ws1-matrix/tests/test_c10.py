@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from ws1_contract import read_evidence
+from ws1_matrix.__main__ import main
+from ws1_matrix.drift import NODE_ORDER, Trace, drift_map, first_drift
 from ws1_qwen3 import save_pretrained
-from ws1_qwen3.__main__ import main
-from ws1_qwen3.drift import NODE_ORDER, Trace, drift_map, first_drift
 
 
 def _ev(tmp, name="c10_chain_gate"):
@@ -90,7 +90,7 @@ def canonical_tiny():
     """tiny's canonical-cell candidate gradients (cpu_bf16) and its FP32 reference copy."""
     import ws1_qwen3
     from ws1_contract import load_manifest
-    from ws1_qwen3.c10 import CANONICAL, cell_plans, reference_copy, run_cell
+    from ws1_matrix.chain_gate import CANONICAL, cell_plans, reference_copy, run_cell
 
     manifest = load_manifest()
     model = ws1_qwen3.synthetic("tiny", "cpu_bf16")
@@ -100,7 +100,7 @@ def canonical_tiny():
 
 
 def _reference_cell(canonical_tiny, contract, edit=None):
-    from ws1_qwen3.c10 import run_cell_streaming
+    from ws1_matrix.chain_gate import run_cell_streaming
 
     grads, ref, plan, n_active = canonical_tiny
     cand = dict(grads)
