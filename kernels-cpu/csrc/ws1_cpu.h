@@ -1,6 +1,7 @@
-// Shared helpers for the ws1_cpu kernels: BF16 <-> FP32, ISA selection and ISA regions, argument checks.
+// Shared helpers for the ws1_cpu kernels: tensor access and argument checks, and (ws1_isa.h) ISA selection,
+// ISA regions and BF16 <-> FP32.
 //
-// Invariance rules every kernel in this folder follows (DESIGN.md section 7b):
+// Invariance rules every kernel in this folder follows (docs/design.md §7b):
 //  * parallelism (at::parallel_for) only across independent outputs: rows, output tiles, heads;
 //    never across a reduction axis, so the thread count cannot change bits;
 //  * each reduction has one fixed order that depends only on the reduction length, never on the
@@ -10,68 +11,14 @@
 #pragma once
 
 #include <torch/extension.h>
+
+#include "ws1_isa.h"
+
 #include <cstdint>
 #include <cstring>
 #include <string>
 
 namespace ws1 {
-
-enum class Isa { scalar = 0, avx2 = 1, avx512 = 2 };
-
-// The ISA path to use: the best the CPU supports, or WS1_CPU_ISA if set (an unsupported request is
-// an error, never a silent downgrade).
-Isa active_isa();
-const char* isa_name(Isa isa);
-
-// Self-report: what the package itself ran, so evidence never rests on a Python label alone.
-// Every op opens a CallScope with its kernel id (e.g. "ws1_cpu::det_gemm"); the ISA selection goes
-// through dispatch_isa(), which notes the path in the open scope, so the path counted is the path that
-// ran. The call is counted when the op returns (an op that throws is not counted); ops that dispatch on
-// no ISA (embedding's row copies, empty shapes) count as path "generic". torch.ops.ws1_cpu.calls()
-// returns the totals since load as JSON {kernel id: {path: calls}}.
-class CallScope {
- public:
-  explicit CallScope(const char* kernel_id);
-  ~CallScope();
-  CallScope(const CallScope&) = delete;
-  CallScope& operator=(const CallScope&) = delete;
-  void took(Isa isa) { paths_ |= 1u << static_cast<int>(isa); }
-
- private:
-  const char* id_;
-  unsigned paths_ = 0;
-  int uncaught_;
-  CallScope* prev_;
-};
-
-// active_isa(), noted as the path taken by the op open on this thread. Call it on the op's own thread,
-// outside parallel regions (as every kernel selects its path once per call).
-Isa dispatch_isa();
-
-// ISA regions: functions defined between WS1_BEGIN_<ISA> and WS1_END_ISA are compiled for that ISA
-// (GCC target pragmas) and are only called once dispatch_isa() has chosen that path. Include library
-// headers (std, ATen) BEFORE a region: an inline function or template defined inside one carries its ISA.
-// The ws1_math.h kernels use them through ws1_isa_instances.h.
-#define WS1_BEGIN_AVX2 _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma\")")
-#define WS1_BEGIN_AVX512 _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx2,fma\")")
-#define WS1_END_ISA _Pragma("GCC pop_options")
-
-// FP32 -> BF16 with round-to-nearest-even; NaN stays NaN (quiet), Inf stays Inf.
-inline uint16_t f32_to_bf16_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
-  uint32_t lsb = (u >> 16) & 1u;
-  u += 0x7fffu + lsb;
-  return static_cast<uint16_t>(u >> 16);
-}
-
-inline float bf16_bits_to_f32(uint16_t h) {
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 inline const uint16_t* bf16_ptr(const at::Tensor& t) {
   return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
