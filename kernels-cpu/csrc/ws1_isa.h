@@ -1,6 +1,6 @@
 // ISA selection, the per-call self-report, ISA regions and BF16 <-> FP32 bits: the part of ws1_cpu.h
-// that needs no torch header (ws1_cpu.h includes it), for files that touch no tensor: those compile in
-// seconds instead of ~30 s with <torch/extension.h>.
+// that needs no torch header (ws1_cpu.h includes it). Files that touch no tensor (the GEMM's packing and
+// micro-kernels) include only this, so each compiles in seconds instead of ~30 s with <torch/extension.h>.
 // Implemented in isa.cpp.
 #pragma once
 
@@ -44,9 +44,12 @@ Isa dispatch_isa();
 // ISA regions: functions defined between WS1_BEGIN_<ISA> and WS1_END_ISA are compiled for that ISA
 // (GCC target pragmas) and are only called once dispatch_isa() has chosen that path. Include library
 // headers (std, ATen) BEFORE a region: an inline function or template defined inside one carries its ISA.
-// The ws1_math.h kernels use them through ws1_isa_instances.h.
+// Non-GEMM kernels use these through ws1_isa_instances.h; the GEMM files use them directly (gemm.h).
 #define WS1_BEGIN_AVX2 _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma\")")
 #define WS1_BEGIN_AVX512 _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx2,fma\")")
+// The GEMM's AVX-512 code also uses AVX-512BW/VL (masked 16-bit loads and stores). Note: the avx512
+// path is chosen on avx512f + fma alone (isa.cpp); every AVX-512 CPU since Skylake-SP has BW/VL.
+#define WS1_BEGIN_AVX512_BW _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,fma\")")
 #define WS1_END_ISA _Pragma("GCC pop_options")
 
 // FP32 -> BF16 with round-to-nearest-even; NaN stays NaN (quiet), Inf stays Inf.
