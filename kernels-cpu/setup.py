@@ -1,14 +1,18 @@
 """Build the ws1_cpu torch extension (torch.ops.ws1_cpu.*).
 
-Every file in csrc/*.cpp registers its own ops with TORCH_LIBRARY_FRAGMENT(ws1_cpu, m), so one
-file per chain node. Numerics-critical flags:
+Every csrc/*.cpp is compiled as its own translation unit (ws1_isa_instances.h relies on that); a
+kernel file registers its ops with TORCH_LIBRARY_FRAGMENT(ws1_cpu, m). One file per kernel, not per
+node: nodes that share one arithmetic share one file (qk_norm in rms_norm.cpp, lm_head in gemm.cpp,
+silu in activation.cpp, batch_invariant_logp in logprob.cpp); the GEMM's packing and micro-kernels
+are separate files that register nothing. The table is in README.md. Numerics-critical flags:
 
 * ``-ffp-contract=off``: GCC contracts a*b+c into an FMA by default (``-ffp-contract=fast``), and it
   may do so in one loop and not in its vectorized twin. Every FMA in these kernels is written
   explicitly (intrinsics or std::fma), so the bits are the ones the source says on every ISA path.
 * no ``-ffast-math``: it licenses reassociation, which would change reduction orders.
-* ISA-specific code is compiled per function with ``__attribute__((target(...)))`` and chosen at
-  run time (see ws1_cpu.h), so one wheel serves AVX-512, AVX2 and plain x86-64 hosts.
+* ISA-specific code is compiled per function inside ``#pragma GCC target`` regions
+  (WS1_BEGIN_<ISA> in ws1_cpu.h) and chosen at run time, so one wheel serves AVX-512, AVX2 and
+  plain x86-64 hosts.
 """
 import glob
 import os

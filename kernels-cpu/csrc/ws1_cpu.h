@@ -1,6 +1,19 @@
 // Shared helpers for the ws1_cpu kernels: tensor access and argument checks, and (ws1_isa.h) ISA selection,
 // ISA regions and BF16 <-> FP32.
 //
+// Files and chain nodes: one .cpp per KERNEL, not per node. A file registers (TORCH_LIBRARY_FRAGMENT)
+// the entry points, forward and backward, of the nodes that run its one arithmetic; nodes that are the
+// same arithmetic share the file, so they share the code, never a copy of it:
+//   rms_norm.cpp    rms_norm, qk_norm            one row core; qk_norm's rows are [T*heads, D]
+//   gemm.cpp        det_gemm, lm_head (+ gemm)   one FMA chain; lm_head keeps the FP32 accumulator
+//   activation.cpp  swiglu, silu                 one template; silu is swiglu with up = 1.0f
+//   logprob.cpp     logprob, batch_invariant_logp  one lse routine, one subtraction
+//   embedding.cpp, rope.cpp, attention.cpp       one node each
+// gemm.cpp holds the GEMM entry points and driver; its packing and per-ISA micro-kernels are in
+// gemm_pack.cpp and gemm_uk_{scalar,avx2,avx512}.cpp (declared in gemm.h; they register no ops).
+// isa.cpp holds the ISA selection and the self-report ops (ws1_cpu::isa, ws1_cpu::calls). A node's
+// manifest "source" is the file that registers its entry point; the table is in kernels-cpu/README.md.
+//
 // Invariance rules every kernel in this folder follows (docs/design.md §7b):
 //  * parallelism (at::parallel_for) only across independent outputs: rows, output tiles, heads;
 //    never across a reduction axis, so the thread count cannot change bits;
