@@ -5,7 +5,7 @@ import pytest
 from ws1_contract import Cell, EvidenceError, write_evidence
 from ws1_contract.report import drift_columns, write_report
 
-# the chain's trace points as a C10 record names them (test data: ws1_qwen3.chain is the source)
+# the chain's trace points as a C10 record names them (test data: ws1_qwen3.model.NODE_ORDER is the source)
 DRIFT_NODES = ("embedding", "input_layernorm", "q_proj", "q_norm", "k_proj", "k_norm", "v_proj", "rope_q", "rope_k",
                "attention", "o_proj", "attn_residual", "post_attention_layernorm", "gate_proj", "up_proj", "swiglu", "silu",
                "down_proj", "mlp_residual", "final_norm", "lm_head", "logprob", "batch_invariant_logp")

@@ -1,8 +1,6 @@
-"""A copy of the repository's contracts with the representative cases' big dimensions shrunk.
-
-Rows (T, M, B, Sq, Skv, S) stay: they come from the fixtures and carry the logical keys. Widths
-shrink (K 4096 -> 64, V 151936 -> 1000 >= 616 so the fixture's token ids fit, heads 32 -> 4, ...)
-so a whole matrix runs in seconds; the real shapes run in the gate sessions and the slow test.
+"""A copy of the repository's contracts with the representative cases' widths shrunk
+(ws1_matrix.cases.shrink_shape: rows stay, widths shrink) so a whole matrix runs in seconds; the real
+shapes run in the gate sessions and the slow test.
 """
 
 from __future__ import annotations
@@ -12,19 +10,7 @@ import shutil
 from pathlib import Path
 
 from ws1_contract import locate
-
-SHRINK = {"K": 64, "H": 64, "F": 96, "V": 1000, "heads": 4, "D": 32, "Hq": 4, "Hkv": 2}
-N_SHRINK = {4096: 48, 12288: 96, 151936: 1000}
-
-
-def shrink_shape(shape: dict) -> dict:
-    out = dict(shape)
-    for k, v in shape.items():
-        if k in SHRINK:
-            out[k] = SHRINK[k]
-        elif k == "N":
-            out[k] = N_SHRINK.get(v, 48)
-    return out
+from ws1_matrix.cases import shrink_shape
 
 
 def small_contracts(dest: Path, edit=None) -> Path:

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 import ws1_ops
-from ws1_matrix.runtime import _calls, node_problems
+from ws1_contract import load_manifest
+from ws1_matrix.runtime import calls, node_problems
 from ws1_ops import registry
 
 BF = torch.bfloat16
@@ -45,7 +46,7 @@ def test_every_node_is_counted_by_the_package_exactly():
 
     before = cpu.COUNTER()
     with ws1_ops.use_profile("cpu_bf16"), ws1_ops.record() as rec:
-        for run in _calls(torch.device("cpu")).values():
+        for run in calls(load_manifest(), "cpu_bf16", torch.device("cpu")).values():
             run()
     summ = rec.summary()
     after = cpu.COUNTER()
@@ -85,7 +86,6 @@ def test_the_c3_c4_judge_sees_the_swap(swapped_det_gemm):
     pytest.importorskip("ws1_matrix")
     from types import SimpleNamespace
 
-    from ws1_contract import load_manifest
     from ws1_matrix.judge import kernel_problems
 
     ctx = SimpleNamespace(manifest=load_manifest(), profile="cpu_bf16", family="cpu", device=torch.device("cpu"))
@@ -123,12 +123,12 @@ def test_arch_key_is_the_isa_the_kernels_ran(monkeypatch, isa):
     except RuntimeError:
         pytest.skip(f"this CPU lacks {isa}")
     with ws1_ops.use_profile("cpu_bf16"), ws1_ops.record() as rec:
-        for run in _calls(torch.device("cpu")).values():
+        for run in calls(load_manifest(), "cpu_bf16", torch.device("cpu")).values():
             run()
     assert rec.arch_key() == isa
     assert all(set(by_path) <= {isa, "generic"} for e in rec.summary().values() for by_path in e["package"].values())
 
-    from ws1_contract import GateRun, load_contract, load_manifest
+    from ws1_contract import GateRun, load_contract
     from ws1_matrix.modelkit import attach_provenance
 
     run = GateRun(gate="c9_model", profile="cpu_bf16", contract=load_contract(), manifest=load_manifest())
@@ -150,7 +150,6 @@ def test_arch_key_differs_from_the_cpu_flags_when_forced(monkeypatch):
 def test_c9_node_cell_is_red_for_the_swapped_callable(swapped_det_gemm):
     """C9 (and C10's observed/ cells, same node_cells) on the model: det_gemm red, the others green."""
     ws1_qwen3 = pytest.importorskip("ws1_qwen3")
-    from ws1_contract import load_manifest
     from ws1_matrix.model_nodes import node_cells, observe
 
     m = load_manifest()

@@ -23,7 +23,7 @@ _EXPORTS = {
     "Contract": "contract", "Threshold": "contract", "load_contract": "contract",
     "ContractError": "errors", "EvidenceError": "errors",
     "Manifest": "manifest", "Node": "manifest", "load_manifest": "manifest",
-    "Cell": "evidence", "read_evidence": "evidence", "red_not_executed": "evidence", "write_evidence": "evidence",
+    "Cell": "evidence", "judged": "evidence", "read_evidence": "evidence", "red_not_executed": "evidence", "write_evidence": "evidence",
     "GateRun": "gate", "gate_main": "gate",
     "Provenance": "provenance", "validate_provenance": "provenance",
 }

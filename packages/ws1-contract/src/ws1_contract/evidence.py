@@ -106,6 +106,16 @@ class Cell:
         return {**d, **extra}
 
 
+def status_of(ok: bool) -> str:
+    return "green" if ok else "red"
+
+
+def judged(id: str, judgment: str, ok: bool, detail: str, *, extra: dict | None = None, **fields) -> Cell:
+    """The one green/red cell helper: an executed judgment, green when it passed, red otherwise.
+    ``fields``: the Cell's other fields (roles, thresholds, max errors)."""
+    return Cell(id=id, judgment=judgment, status=status_of(ok), detail=detail, extra=extra or {}, **fields)
+
+
 def red_not_executed(id: str, judgment: str, why: str, **extra) -> Cell:
     """A required cell this host cannot execute: red, with the reason."""
     return Cell(id=id, judgment=judgment, status="red", detail=f"{NOT_EXECUTED}: {why}", extra=extra)

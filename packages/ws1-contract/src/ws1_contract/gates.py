@@ -15,14 +15,14 @@ from . import locate
 from ._strict import read_json
 from .contract import JUDGMENTS, contract_from_dict
 from .errors import ContractError
-from .evidence import Cell
+from .evidence import judged
 from .gate import GateRun
 from .manifest import fixture_hash, manifest_from_dict
 from .provenance import Provenance, validate_provenance
 
 
 def _cell(run: GateRun, id: str, judgment: str, ok: bool, detail: str, **extra) -> None:
-    run.add(Cell(id=id, judgment=judgment, status="green" if ok else "red", detail=detail, extra=extra))
+    run.add(judged(id, judgment, ok, detail, extra=extra))
 
 
 def _rejects(mutate, data: dict, build) -> tuple[bool, str]:

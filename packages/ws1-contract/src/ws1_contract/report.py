@@ -26,7 +26,7 @@ GATE_ORDER = ("c1_contract", "c2_manifest", "c2_runtime", "c3_forward", "c4_grad
 
 def drift_columns(d: dict) -> list[str]:
     """The first-drift view's columns: the chain's trace points in the order computed, as the C10
-    record names them (``nodes``, from ws1_qwen3.chain); else the order they first appear in the map."""
+    record names them (``nodes``, from ws1_qwen3.model.NODE_ORDER); else the order they first appear in the map."""
     if d.get("nodes"):
         return list(d["nodes"])
     seen: dict[str, None] = {}

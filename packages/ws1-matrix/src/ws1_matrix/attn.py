@@ -98,109 +98,174 @@ def _backward(outs: list[torch.Tensor], douts: list[torch.Tensor]) -> None:
     torch.autograd.backward(outs, douts)
 
 
+@dataclass
+class _Prefill:
+    """What every prefill transform starts from: the case, the device, fresh leaves, positions, dO."""
+
+    ac: AttnCase
+    dev: torch.device
+    grad: bool
+    leaves: _Leaves
+    pos: list[torch.Tensor]
+    douts: list[torch.Tensor | None]
+    seed: int
+
+    def items(self) -> list[Item]:
+        L = self.leaves
+        return [Item(L.q[b], L.k[b], L.v[b], self.pos[b]) for b in range(len(self.ac.seqs))]
+
+    def leaf_grads(self, outs: list[torch.Tensor]):
+        """Backward through ``outs`` and the leaves' gradients (dq, dk, dv per sequence)."""
+        if not self.grad:
+            return None, None, None
+        _backward(outs, self.douts)
+        return ([t.grad for t in x] for x in (self.leaves.q, self.leaves.k, self.leaves.v))
+
+
+# Each prefill transform: (_Prefill) -> (outputs per canonical sequence, dq, dk, dv per sequence or None).
+
+
+def _together(p: _Prefill, chunk: int | None = None):
+    """All sequences in one varlen call (canonical, threadsN; ``chunk``: the op's chunked prefill)."""
+    outs = call(p.items(), p.dev, chunk=chunk)
+    return (outs, *p.leaf_grads(outs))
+
+
+def _singles(p: _Prefill):
+    """B1: one call per sequence."""
+    outs = [call([it], p.dev)[0] for it in p.items()]
+    return (outs, *p.leaf_grads(outs))
+
+
+def _permuted(p: _Prefill):
+    B = len(p.ac.seqs)
+    order = [2, 0, 3, 1] if B == 4 else list(reversed(range(B)))
+    items = p.items()
+    got = call([items[b] for b in order], p.dev)
+    outs = [got[order.index(b)] for b in range(B)]
+    return (outs, *p.leaf_grads(outs))
+
+
+def _fillers(p: _Prefill):
+    """The sequences between two filler sequences (lengths 5 and 13) in one call."""
+    fill = _filler_seqs(p.ac, [5, 13], p.seed)
+    F = [Item(*(t.to(p.dev) for t in f), torch.arange(f[0].shape[0], device=p.dev)) for f in fill]
+    outs = call([F[0], *p.items(), F[1]], p.dev)[1:-1]
+    return (outs, *p.leaf_grads(outs))
+
+
+def _padded(left: bool):
+    def run(p: _Prefill):
+        """A [B, P] padded batch (garbage in the padding), all B*P rows into the kernel: every
+        sequence and every pad run its own segment, so pad rows are queries (garbage out, garbage
+        dO back) that no real row attends to."""
+        ac, dev, grad = p.ac, p.dev, p.grad
+        B, P = len(ac.seqs), ac.padded_length
+        valid = torch.zeros(B, P, dtype=torch.bool)
+        for b, Lb in enumerate(ac.lengths):
+            if left:
+                valid[b, P - Lb:] = True
+            else:
+                valid[b, :Lb] = True
+        g = torch.Generator().manual_seed(p.seed + 5)
+        Hq, Hkv, D = ac.heads
+
+        def padded(i, h):
+            t = (torch.randn(B, P, h, D, generator=g) * 3).to(BF16)  # garbage in the padding
+            for b in range(B):
+                t[b][valid[b]] = ac.seqs[b][i]
+            return t.to(dev).requires_grad_(grad)
+
+        pq, pk, pv = padded(0, Hq), padded(1, Hkv), padded(2, Hkv)
+        vd = valid.to(dev)
+        cu, seg_pos = ws1_ops.padded_segments(valid)
+        out_pad = ws1_ops.attention(pq.flatten(0, 1), pk.flatten(0, 1), pv.flatten(0, 1), cu.to(dev), cu.to(dev),
+                                    seg_pos.to(dev)).view(B, P, Hq, D)
+        outs = [out_pad[b][vd[b]] for b in range(B)]
+        if not grad:
+            return outs, None, None, None
+        dpad = (torch.randn(B, P, Hq, D, generator=g) * 5).to(BF16).to(dev)  # garbage dO in padding
+        for b in range(B):
+            dpad[b][vd[b]] = p.douts[b]
+        out_pad.backward(dpad)
+        return (outs, *([t.grad[b][vd[b]] for b in range(B)] for t in (pq, pk, pv)))
+
+    return run
+
+
+def _padded_inline(p: _Prefill):
+    """Each sequence extended with garbage rows to the padded length, one varlen call; dO = 0 there."""
+    ac, dev, grad = p.ac, p.dev, p.grad
+    P = ac.padded_length
+    g = torch.Generator().manual_seed(p.seed + 7)
+    Hq, Hkv, D = ac.heads
+    ext = []
+    for b, Lb in enumerate(ac.lengths):
+        parts = []
+        for i, h in ((0, Hq), (1, Hkv), (2, Hkv)):
+            pad = (torch.randn(P - Lb, h, D, generator=g) * 3).to(BF16)
+            parts.append(torch.cat([ac.seqs[b][i], pad]).to(dev).requires_grad_(grad))
+        ext.append(parts)
+    got = call([Item(q, k, v, torch.arange(P, device=dev)) for q, k, v in ext], dev)
+    outs = [o[:Lb] for o, Lb in zip(got, ac.lengths)]
+    if not grad:
+        return outs, None, None, None
+    # padding rows get dO = 0: the loss ignores them
+    _backward(got, [torch.cat([p.douts[b], torch.zeros(P - Lb, *p.douts[b].shape[1:], dtype=BF16, device=dev)])
+                    for b, Lb in enumerate(ac.lengths)])
+    return (outs, *([e[i].grad[:Lb] for e, Lb in zip(ext, ac.lengths)] for i in range(3)))
+
+
+def _chunk_calls(p: _Prefill):
+    """Chunked prefill as separate calls, one per 7-query chunk (every sequence's chunk c together):
+    separate query leaves per chunk (dq rows are then copied, never summed); k/v sliced. dk/dv are
+    not comparable (see the module docstring)."""
+    ac, dev, grad, L = p.ac, p.dev, p.grad, p.leaves
+    B, lengths = len(ac.seqs), ac.lengths
+    qs = [[s[0][c0:c0 + CHUNK].detach().to(dev).requires_grad_(grad) for c0 in range(0, Lb, CHUNK)]
+          for s, Lb in zip(ac.seqs, lengths)]
+    per_seq: list[list[torch.Tensor]] = [[] for _ in range(B)]
+    outs_all, douts_all = [], []
+    for c in range(max(len(x) for x in qs)):
+        members = [b for b in range(B) if c < len(qs[b])]
+        items = []
+        for b in members:
+            c0 = c * CHUNK
+            c1 = min(lengths[b], c0 + CHUNK)
+            items.append(Item(qs[b][c], L.k[b][:c1], L.v[b][:c1], torch.arange(c0, c1, device=dev)))
+        got = call(items, dev)
+        for b, o in zip(members, got):
+            per_seq[b].append(o)
+            if grad:
+                outs_all.append(o)
+                douts_all.append(p.douts[b][c * CHUNK: c * CHUNK + o.shape[0]])
+    outs = [torch.cat(x) for x in per_seq]
+    if not grad:
+        return outs, None, None, None
+    _backward(outs_all, douts_all)
+    return outs, [torch.cat([x.grad for x in qb]) for qb in qs], None, None
+
+
+PREFILL = {
+    "canonical": _together, "B1": _singles, "permuted": _permuted, "fillers": _fillers,
+    "padded_right": _padded(left=False), "padded_left": _padded(left=True), "padded_inline": _padded_inline,
+    f"chunked{CHUNK}": _chunk_calls, f"chunked{CHUNK}_op": lambda p: _together(p, chunk=CHUNK),
+}
+
+
 def _prefill_run(ac: AttnCase, transform: str, dev: torch.device, douts: list[torch.Tensor] | None, seed: int) -> SeqRun:
-    """Run one prefill transform (``canonical`` included). ``douts`` [L_b, Hq, D] per sequence, or
-    None for forward only."""
+    """Run one prefill transform (``canonical`` included; ``threadsN``: the canonical call on N
+    threads). ``douts`` [L_b, Hq, D] per sequence, or None for forward only."""
+    threads = _threads(transform)
+    run = _together if threads is not None else PREFILL.get(transform)
+    if run is None:
+        raise ValueError(f"unknown attention transform {transform!r}")
     grad = douts is not None
     B = len(ac.seqs)
-    lengths = ac.lengths
-    pos = [torch.arange(L, device=dev) for L in lengths]
-    dv_ = [None if not grad else d.to(dev) for d in (douts or [None] * B)]
-    threads = _threads(transform)
-    fill = _filler_seqs(ac, [5, 13], seed)
     with num_threads(threads), (torch.enable_grad() if grad else torch.no_grad()):
-        L = _Leaves(ac.seqs, dev, grad)
-        if threads is not None or transform in ("canonical", "permuted", "B1", "fillers", f"chunked{CHUNK}_op"):
-            items = [Item(L.q[b], L.k[b], L.v[b], pos[b]) for b in range(B)]
-            if transform == "B1":
-                outs = [call([it], dev)[0] for it in items]
-            elif transform == "permuted":
-                order = [2, 0, 3, 1] if B == 4 else list(reversed(range(B)))
-                got = call([items[b] for b in order], dev)
-                outs = [got[order.index(b)] for b in range(B)]
-            elif transform == "fillers":
-                F = [Item(*(t.to(dev) for t in f), torch.arange(f[0].shape[0], device=dev)) for f in fill]
-                outs = call([F[0], *items, F[1]], dev)[1:-1]
-            else:
-                outs = call(items, dev, chunk=CHUNK if transform.endswith("_op") else None)
-            if grad:
-                _backward(outs, dv_)
-            dq, dk, dv = ([t.grad for t in x] for x in (L.q, L.k, L.v)) if grad else (None, None, None)
-        elif transform in ("padded_right", "padded_left"):
-            P = ac.padded_length
-            valid = torch.zeros(B, P, dtype=torch.bool)
-            for b, Lb in enumerate(lengths):
-                if transform == "padded_right":
-                    valid[b, :Lb] = True
-                else:
-                    valid[b, P - Lb:] = True
-            g = torch.Generator().manual_seed(seed + 5)
-            Hq, Hkv, D = ac.heads
-
-            def padded(i, h):
-                t = (torch.randn(B, P, h, D, generator=g) * 3).to(BF16)  # garbage in the padding
-                for b in range(B):
-                    t[b][valid[b]] = ac.seqs[b][i]
-                return t.to(dev).requires_grad_(grad)
-
-            pq, pk, pv = padded(0, Hq), padded(1, Hkv), padded(2, Hkv)
-            vd = valid.to(dev)
-            # all B*P rows into the kernel: every sequence and every pad run its own segment, so pad
-            # rows are queries (garbage out, garbage dO back) that no real row attends to
-            cu, seg_pos = ws1_ops.padded_segments(valid)
-            out_pad = ws1_ops.attention(pq.flatten(0, 1), pk.flatten(0, 1), pv.flatten(0, 1), cu.to(dev), cu.to(dev),
-                                        seg_pos.to(dev)).view(B, P, Hq, D)
-            outs = [out_pad[b][vd[b]] for b in range(B)]
-            if grad:
-                dpad = (torch.randn(B, P, Hq, D, generator=g) * 5).to(BF16).to(dev)  # garbage dO in padding
-                for b in range(B):
-                    dpad[b][vd[b]] = dv_[b]
-                out_pad.backward(dpad)
-            dq, dk, dv = ([t.grad[b][vd[b]] for b in range(B)] for t in (pq, pk, pv)) if grad else (None, None, None)
-        elif transform == "padded_inline":
-            P = ac.padded_length
-            g = torch.Generator().manual_seed(seed + 7)
-            Hq, Hkv, D = ac.heads
-            ext = []
-            for b, Lb in enumerate(lengths):
-                parts = []
-                for i, h in ((0, Hq), (1, Hkv), (2, Hkv)):
-                    pad = (torch.randn(P - Lb, h, D, generator=g) * 3).to(BF16)
-                    parts.append(torch.cat([ac.seqs[b][i], pad]).to(dev).requires_grad_(grad))
-                ext.append(parts)
-            got = call([Item(q, k, v, torch.arange(P, device=dev)) for q, k, v in ext], dev)
-            outs = [o[:Lb] for o, Lb in zip(got, lengths)]
-            if grad:
-                # padding rows get dO = 0: the loss ignores them
-                _backward(got, [torch.cat([dv_[b], torch.zeros(P - Lb, *dv_[b].shape[1:], dtype=BF16, device=dev)])
-                                for b, Lb in enumerate(lengths)])
-            dq, dk, dv = ([e[i].grad[:Lb] for e, Lb in zip(ext, lengths)] for i in range(3)) if grad else (None, None, None)
-        elif transform == f"chunked{CHUNK}":
-            # separate query leaves per chunk (dq rows are then copied, never summed); k/v sliced
-            qs = [[s[0][c0:c0 + CHUNK].detach().to(dev).requires_grad_(grad) for c0 in range(0, Lb, CHUNK)]
-                  for s, Lb in zip(ac.seqs, lengths)]
-            per_seq: list[list[torch.Tensor]] = [[] for _ in range(B)]
-            outs_all, douts_all = [], []
-            for c in range(max(len(x) for x in qs)):
-                members = [b for b in range(B) if c < len(qs[b])]
-                items = []
-                for b in members:
-                    c0 = c * CHUNK
-                    c1 = min(lengths[b], c0 + CHUNK)
-                    items.append(Item(qs[b][c], L.k[b][:c1], L.v[b][:c1], torch.arange(c0, c1, device=dev)))
-                got = call(items, dev)
-                for b, o in zip(members, got):
-                    per_seq[b].append(o)
-                    if grad:
-                        outs_all.append(o)
-                        douts_all.append(dv_[b][c * CHUNK: c * CHUNK + o.shape[0]])
-            outs = [torch.cat(p) for p in per_seq]
-            if grad:
-                _backward(outs_all, douts_all)
-            dq = [torch.cat([x.grad for x in qb]) for qb in qs] if grad else None
-            dk = dv = None  # not comparable, see the module docstring
-        else:
-            raise ValueError(f"unknown attention transform {transform!r}")
+        p = _Prefill(ac, dev, grad, _Leaves(ac.seqs, dev, grad), [torch.arange(L, device=dev) for L in ac.lengths],
+                     [None if not grad else d.to(dev) for d in (douts or [None] * B)], seed)
+        outs, dq, dk, dv = run(p)
     res = SeqRun([o.detach().cpu() for o in outs], None)
     if grad:
         res.grads = [{name: g[b].detach().cpu() for name, g in (("dq", dq), ("dk", dk), ("dv", dv)) if g is not None}

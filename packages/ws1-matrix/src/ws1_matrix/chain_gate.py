@@ -26,26 +26,29 @@ time from a temporary file); the evidence says which.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import resource
 import time
+from dataclasses import dataclass, field
 
 import torch
 
 import ws1_accel
 import ws1_ops
-from ws1_contract import Cell, Comparison, aggregates, bitwise, gate_main, within_tolerance
+from ws1_contract import Cell, Comparison, aggregates, bitwise, gate_main, judged, within_tolerance
 from ws1_contract.compare import accuracy
 from ws1_contract.progress import Progress
 from ws1_qwen3.model import REFERENCE
 from ws1_qwen3.teacher import fixture_samples, teacher_forcing
 
 from . import parity
+from .cells import comparison_cell, parity_cell
 from .drift import NODE_ORDER, drift_map, first_drift, tracing
 from .kv_ops import c6_operator_cases
 from .model_nodes import node_cells, silu_identity
-from .modelkit import attach_provenance, build_model, comparison_cell, log, parity_cell, status
+from .modelkit import attach_provenance, build_model, log
 
 CANONICAL = "BN/full"
 PERMUTATION = (2, 0, 3, 1)
@@ -126,144 +129,198 @@ def compare_grads(grads, canon, mode: str, cell: str) -> Comparison:
     return Comparison(ok, detail, n_total=n, n_diff=len(bad), first_diff={"parameters": bad[:10]} if bad else None)
 
 
-def c10(run, args) -> None:
-    t0 = time.perf_counter()
-    profile, contract, manifest = run.profile, run.contract, run.manifest
-    dev = ws1_accel.resolve_device(profile)
+@dataclass
+class _Chain:
+    """What the phases of one C10 run share: the gate run, the model, the plans, the canonical cell's
+    results (log-probs, active mask, loss, trace, gradients or their digests), and the drifts found."""
+
+    run: object
+    model: object
+    samples: list
+    plans: dict
+    n_active: int
+    gmode: str
+    dev: torch.device
+    bar: Progress
+    summary: dict
+    drifts: list[dict] = field(default_factory=list)
+    c_logp: torch.Tensor | None = None
+    c_active: torch.Tensor | None = None
+    c_loss: torch.Tensor | None = None
+    c_trace: object = None
+    canon: dict = field(default_factory=dict)
+    spill: str | None = None
+
+    def drift(self, name: str, trace) -> dict | None:
+        """The first drift of ``trace`` against the canonical run, kept (with its map) for the report."""
+        fd = first_drift(trace, self.c_trace)
+        if fd:
+            self.drifts.append({"cell": name, **fd, "map": drift_map(trace, self.c_trace), "nodes": list(NODE_ORDER)})
+        return fd
+
+
+def _start(run, args):
+    """The model the gate judges, or None when the formal mode's weights are not the pinned ones (red)."""
+    manifest = run.manifest
     mode = "formal" if args.formal else ("checkpoint" if args.weights else "synthetic")
+    run.extra["mode"] = mode
     if args.formal:
         pinned = manifest.model.formal_weights_sha256
         if not pinned or not args.weights:
-            run.add(Cell(id="formal-weights", judgment="chain_gate", status="red",
-                         detail="formal mode needs --weights and the manifest's pinned formal_weights_sha256 "
-                                f"(pinned: {pinned!r}); nothing was run"))
-            run.extra = {"mode": mode}
-            return
-    samples = fixture_samples(manifest)
-    n_active = manifest.active_tokens
-    model = build_model(args.model, profile, weights=args.weights)
+            run.add(judged("formal-weights", "chain_gate", False, "formal mode needs --weights and the manifest's pinned "
+                           f"formal_weights_sha256 (pinned: {pinned!r}); nothing was run"))
+            return None, mode
+    model = build_model(args.model, run.profile, weights=args.weights)
     if args.formal and model.weights_sha256 != manifest.model.formal_weights_sha256:
-        run.add(Cell(id="formal-weights", judgment="chain_gate", status="red",
-                     detail=f"weights hash {model.weights_sha256} is not the pinned {manifest.model.formal_weights_sha256}"))
-        return
+        run.add(judged("formal-weights", "chain_gate", False,
+                       f"weights hash {model.weights_sha256} is not the pinned {manifest.model.formal_weights_sha256}"))
+        return None, mode
     if args.candidate:
         model.profile = args.candidate          # a negative control's kernels: not a profile
-    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    gmode = args.grad_compare or ("digest" if grad_bytes > DIGEST_ABOVE_BYTES else "full")
-    summary: dict = {"mode": mode, "model": model.config.name, "synthetic": model.synthetic, "candidate": args.candidate,
-                     "grad_compare": gmode, "parameters": sum(1 for _ in model.parameters())}
-    rec_ctx = ws1_ops.record()
-    rec = rec_ctx.__enter__()
-    drifts: list[dict] = []
-    plans = cell_plans(samples)
-    bar = Progress(len(plans) + 3, f"c10_chain_gate {profile}", unit="step")   # the cells, 2 parity runs, the sweep
-    try:
-        # ---- the invariance cells ----------------------------------------------------------
-        bar.doing(CANONICAL)
-        t = time.perf_counter()
-        c_logp, c_active, c_loss, c_grads, c_trace = run_cell(model, *plans[CANONICAL], n_active)
-        # no copy needed: the next cell's zero_grad(set_to_none) gives the parameters new tensors
-        canon = {n: (digest(g) if gmode == "digest" else g.detach()) for n, g in c_grads.items() if g is not None}
-        if gmode == "digest":   # the gradient-accuracy cell reads them back one at a time from disk
-            spill = _spill(c_grads)
-        c_grads = None
-        finite = bool(torch.isfinite(c_logp).all() and torch.isfinite(c_loss))
-        run.add(Cell(id=f"cell/{CANONICAL}", judgment="chain_gate", status=status(finite and len(canon) == summary["parameters"]),
-                     detail=f"canonical: loss {float(c_loss):.6f}, {int(c_active.sum())} active tokens, "
-                            f"{len(canon)} parameter gradients", extra={"loss": float(c_loss)}))
-        log(f"{CANONICAL} in {time.perf_counter() - t:.1f}s")
-        bar.update()
-        grad_counts = []
-        for name, (calls, kw) in plans.items():
-            if name == CANONICAL:
-                continue
-            bar.doing(name)
-            t = time.perf_counter()
-            logp, active, loss, grads, trace = run_cell(model, calls, kw, n_active)
-            agg = aggregates(logp, c_logp, active, contract.aggregate_thresholds("bfloat16"), contract.clip_interval)
-            fd = first_drift(trace, c_trace)
-            if fd:
-                drifts.append({"cell": name, **fd, "map": drift_map(trace, c_trace), "nodes": list(NODE_ORDER)})
-            cmp = bitwise(logp, c_logp, f"{name} log-probs vs {CANONICAL}")
-            run.add(comparison_cell(f"cell/{name}/logp", "forward_invariance", cmp, lhs="transformed_config", rhs="canonical_config",
-                                    loss=float(loss), aggregates={"max_abs_dlogp": agg.max_abs_dlogp, "approx_kl0": agg.approx_kl0,
-                                                                  "clipfrac0": agg.clipfrac0},
-                                    bitwise_equal=agg.bitwise_equal, tokens_different=agg.tokens_different, first_drift=fd))
-            g = compare_grads(grads, canon, gmode, name)
-            grads = None                        # free this cell's gradients before the next cell runs
-            grad_counts.append(g.n_total - g.n_diff)
-            run.add(comparison_cell(f"cell/{name}/grads", "gradient_invariance", g, lhs="transformed_config", rhs="canonical_config",
-                                    grad_compare=gmode))
-            log(f"{name}: logp {'bitwise' if cmp.passed else 'DIFFERS'}, {g.n_total - g.n_diff}/{g.n_total} grads bitwise "
-                f"({time.perf_counter() - t:.1f}s)")
-            bar.update()
-        summary["gradient_invariance"] = {"min_bitwise": min(grad_counts), "of": len(canon), "cells": len(grad_counts)}
-        model.zero_grad(set_to_none=True)
+    return model, mode
 
-        # ---- train/infer parity ------------------------------------------------------------
-        tf_act = c_logp[c_active]
-        worst = 0.0
-        for name, together in (("B4", True), ("B1", False)):
-            bar.doing(f"parity/{name}")
-            t = time.perf_counter()
-            with tracing(model) as tr:
-                ro = parity.rollout_logp(model, samples, together=together)
-            agg = parity.judge(tf_act, ro, contract)
-            fd = first_drift(tr, c_trace)
-            if fd:
-                drifts.append({"cell": f"parity/{name}", **fd, "map": drift_map(tr, c_trace), "nodes": list(NODE_ORDER)})
-            worst = max(worst, agg.max_abs_dlogp)
-            run.add(parity_cell(f"parity/{name}", agg, parity.LHS, parity.RHS, first_drift=fd))
-            log(f"train/infer parity {name}: max|dlogp| {agg.max_abs_dlogp:.3e} ({time.perf_counter() - t:.1f}s)")
-            bar.update()
-        summary["train_infer"] = {"max_abs_dlogp": worst, "bitwise": worst == 0.0}
 
-        # ---- the C6 decode sweep -----------------------------------------------------------
-        bar.doing("decode sweep")
-        t = time.perf_counter()
-        with model.activate():
-            sweep = c6_operator_cases(device=dev)
-        for o in sweep:
-            run.add(comparison_cell(f"sweep/{o.name}", "decode_prefill", o.comparison, lhs="transformed_config",
-                                    rhs="canonical_config", **o.facts))
-        log(f"decode sweep: {sum(o.passed for o in sweep)}/{len(sweep)} bitwise ({time.perf_counter() - t:.1f}s)")
-        bar.update()
-
-        # ---- observed node kinds -----------------------------------------------------------
-        silu = silu_identity(model, drifts)       # silu runs here, not in the chain: a drift there is named too
-        declared = {node: manifest.kernel_id(profile, node) for node in manifest.required_nodes}
-        for cell in node_cells(rec.summary(), declared, contract.family(profile), dev.type, silu):
-            run.add(Cell(id=f"observed/{cell.id}", judgment=cell.judgment, status=cell.status, detail=cell.detail, extra=cell.extra))
-    finally:
-        bar.close()
-        rec_ctx.__exit__(None, None, None)
-
-    # ---- the FP32 reference cell (last: it needs an FP32 copy of the weights) --------------
+def _canonical_cell(ch: _Chain) -> None:
+    ch.bar.doing(CANONICAL)
     t = time.perf_counter()
-    ref = reference_copy(model)
-    cand_grads = canon if gmode == "full" else _Spilled(spill)
-    del model
-    gc.collect()                                # the BF16 model goes before the FP32 one runs
-    r_logp, r_active, r_loss, _, _ = run_cell_streaming(ref, plans[CANONICAL], n_active, cand_grads, contract, run)
+    ch.c_logp, ch.c_active, ch.c_loss, c_grads, ch.c_trace = run_cell(ch.model, *ch.plans[CANONICAL], ch.n_active)
+    # no copy needed: the next cell's zero_grad(set_to_none) gives the parameters new tensors
+    ch.canon = {n: (digest(g) if ch.gmode == "digest" else g.detach()) for n, g in c_grads.items() if g is not None}
+    if ch.gmode == "digest":   # the gradient-accuracy cell reads them back one at a time from disk
+        ch.spill = _spill(c_grads)
+    finite = bool(torch.isfinite(ch.c_logp).all() and torch.isfinite(ch.c_loss))
+    ch.run.add(judged(f"cell/{CANONICAL}", "chain_gate", finite and len(ch.canon) == ch.summary["parameters"],
+                      f"canonical: loss {float(ch.c_loss):.6f}, {int(ch.c_active.sum())} active tokens, "
+                      f"{len(ch.canon)} parameter gradients", extra={"loss": float(ch.c_loss)}))
+    log(f"{CANONICAL} in {time.perf_counter() - t:.1f}s")
+    ch.bar.update()
+
+
+def _layout_cells(ch: _Chain) -> None:
+    """Every other cell of docs/design.md §5 against the canonical: log-probs and every gradient, bitwise."""
+    contract, grad_counts = ch.run.contract, []
+    for name, (calls, kw) in ch.plans.items():
+        if name == CANONICAL:
+            continue
+        ch.bar.doing(name)
+        t = time.perf_counter()
+        logp, active, loss, grads, trace = run_cell(ch.model, calls, kw, ch.n_active)
+        agg = aggregates(logp, ch.c_logp, active, contract.aggregate_thresholds("bfloat16"), contract.clip_interval)
+        fd = ch.drift(name, trace)
+        cmp = bitwise(logp, ch.c_logp, f"{name} log-probs vs {CANONICAL}")
+        ch.run.add(comparison_cell(f"cell/{name}/logp", "forward_invariance", cmp, lhs="transformed_config", rhs="canonical_config",
+                                   loss=float(loss), aggregates={"max_abs_dlogp": agg.max_abs_dlogp, "approx_kl0": agg.approx_kl0,
+                                                                 "clipfrac0": agg.clipfrac0},
+                                   bitwise_equal=agg.bitwise_equal, tokens_different=agg.tokens_different, first_drift=fd))
+        g = compare_grads(grads, ch.canon, ch.gmode, name)
+        grads = None                        # free this cell's gradients before the next cell runs
+        grad_counts.append(g.n_total - g.n_diff)
+        ch.run.add(comparison_cell(f"cell/{name}/grads", "gradient_invariance", g, lhs="transformed_config",
+                                   rhs="canonical_config", grad_compare=ch.gmode))
+        log(f"{name}: logp {'bitwise' if cmp.passed else 'DIFFERS'}, {g.n_total - g.n_diff}/{g.n_total} grads bitwise "
+            f"({time.perf_counter() - t:.1f}s)")
+        ch.bar.update()
+    ch.summary["gradient_invariance"] = {"min_bitwise": min(grad_counts), "of": len(ch.canon), "cells": len(grad_counts)}
+    ch.model.zero_grad(set_to_none=True)
+
+
+def _train_infer(ch: _Chain) -> None:
+    """Teacher forcing's log-probs vs the rollout's (prompt prefill + stateful decode), B=4 and B=1."""
+    tf_act = ch.c_logp[ch.c_active]
+    worst = 0.0
+    for name, together in (("B4", True), ("B1", False)):
+        ch.bar.doing(f"parity/{name}")
+        t = time.perf_counter()
+        with tracing(ch.model) as tr:
+            ro = parity.rollout_logp(ch.model, ch.samples, together=together)
+        agg = parity.judge(tf_act, ro, ch.run.contract)
+        fd = ch.drift(f"parity/{name}", tr)
+        worst = max(worst, agg.max_abs_dlogp)
+        ch.run.add(parity_cell(f"parity/{name}", agg, parity.LHS, parity.RHS, first_drift=fd))
+        log(f"train/infer parity {name}: max|dlogp| {agg.max_abs_dlogp:.3e} ({time.perf_counter() - t:.1f}s)")
+        ch.bar.update()
+    ch.summary["train_infer"] = {"max_abs_dlogp": worst, "bitwise": worst == 0.0}
+
+
+def _decode_sweep(ch: _Chain) -> None:
+    """The C6 operator cases on this model's kernels."""
+    ch.bar.doing("decode sweep")
+    t = time.perf_counter()
+    with ch.model.activate():
+        sweep = c6_operator_cases(device=ch.dev)
+    for o in sweep:
+        ch.run.add(comparison_cell(f"sweep/{o.name}", "decode_prefill", o, lhs="transformed_config", rhs="canonical_config"))
+    log(f"decode sweep: {sum(o.passed for o in sweep)}/{len(sweep)} bitwise ({time.perf_counter() - t:.1f}s)")
+    ch.bar.update()
+
+
+def _observed(ch: _Chain, rec) -> None:
+    """Every required node observed running its declared kernel (silu in its identity check)."""
+    run, manifest = ch.run, ch.run.manifest
+    silu = silu_identity(ch.model, ch.drifts)       # silu runs here, not in the chain: a drift there is named too
+    declared = {node: manifest.kernel_id(run.profile, node) for node in manifest.required_nodes}
+    for cell in node_cells(rec.summary(), declared, run.contract.family(run.profile), ch.dev.type, silu):
+        run.add(Cell(id=f"observed/{cell.id}", judgment=cell.judgment, status=cell.status, detail=cell.detail, extra=cell.extra))
+
+
+def _reference_cell(ch: _Chain) -> None:
+    """The FP32 reference (last: it needs an FP32 copy of the weights, and the BF16 model goes first)."""
+    run, contract = ch.run, ch.run.contract
+    t = time.perf_counter()
+    ref = reference_copy(ch.model)
+    cand_grads = ch.canon if ch.gmode == "full" else _Spilled(ch.spill)
+    ch.model = None
+    gc.collect()
+    r_logp, r_active, r_loss, _, _ = run_cell_streaming(ref, ch.plans[CANONICAL], ch.n_active, cand_grads, contract, run)
     fa = contract.resolve("forward_accuracy", "logprob", "bfloat16")
-    cmp = within_tolerance(c_logp, r_logp, fa.atol, fa.rtol, "bf16 chain log-probs vs FP32 reference")
-    run.add(Cell(id="reference/forward_accuracy", judgment="forward_accuracy", status=status(cmp.passed), detail=cmp.detail,
-                 lhs_role="bf16_candidate", rhs_role="fp32_reference", thresholds={"atol": fa.atol, "rtol": fa.rtol},
-                 max_abs_err=cmp.max_abs, extra={"loss_candidate": float(c_loss), "loss_reference": float(r_loss)}))
+    cmp = within_tolerance(ch.c_logp, r_logp, fa.atol, fa.rtol, "bf16 chain log-probs vs FP32 reference")
+    run.add(judged("reference/forward_accuracy", "forward_accuracy", cmp.passed, cmp.detail,
+                   lhs_role="bf16_candidate", rhs_role="fp32_reference", thresholds={"atol": fa.atol, "rtol": fa.rtol},
+                   max_abs_err=cmp.max_abs, extra={"loss_candidate": float(ch.c_loss), "loss_reference": float(r_loss)}))
     log(f"FP32 reference cell ({time.perf_counter() - t:.1f}s)")
 
-    # ---- verdict extras ------------------------------------------------------------------------
+
+def _verdict(ch: _Chain, rec, t0: float) -> None:
+    run, drifts = ch.run, ch.drifts
     fd = drifts[0] if drifts else None
-    run.add(Cell(id="first_drift", judgment="chain_gate", status=status(fd is None),
-                 detail="null: no node's per-token bits differ between any cell and the canonical run" if fd is None else
-                 f"{fd['cell']}: first differing node layer {fd['layer']} {fd['node']} ({fd['tokens_differ']} of {fd['tokens']} tokens; "
-                 f"first at {fd['first_key']})", extra={"first_drift": {k: v for k, v in fd.items() if k != 'map'} if fd else None}))
+    run.add(judged("first_drift", "chain_gate", fd is None,
+                   "null: no node's per-token bits differ between any cell and the canonical run" if fd is None else
+                   f"{fd['cell']}: first differing node layer {fd['layer']} {fd['node']} ({fd['tokens_differ']} of "
+                   f"{fd['tokens']} tokens; first at {fd['first_key']})",
+                   extra={"first_drift": {k: v for k, v in fd.items() if k != 'map'} if fd else None}))
     attach_provenance(run, rec)
+    summary = ch.summary
     summary["variant"] = {op: s["variant"] for op, s in rec.summary().items() if "variant" in s}  # a control's kernels
     summary.update(first_drift={k: v for k, v in fd.items() if k != "map"} if fd else None, drift_maps=drifts,
                    wall_time_s=round(time.perf_counter() - t0, 1),
                    peak_rss_gib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2))
-    run.extra = summary
+    run.extra.update(summary)      # beside the gate's own facts (the TF32 switches)
+
+
+def c10(run, args) -> None:
+    """The chain gate: the canonical cell, the layout cells, train/infer parity, the decode sweep and
+    the observed nodes (all recorded), then the FP32 reference cell and the verdict."""
+    t0 = time.perf_counter()
+    model, mode = _start(run, args)
+    if model is None:
+        return
+    samples = fixture_samples(run.manifest)
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    gmode = args.grad_compare or ("digest" if grad_bytes > DIGEST_ABOVE_BYTES else "full")
+    summary: dict = {"mode": mode, "model": model.config.name, "synthetic": model.synthetic, "candidate": args.candidate,
+                     "grad_compare": gmode, "parameters": sum(1 for _ in model.parameters())}
+    plans = cell_plans(samples)
+    bar = Progress(len(plans) + 3, f"c10_chain_gate {run.profile}", unit="step")   # the cells, 2 parity runs, the sweep
+    ch = _Chain(run, model, samples, plans, run.manifest.active_tokens, gmode, ws1_accel.resolve_device(run.profile), bar, summary)
+    with ws1_ops.record() as rec, contextlib.closing(bar):
+        del model                                   # the phases hold it (the reference cell drops it)
+        _canonical_cell(ch)
+        _layout_cells(ch)
+        _train_infer(ch)
+        _decode_sweep(ch)
+        _observed(ch, rec)
+    _reference_cell(ch)
+    _verdict(ch, rec, t0)
 
 
 def reference_copy(model):
@@ -308,7 +365,7 @@ def run_cell_streaming(ref, plan, n_active, cand_grads, contract, run):
     detail = (f"{n - len(bad)} of {want} parameter gradients within the gradient_accuracy rows (atol/rtol and "
               f"tensor_norm); largest |err| {worst[1].max_abs:.3e} ({worst[0]}), largest rel L2 {rel[1].rel_l2:.3e} "
               f"({rel[0]}), smallest cosine {cos[1].cosine:.9f} ({cos[0]})") + (f"; first failure: {bad[0][1].detail}" if bad else "")
-    run.add(Cell(id="reference/gradient_accuracy", judgment="gradient_accuracy", status=status(ok), detail=detail,
+    run.add(judged("reference/gradient_accuracy", "gradient_accuracy", ok, detail,
                  lhs_role="bf16_candidate", rhs_role="fp32_reference", max_abs_err=worst[1].max_abs,
                  extra={"per_parameter_max_abs": {n: c.max_abs for n, c in results},
                         "per_parameter_rel_l2": {n: c.rel_l2 for n, c in results},

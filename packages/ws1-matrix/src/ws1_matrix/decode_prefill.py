@@ -20,8 +20,9 @@ from ws1_contract import gate_main
 from ws1_qwen3.teacher import fixture_samples, teacher_forcing
 
 from . import parity
+from .cells import comparison_cell, parity_cell
 from .kv_ops import c6_operator_cases
-from .modelkit import attach_provenance, build_model, comparison_cell, log, parity_cell
+from .modelkit import attach_provenance, build_model, log
 
 DEFAULT_MODELS = ("tiny", "qwen3-8b-L2")
 

@@ -6,7 +6,7 @@ in chain order and names the first one whose per-token outputs differ on a key b
 — the tool a user needs when parity breaks ("layer 0, attention, 19 tokens").
 
 Every kernel call of the chain is a trace point, named by its role (each GEMM, each norm), in the
-order the chain computes them (:mod:`ws1_qwen3.chain`), so the first drifting point is the kernel
+order the chain computes them (``ws1_qwen3.model.NODE_ORDER``), so the first drifting point is the kernel
 that drifted, not one downstream. ``silu`` is traced at (0, ``silu``) by the C9/C10 identity check
 (:func:`ws1_matrix.model_nodes.silu_identity`).
 
@@ -21,7 +21,7 @@ from contextlib import contextmanager
 
 import torch
 
-from ws1_qwen3.chain import HEAD_NODES, INPUT_NODES, LAYER_NODES, NODE_KIND, NODE_ORDER, SAME_POINT  # noqa: F401  (re-exported)
+from ws1_qwen3.model import HEAD_NODES, INPUT_NODES, LAYER_NODES, NODE_KIND, NODE_ORDER, SAME_POINT  # noqa: F401  (re-exported)
 
 
 def _row_digests(t: torch.Tensor) -> list[bytes]:

@@ -33,7 +33,7 @@ import torch
 
 import ws1_accel
 import ws1_ops
-from ws1_contract import Cell, Comparison, bitwise, gate_main
+from ws1_contract import Cell, Comparison, bitwise, gate_main, judged
 from ws1_contract.manifest import Case
 
 from . import cases, rows
@@ -164,7 +164,7 @@ def _kernel_item(item: str, ctx, families: set[str]) -> tuple[list[tuple[str, Co
 
 
 def _cell(profile: str, item: str, verdict: str, detail: str, checks=None, extra=None) -> Cell:
-    return Cell(id=f"inventory-{item}", judgment="elementwise_inventory", status="green" if verdict == "pass" else "red",
+    return judged(f"inventory-{item}", "elementwise_inventory", verdict == "pass",
                 detail=f"{verdict}: {detail}",
                 extra={"profile": profile, "item": item, "verdict": verdict, "argument": ARGUMENTS[item],
                        "checks": [{"check": n, "passed": c.passed, "detail": c.detail} for n, c in (checks or [])], **(extra or {})})

@@ -19,12 +19,13 @@ from dataclasses import dataclass
 import torch
 
 import ws1_ops
-from ws1_contract import Cell, Comparison, Contract, Manifest, red_not_executed, within_tolerance
+from ws1_contract import Cell, Comparison, Contract, Manifest, judged, red_not_executed, within_tolerance
 from ws1_contract.compare import NormStats, with_norm, within_norm
 from ws1_contract.errors import ContractError
 from ws1_contract.evidence import ALLOWED_NA_REASONS
 
 from . import attn, cases, packcheck, rows
+from .cells import Outcome
 from .compare import merge, tolerance_blocks
 
 JUDGMENTS = ("forward_accuracy", "forward_invariance", "gradient_accuracy", "gradient_invariance")
@@ -154,15 +155,6 @@ def kernel_problems(ctx: Ctx, op: str, judgment: str, summary: dict) -> tuple[li
 # ---- the judgments --------------------------------------------------------------------------------
 
 
-@dataclass
-class Outcome:
-    passed: bool
-    detail: str
-    max_abs: float | None
-    max_rel: float | None
-    extra: dict
-
-
 def _accuracy(ctx: Ctx, op: str, judgment: str, pairs: list[tuple[str, torch.Tensor, torch.Tensor]]) -> Outcome:
     elem, norm = _rows(ctx, op, judgment)
     comps: list[tuple[str, Comparison]] = []
@@ -186,7 +178,7 @@ def _accuracy(ctx: Ctx, op: str, judgment: str, pairs: list[tuple[str, torch.Ten
             comps.append((name, tol if norm.max_rel_l2 is None else
                           with_norm(tol, within_norm(cand, ref, norm.max_rel_l2, norm.min_cosine, name))))
     if not comps:
-        return Outcome(False, "nothing was compared", None, None, {})
+        return Outcome(judgment, False, "nothing was compared")
     bad = [c for _, c in comps if not c.passed]
     mx = max((c.max_abs for _, c in comps if c.max_abs is not None), default=None)
     mr = max((c.max_rel for _, c in comps if c.max_rel is not None), default=None)
@@ -196,12 +188,12 @@ def _accuracy(ctx: Ctx, op: str, judgment: str, pairs: list[tuple[str, torch.Ten
         f"cosine >= {norm.min_cosine:.9g} (worst {min(c.cosine for _, c in comps):.9f})")
     detail = (f"{bad[0].detail}" + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else "")) if bad else \
         f"{names} within atol {elem.atol:g} + rtol {elem.rtol:g}*|ref|{norm}; max |err| {mx:.3e}"
-    return Outcome(not bad, detail, mx, mr, {"comparisons": [{"name": n, **c.to_dict()} for n, c in comps]})
+    return Outcome(judgment, not bad, detail, mx, mr, {"comparisons": [{"name": n, **c.to_dict()} for n, c in comps]})
 
 
 def _invariance(verdicts: list[rows.Verdict]) -> Outcome:
     if not verdicts:
-        return Outcome(False, "no transform compared anything", None, None, {"transforms": []})
+        return Outcome("invariance", False, "no transform compared anything", facts={"transforms": []})
     bad = [v for v in verdicts if not v.passed]
     names = [v.transform for v in verdicts]
     mx = max(v.max_abs for v in verdicts)
@@ -210,30 +202,24 @@ def _invariance(verdicts: list[rows.Verdict]) -> Outcome:
         detail = f"{len(bad)} of {len(verdicts)} transforms differ ({', '.join(v.transform for v in bad[:6])}); first: {first}"
     else:
         detail = f"bitwise across {len(verdicts)} transforms ({', '.join(names)})"
-    return Outcome(not bad, detail, mx, None, {"transforms": [v.to_dict() for v in verdicts]})
+    return Outcome("invariance", not bad, detail, mx, None, {"transforms": [v.to_dict() for v in verdicts]})
+
+
+# case kind -> the module that runs its four judgments; each has forward_accuracy(built, dev) ->
+# (cand, ref), gradient_accuracy(built, dev, seed) -> [(name, cand, ref)], and forward_invariance /
+# gradient_invariance(built, dev, seed) -> [Verdict]: token cases row by row, attention by sequence
+RUNNERS = {"token": rows, "attention": attn}
 
 
 def _execute(ctx: Ctx, op: str, judgment: str, built) -> Outcome:
-    dev = ctx.device
-    if built.kind == "token":
-        if judgment == "forward_accuracy":
-            cand, ref = rows.forward_accuracy(built, dev)
-            return _accuracy(ctx, op, judgment, [("output", cand, ref)])
-        if judgment == "gradient_accuracy":
-            return _accuracy(ctx, op, judgment, rows.gradient_accuracy(built, dev, ctx.seed))
-        if judgment == "forward_invariance":
-            return _invariance(rows.forward_invariance(built, dev, ctx.seed))
-        return _invariance(rows.gradient_invariance(built, dev, ctx.seed))
-    if built.kind == "attention":
-        if judgment == "forward_accuracy":
-            cand, ref = attn.forward_accuracy(built, dev)
-            return _accuracy(ctx, op, judgment, [("output", cand, ref)])
-        if judgment == "gradient_accuracy":
-            return _accuracy(ctx, op, judgment, attn.gradient_accuracy(built, dev, ctx.seed))
-        if judgment == "forward_invariance":
-            return _invariance(attn.forward_invariance(built, dev, ctx.seed))
-        return _invariance(attn.gradient_invariance(built, dev, ctx.seed))
-    raise ValueError(f"unknown case kind {built.kind!r}")
+    run = RUNNERS.get(built.kind)
+    if run is None:
+        raise ValueError(f"unknown case kind {built.kind!r}")
+    if judgment == "forward_accuracy":
+        return _accuracy(ctx, op, judgment, [("output", *run.forward_accuracy(built, ctx.device))])
+    if judgment == "gradient_accuracy":
+        return _accuracy(ctx, op, judgment, run.gradient_accuracy(built, ctx.device, ctx.seed))
+    return _invariance(getattr(run, judgment)(built, ctx.device, ctx.seed))
 
 
 def judge_pack(ctx_profile: str, manifest: Manifest, tier: str, judgments, dev: torch.device, where: str) -> list[Cell]:
@@ -275,31 +261,27 @@ def judge(ctx: Ctx, op: str, tier: str, judgments=JUDGMENTS) -> list[Cell]:
         built = cases.build(case, ctx.manifest)
     except ContractError as exc:
         return red_cells(ctx, op, tier, judgments, f"case {case.case_id} cannot be built: {exc}", case, not_executed=False)
-    out = []
-    for j in judgments:
-        lhs, rhs = _roles(ctx, j)
-        th = _thresholds(ctx, op, j)
-        base = _base(ctx, op, tier, j, case)
-        base["inputs"] = getattr(getattr(built, "rows", None), "source", None) or getattr(built, "source", "")
-        t0 = time.perf_counter()
-        try:
-            with ctx.activate(), ws1_ops.record() as rec:
-                res = _execute(ctx, op, j, built)
-        except ws1_ops.KernelUnavailable as exc:
-            out.append(Cell(id=cell_id(op, tier, j), judgment=j, status="red", detail=f"missing_required: {exc}",
-                            lhs_role=lhs, rhs_role=rhs, thresholds=th, extra=base))
-            continue
-        except Exception as exc:  # noqa: BLE001 - a judgment that cannot complete is red with the reason
-            out.append(Cell(id=cell_id(op, tier, j), judgment=j, status="red", detail=f"error: {type(exc).__name__}: {exc}",
-                            lhs_role=lhs, rhs_role=rhs, thresholds=th, extra=base))
-            continue
-        finally:
-            gc.collect()
-        problems, kernel = kernel_problems(ctx, op, j, rec.summary())
-        detail = "; ".join(problems) + (" — " if problems else "") + res.detail
-        out.append(Cell(
-            id=cell_id(op, tier, j), judgment=j, status="green" if res.passed and not problems else "red", detail=detail,
-            lhs_role=lhs, rhs_role=rhs, thresholds=th, max_abs_err=res.max_abs, max_rel_err=res.max_rel,
-            extra={**base, "kernel": kernel, "recorded": rec.summary(), "wall_s": round(time.perf_counter() - t0, 3), **res.extra},
-        ))
-    return out
+    source = getattr(getattr(built, "rows", None), "source", None) or getattr(built, "source", "")
+    return [_judge_one(ctx, op, tier, j, case, built, source) for j in judgments]
+
+
+def _judge_one(ctx: Ctx, op: str, tier: str, j: str, case, built, source: str) -> Cell:
+    """One cell: run the judgment under the recorder, then settle what ran, then the verdict."""
+    lhs, rhs = _roles(ctx, j)
+    fields = dict(lhs_role=lhs, rhs_role=rhs, thresholds=_thresholds(ctx, op, j))
+    base = {**_base(ctx, op, tier, j, case), "inputs": source}
+    t0 = time.perf_counter()
+    try:
+        with ctx.activate(), ws1_ops.record() as rec:
+            res = _execute(ctx, op, j, built)
+    except ws1_ops.KernelUnavailable as exc:
+        return judged(cell_id(op, tier, j), j, False, f"missing_required: {exc}", extra=base, **fields)
+    except Exception as exc:  # noqa: BLE001 - a judgment that cannot complete is red with the reason
+        return judged(cell_id(op, tier, j), j, False, f"error: {type(exc).__name__}: {exc}", extra=base, **fields)
+    finally:
+        gc.collect()
+    problems, kernel = kernel_problems(ctx, op, j, rec.summary())
+    detail = "; ".join(problems) + (" — " if problems else "") + res.detail
+    return judged(cell_id(op, tier, j), j, res.passed and not problems, detail, max_abs_err=res.max_abs, max_rel_err=res.max_rel,
+                  extra={**base, "kernel": kernel, "recorded": rec.summary(), "wall_s": round(time.perf_counter() - t0, 3), **res.facts},
+                  **fields)

@@ -1,22 +1,23 @@
 """C6 and C7 checks at operator level: attention decode vs prefill through the cache, B1 and B2.
 
 Each check runs the active profile's kernels (call it inside ``ws1_ops.use_profile(...)`` or, for a
-negative control, ``ws1_ops.use_candidate("torch_default")``) and returns :class:`Outcome` records:
-a name, a raw-bit :class:`~ws1_contract.Comparison`, and facts for the evidence. The model-level
-checks (decode vs teacher forcing, generate-then-rescore, warm vs cold prefix on a model) live in
-ws1-qwen3, which assembles the C6/C7 gates.
+negative control, ``ws1_ops.use_candidate(name)``) and returns :class:`~ws1_matrix.cells.Outcome`
+records: a name, a raw-bit :class:`~ws1_contract.Comparison`, and facts for the evidence. The
+model-level checks (decode vs teacher forcing, generate-then-rescore, warm vs cold prefix on a
+model) are in :mod:`ws1_matrix.decode_prefill` and :mod:`ws1_matrix.stateful_kv`, the C6/C7 gates.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import torch
 
 import ws1_ops
 from ws1_contract import Comparison, bitwise
 from ws1_kv import ContiguousKVCache, KVCache, PagedKVCache, cached_attention
+
+from .cells import Outcome
 
 BF16 = torch.bfloat16
 
@@ -31,17 +32,6 @@ DECODE_CASES: tuple[tuple[str, tuple[int, ...], str], ...] = (
 )
 PADDED_LENGTH = 20
 CHUNK = 7
-
-
-@dataclass
-class Outcome:
-    name: str
-    comparison: Comparison
-    facts: dict = field(default_factory=dict)
-
-    @property
-    def passed(self) -> bool:
-        return self.comparison.passed
 
 
 def _qkv(lengths: Sequence[int], hq: int, hkv: int, d: int, seed: int, device) -> list[tuple[torch.Tensor, ...]]:
@@ -128,8 +118,8 @@ def decode_vs_prefill(case: str, lengths: Sequence[int], layout: str, *, hq: int
     chk = _cat_keys(_through_cache(new_cache(), seqs, CHUNK))
     facts = {"lengths": list(lengths), "layout": layout, "Hq": hq, "Hkv": hkv, "D": d, "cache": cache, "rows": int(pre.shape[0])}
     return [
-        Outcome(f"{case}/decode", bitwise(dec, pre, f"{case}: decode vs prefill"), {**facts, "variant": "decode", "against": "prefill"}),
-        Outcome(f"{case}/chunked{CHUNK}", bitwise(chk, pre, f"{case}: chunked-{CHUNK} prefill vs prefill"),
+        Outcome.of(f"{case}/decode", bitwise(dec, pre, f"{case}: decode vs prefill"), {**facts, "variant": "decode", "against": "prefill"}),
+        Outcome.of(f"{case}/chunked{CHUNK}", bitwise(chk, pre, f"{case}: chunked-{CHUNK} prefill vs prefill"),
                 {**facts, "variant": f"chunked{CHUNK}", "against": "prefill"}),
     ]
 
@@ -160,15 +150,15 @@ def b1_roundtrip(*, length: int = 19, hkv: int = 8, d: int = 128, hq: int = 32, 
     cache.commit(step)
     rk, rv = cache.read(0, "s")
     out = []
-    out.append(Outcome("b1/write-read-k", bitwise(rk, k[:n], "B1: K read back vs written"), {"tokens": n}))
-    out.append(Outcome("b1/write-read-v", bitwise(rv, v[:n], "B1: V read back vs written"), {"tokens": n}))
+    out.append(Outcome.of("b1/write-read-k", bitwise(rk, k[:n], "B1: K read back vs written"), {"tokens": n}))
+    out.append(Outcome.of("b1/write-read-v", bitwise(rv, v[:n], "B1: V read back vs written"), {"tokens": n}))
     moved = cache.length("s") - before
-    out.append(Outcome("b1/cursor", Comparison(moved == n, f"B1: cursor advanced by {moved} (expected {n})"), {"cursor": cache.length("s")}))
+    out.append(Outcome.of("b1/cursor", Comparison(moved == n, f"B1: cursor advanced by {moved} (expected {n})"), {"cursor": cache.length("s")}))
     step = cache.reserve({"s": 1})
     o = cached_attention(cache, 0, step, q, k[n:], v[n:])
     cache.commit(step)
     finite = bool(torch.isfinite(o.float()).all())
-    out.append(Outcome("b1/decode-finite", Comparison(finite, f"B1: decode step at position {n}: output {'finite' if finite else 'NOT finite'}"),
+    out.append(Outcome.of("b1/decode-finite", Comparison(finite, f"B1: decode step at position {n}: output {'finite' if finite else 'NOT finite'}"),
                        {"position": n}))
     return out
 
@@ -181,5 +171,5 @@ def paged_vs_contiguous(*, lengths: Sequence[int] = (11, 16, 13, 19), block_size
     cont = _cat_keys(_through_cache(ContiguousKVCache(1, hkv, d, max_seqs=len(lengths), max_len=max(lengths), device=device), seqs, 1))
     blocks = sum(-(-n // block_size) for n in lengths)
     paged = _cat_keys(_through_cache(PagedKVCache(1, hkv, d, num_blocks=blocks + 3, block_size=block_size, device=device), seqs, 1))
-    return [Outcome("b2/paged-vs-contiguous", bitwise(paged, cont, "B2: paged decode vs contiguous decode"),
+    return [Outcome.of("b2/paged-vs-contiguous", bitwise(paged, cont, "B2: paged decode vs contiguous decode"),
                     {"lengths": list(lengths), "block_size": block_size})]

@@ -1,5 +1,5 @@
-"""C8: the four-judgment matrix — profile × 12 ops (11 chain nodes + pack) × {short, primary} ×
-{forward, gradient} × {accuracy, invariance} = 96 cells per profile.
+"""C8: the four-judgment matrix — profile × every node of the manifest's node table (12 today: 11 chain
+nodes + pack) × {short, primary} × {forward, gradient} × {accuracy, invariance} (96 cells per profile today).
 
     python -m ws1_matrix c8 cpu_bf16 --execute     (nox -s c8_matrix -- cpu_bf16 --execute)
     python -m ws1_matrix c8 cpu_bf16               assemble from evidence/<profile>/c3_forward.json, c4_gradient.json
@@ -204,7 +204,7 @@ def _add_args(ap: argparse.ArgumentParser) -> None:
 def main(argv: list[str]) -> int:
     start = time.time()
     code = gate_main(GATE, c8_matrix, argv, needs_device=False, add_args=_add_args, printer=report.print_summary,
-                     description="C8: profile × 12 ops × {short, primary} × 4 judgments")
+                     description="C8: profile × the node table's nodes × {short, primary} × 4 judgments")
     # the readable forms, rendered from the JSON just written (read back: they cannot disagree with it)
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("profiles", nargs="*")

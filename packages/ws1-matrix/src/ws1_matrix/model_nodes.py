@@ -20,12 +20,12 @@ import torch
 
 import ws1_accel
 import ws1_ops
-from ws1_contract import Cell, bitwise, gate_main
+from ws1_contract import Cell, bitwise, gate_main, judged
 from ws1_qwen3.generate import Request, generate
 from ws1_qwen3.teacher import fixture_samples, teacher_forcing
 
 from .drift import Trace, drift_map, first_drift
-from .modelkit import attach_provenance, build_model, log, status
+from .modelkit import attach_provenance, build_model, log
 from .runtime import node_problems
 
 PARAM_NODES = ("embedding", "rms_norm", "det_gemm", "qk_norm", "lm_head")
@@ -87,10 +87,10 @@ def node_cells(summary: dict, declared: dict[str, str], family: str, dev_type: s
             if not ok:
                 problems.append(why)
             detail += f"; observed via the silu(g) == swiglu(g, 1) check on layer-0 gate activations: {why}"
-        cells.append(Cell(id=f"node/{node}", judgment="model_observed", status=status(not problems), detail=detail,
+        cells.append(judged(f"node/{node}", "model_observed", not problems, detail,
                           extra={"node": node, "declared": kid, "recorded": s}))
     undeclared = sorted(op for op in summary if op not in declared)
-    cells.append(Cell(id="nothing-undeclared", judgment="model_observed", status=status(not undeclared),
+    cells.append(judged("nothing-undeclared", "model_observed", not undeclared,
                       detail=f"ops recorded outside the required nodes: {undeclared}" if undeclared else
                       f"all {len(summary)} recorded ops are required nodes with declared kernels"))
     return cells
@@ -102,7 +102,7 @@ def c9(run, args) -> None:
     dev = ws1_accel.resolve_device(profile)
     model = build_model(args.model, profile, weights=args.weights)
     where = {p.device.type for p in model.parameters()}
-    run.add(Cell(id="parameters-on-device", judgment="model_device", status=status(where == {dev.type}),
+    run.add(judged("parameters-on-device", "model_device", where == {dev.type},
                  detail=f"{sum(1 for _ in model.parameters())} parameter tensors on {sorted(where)}; profile device {dev.type}"))
     rec, silu = observe(model)
     log("training step + generate observed")

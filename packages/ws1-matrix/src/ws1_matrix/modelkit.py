@@ -1,5 +1,5 @@
-"""What the model gates (C6, C7, C9, C10) share: turning comparisons into cells, building the
-gate's models, and the run's provenance from what the kernel registry recorded."""
+"""What the model gates (C6, C7, C9, C10) share: building the gate's models, progress lines, and the
+run's provenance from what the kernel registry recorded (cells: :mod:`ws1_matrix.cells`)."""
 
 from __future__ import annotations
 
@@ -10,37 +10,10 @@ import torch
 
 import ws1_accel
 import ws1_ops
-from ws1_contract import AggregateResult, Cell, Comparison, GateRun, collect_provenance, progress, validate_provenance
+from ws1_contract import GateRun, collect_provenance, judged, progress, validate_provenance
 from ws1_qwen3.config import preset
 from ws1_qwen3.model import Qwen3ForCausalLM
 from ws1_qwen3.weights import synthetic
-
-
-def status(ok: bool) -> str:
-    return "green" if ok else "red"
-
-
-def comparison_cell(id: str, judgment: str, cmp: Comparison, *, lhs: str | None = None, rhs: str | None = None,
-                    **extra) -> Cell:
-    """A raw-bit comparison as a cell (thresholds 0/0: invariance is bitwise)."""
-    return Cell(id=id, judgment=judgment, status=status(cmp.passed), detail=cmp.detail, lhs_role=lhs, rhs_role=rhs,
-                thresholds={"atol": 0.0, "rtol": 0.0, "bitwise": True} if lhs else None, max_abs_err=cmp.max_abs,
-                extra={**extra, **({"n_diff": cmp.n_diff, "first_diff": cmp.first_diff} if not cmp.passed else {})})
-
-
-def parity_cell(id: str, agg: AggregateResult, lhs: str, rhs: str, *, require_bitwise: bool = True, **extra) -> Cell:
-    """dlogp aggregates as a cell: the contract's thresholds must hold, and (our bar) bitwise equality."""
-    ok = agg.passed and (agg.bitwise_equal or not require_bitwise)
-    detail = agg.detail + ("" if agg.bitwise_equal or not require_bitwise else "; FAIL: not bitwise (our bar is max|dlogp| == 0)")
-    return Cell(id=id, judgment="train_infer_parity", status=status(ok), detail=detail, lhs_role=lhs, rhs_role=rhs,
-                thresholds=agg.thresholds, max_abs_err=agg.max_abs_dlogp,
-                extra={**extra, "aggregates": {"max_abs_dlogp": agg.max_abs_dlogp, "approx_kl0": agg.approx_kl0,
-                                               "clipfrac0": agg.clipfrac0},
-                       "bitwise_equal": agg.bitwise_equal, "tokens_different": agg.tokens_different, "n_active": agg.n_active})
-
-
-def error_cell(id: str, judgment: str, exc: BaseException, **extra) -> Cell:
-    return Cell(id=id, judgment=judgment, status="red", detail=f"raised {type(exc).__name__}: {exc}", extra=extra)
 
 
 def log(msg: str) -> None:
@@ -76,8 +49,8 @@ def attach_provenance(run: GateRun, rec: ws1_ops.Recorder) -> None:
     # a negative control's variant kernels are named, so its evidence never passes for the kernels'
     variants = sorted({v for s in rec.summary().values() for v in s.get("variant", [])})
     ran = f"ran {actual} kernels on {prov.device_name} ({prov.arch_key})" + (f"; negative control {variants}" if variants else "")
-    run.add(Cell(id="provenance", judgment="provenance", status=status(not problems),
-                 detail="; ".join(problems) if problems else ran, extra={"families_recorded": fams, "variants": variants}))
+    run.add(judged("provenance", "provenance", not problems, "; ".join(problems) if problems else ran,
+                   extra={"families_recorded": fams, "variants": variants}))
 
 
 def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:

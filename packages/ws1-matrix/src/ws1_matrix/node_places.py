@@ -15,12 +15,10 @@ place                                              for
 =================================================  ==========================================
 the contract's op class (tolerance_contract.json)  every node
 ``ws1_ops.ops.<node>`` with a public ``<node>()``  every node
-``ws1_ops.<node>`` (the package's export)          every node
 ``ws1_ops.reference.<node>`` (the FP32 reference)  every node
-``ws1_matrix.cases.BUILDERS[<node>]`` (inputs)     every node
+``ws1_matrix.cases.BUILDERS[<node>]`` (inputs)     every node (C2 runtime, C3/C4/C8 run them)
 a kernel in each loadable family's ``KERNELS``     required (cpu, triton, cuda, ascend where they import)
 ``torch_default``'s ``KERNELS`` (negative control) required
-``ws1_matrix.runtime._calls`` (C2 runtime)         required
 a trace point of the model's chain (ws1_qwen3)     required
 =================================================  ==========================================
 """
@@ -31,8 +29,6 @@ import argparse
 import importlib
 import json
 import sys
-
-import torch
 
 from ws1_contract import load_contract
 from ws1_contract._strict import read_json
@@ -61,17 +57,15 @@ def missing_places(table: dict | None = None) -> tuple[list[str], list[str]]:
     that does not validate yet (a node the contract does not know) is still checked place by place."""
     if table is None:
         table = read_json(manifest_path())["nodes"]
-    import ws1_ops
     from ws1_ops import reference
-    from ws1_qwen3.chain import NODE_KIND
+    from ws1_qwen3.model import NODE_KIND
 
-    from . import cases, runtime
+    from . import cases
 
     problems: list[str] = []
     notes: list[str] = []
     contract = load_contract()
     classes = {op for ops in contract.op_classes.values() for op in ops}
-    calls = runtime._calls(torch.device("cpu"))
     traced = set(NODE_KIND.values())
     backends = {fam: _backend_kernels(fam) for fam in [*_families(), "torch_default"]}
     for fam, k in backends.items():
@@ -90,7 +84,6 @@ def missing_places(table: dict | None = None) -> tuple[list[str], list[str]]:
             need(callable(getattr(mod, node, None)), f"ws1_ops/ops/{node}.py has no public function {node}()")
         except ImportError:
             problems.append(f"node {node!r}: no module ws1_ops/ops/{node}.py (the op and its autograd.Function)")
-        need(callable(getattr(ws1_ops, node, None)), f"ws1_ops does not export {node} (ws1_ops/__init__.py)")
         need(callable(getattr(reference, node, None)), f"no FP32 reference ws1_ops.reference.{node}")
         need(node in cases.BUILDERS, "no input builder in ws1_matrix.cases.BUILDERS (C3/C4/C8 inputs)")
         if not required:
@@ -98,8 +91,7 @@ def missing_places(table: dict | None = None) -> tuple[list[str], list[str]]:
         for fam, k in backends.items():
             if not isinstance(k, str):
                 need(node in k, f"ws1_ops/backends/{fam}.py KERNELS has no entry")
-        need(node in calls, "no C2 runtime call in ws1_matrix.runtime._calls")
-        need(node in traced, "no trace point of this kind in ws1_qwen3.chain (the model never runs it: C9/C10 cannot observe it)")
+        need(node in traced, "no trace point of this kind in ws1_qwen3.model NODE_KIND (the model never runs it: C9/C10 cannot observe it)")
     return problems, notes
 
 

@@ -14,43 +14,32 @@ import sys
 import torch
 
 import ws1_accel
-from ws1_contract import Cell, gate_main
+from ws1_contract import gate_main, judged
 from ws1_ops import registry
 from ws1_ops.registry import KernelUnavailable, record, use_profile
+
+from . import cases
 
 BF = torch.bfloat16
 
 
-def _calls(dev: torch.device):
-    """node -> a closure that runs it forward and backward on small inputs on ``dev``."""
-    import ws1_ops as w
+def calls(manifest, profile: str, dev: torch.device) -> dict:
+    """node -> a closure that runs it forward and backward once on ``dev``: the node's own C3/C4 input
+    builder (ws1_matrix.cases.BUILDERS) on its first case with the widths shrunk, through the same
+    gradient run as C4 (candidate forward + backward with row keys; the FP32 reference is plain torch
+    and records nothing). Nothing here lists nodes: a node without a builder or a case has no call."""
+    from .judge import RUNNERS
 
-    g = torch.Generator().manual_seed(0)
+    out = {}
+    for node in manifest.required_nodes:
+        found = manifest.cases(profile=profile, op=node)
+        if found and node in cases.BUILDERS:
+            def run(case=cases.shrunk(found[0])):
+                built = cases.build(case, manifest)
+                RUNNERS[built.kind].gradient_accuracy(built, dev)
 
-    def r(*shape, dtype=BF, grad=True):
-        return (torch.randn(*shape, generator=g) * 0.5).to(dtype).to(dev).requires_grad_(grad)
-
-    keys = torch.arange(6, device=dev)
-    ids = torch.tensor([3, 1, 4, 1, 5, 9], device=dev)
-    cu = torch.tensor([0, 6], device=dev)
-    pos = torch.arange(6, device=dev)
-
-    def back(y):
-        y.float().sum().backward()
-
-    return {
-        "embedding": lambda: back(w.embedding(ids, r(16, 32), keys)),
-        "rms_norm": lambda: back(w.rms_norm(r(6, 32, dtype=torch.float32), r(32), 1e-6, keys)),
-        "det_gemm": lambda: back(w.det_gemm(r(6, 32), r(16, 32), keys)),
-        "qk_norm": lambda: back(w.qk_norm(r(6, 4, 32), r(32), 1e-6, keys)),
-        "rope": lambda: back(w.rope(r(6, 4, 32), pos, 1e6)),
-        "attention": lambda: back(w.attention(r(6, 4, 32), r(6, 2, 32), r(6, 2, 32), cu, cu, pos)),
-        "swiglu": lambda: back(w.swiglu(r(6, 32), r(6, 32))),
-        "silu": lambda: back(w.silu(r(6, 32))),
-        "lm_head": lambda: back(w.lm_head(r(6, 32), r(40, 32), keys)),
-        "logprob": lambda: back(w.logprob(r(6, 40, dtype=torch.float32), ids)),
-        "batch_invariant_logp": lambda: back(w.batch_invariant_logp(r(6, 40, dtype=torch.float32))),
-    }
+            out[node] = run
+    return out
 
 
 def node_problems(s: dict | None, declared: str, family: str, dev_type: str, need_backward: bool) -> list[str]:
@@ -81,24 +70,25 @@ def c2_runtime(run, args) -> None:
     family = run.contract.family(profile)
     dev = ws1_accel.resolve_device(profile)
     why = registry.family_available(family)
+    runs = calls(m, profile, dev)
     for node in m.required_nodes:
         declared = m.kernel_id(profile, node)
         cid = f"runtime-{node}"
         if why is not None:
-            run.add(Cell(id=cid, judgment="manifest_runtime", status="red", detail=f"not executed: {why}",
+            run.add(judged(cid, "manifest_runtime", False, f"not executed: {why}",
                          extra={"node": node, "declared": declared}))
             continue
-        call = _calls(dev).get(node)
+        call = runs.get(node)
         if call is None:
-            run.add(Cell(id=cid, judgment="manifest_runtime", status="red",
-                         detail=f"not executed: ws1_matrix.runtime._calls has no call for node {node!r} (docs/adding_a_node.md)",
-                         extra={"node": node, "declared": declared}))
+            run.add(judged(cid, "manifest_runtime", False, f"not executed: node {node!r} has no representative case or no "
+                           "input builder (ws1_matrix.cases.BUILDERS; docs/adding_a_node.md)", extra={"node": node, "declared": declared}))
             continue
         try:
             with use_profile(profile), record() as rec:
                 call()
+            cases.forget()
         except KernelUnavailable as exc:
-            run.add(Cell(id=cid, judgment="manifest_runtime", status="red", detail=f"missing_required: {exc}",
+            run.add(judged(cid, "manifest_runtime", False, f"missing_required: {exc}",
                          extra={"node": node, "declared": declared}))
             continue
         s = rec.summary().get(node)
@@ -108,7 +98,7 @@ def c2_runtime(run, args) -> None:
             f"ran {declared} on {dev.type}: forward {s['forward']}, backward {s['backward']} kernel calls")
         if others and not problems:
             detail += f" (also ran {others})"
-        run.add(Cell(id=cid, judgment="manifest_runtime", status="red" if problems else "green", detail=detail,
+        run.add(judged(cid, "manifest_runtime", not problems, detail,
                      extra={"node": node, "declared": declared, "recorded": s}))
 
 

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import ws1_accel
 import ws1_ops
-from ws1_contract import Cell, Comparison, bitwise, gate_main
+from ws1_contract import Cell, Comparison, bitwise, gate_main, judged
 from ws1_kv import KVCacheError
 from ws1_qwen3.generate import Request, generate
 from ws1_qwen3.model import ModelInputError
 from ws1_qwen3.teacher import Sample, fixture_samples, teacher_forcing
 
 from . import parity
+from .cells import comparison_cell, error_cell, parity_cell
 from .kv_ops import b1_roundtrip, paged_vs_contiguous
-from .modelkit import attach_provenance, build_model, comparison_cell, error_cell, log, parity_cell, status
+from .modelkit import attach_provenance, build_model, log
 
 
 def _requests(samples, temperature: float = 1.0) -> list[Request]:
@@ -125,7 +126,7 @@ def isolation_cell(model) -> Cell:
     after = [cache.read(i, "a") for i in range(model.config.num_hidden_layers)]
     same = all(bitwise(x[0], y[0]).passed and bitwise(x[1], y[1]).passed for x, y in zip(before, after))
     ok = same and cache.length("a") == n0 and not any("NOT refused" in e for e in errors)
-    return Cell(id="isolation/failing-request", judgment="stateful_kv", status=status(ok),
+    return judged("isolation/failing-request", "stateful_kv", ok,
                 detail=f"{'; '.join(errors)}; sequence a: K/V {'unchanged' if same else 'CHANGED'}, cursor {n0} -> {cache.length('a')}")
 
 

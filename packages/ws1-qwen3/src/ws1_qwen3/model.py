@@ -146,6 +146,37 @@ class Rows:
     cu: torch.Tensor
 
 
+# ---- the chain's trace points -------------------------------------------------------------------
+#
+# Every kernel call of the chain, by role, in the order the model computes it; the model hands each
+# point's output to its ``tracer`` (a harness digests them per token: ws1-matrix's first_drift).
+#
+# * layer -1: ``embedding``;
+# * each decoder layer: ``input_layernorm``, ``q_proj``, ``q_norm``, ``k_proj``, ``k_norm``, ``v_proj``,
+#   ``rope_q``, ``rope_k``, ``attention``, ``o_proj``, ``attn_residual``, ``post_attention_layernorm``,
+#   ``gate_proj``, ``up_proj``, ``swiglu``, ``down_proj``, ``mlp_residual`` (the residuals are FP32 adds,
+#   not kernels: traced so a drift is seen where it enters the residual stream);
+# * layer L (the head): ``final_norm``, ``lm_head``, then the selected log-prob of the predicted token:
+#   ``logprob`` in teacher forcing, ``batch_invariant_logp`` in the rollout (decode path), the same
+#   point of the chain under two names (SAME_POINT).
+#
+# ``silu`` never runs in the dense chain (the MLP uses the fused ``swiglu``); a harness traces it as
+# (0, ``silu``) where it checks ``silu(g) == swiglu(g, 1)`` on layer 0's gate activations. Each point's
+# kind is a node of the manifest's node table or ``residual_add``; ws1-matrix checks that every
+# required node is some point's kind (``python -m ws1_matrix nodes``).
+INPUT_NODES = (("embedding", "embedding"),)
+LAYER_NODES = (("input_layernorm", "rms_norm"), ("q_proj", "det_gemm"), ("q_norm", "qk_norm"), ("k_proj", "det_gemm"),
+               ("k_norm", "qk_norm"), ("v_proj", "det_gemm"), ("rope_q", "rope"), ("rope_k", "rope"),
+               ("attention", "attention"), ("o_proj", "det_gemm"), ("attn_residual", "residual_add"),
+               ("post_attention_layernorm", "rms_norm"), ("gate_proj", "det_gemm"), ("up_proj", "det_gemm"),
+               ("swiglu", "swiglu"), ("silu", "silu"), ("down_proj", "det_gemm"), ("mlp_residual", "residual_add"))
+HEAD_NODES = (("final_norm", "rms_norm"), ("lm_head", "lm_head"), ("logprob", "logprob"),
+              ("batch_invariant_logp", "batch_invariant_logp"))
+NODE_KIND = dict(INPUT_NODES + LAYER_NODES + HEAD_NODES)
+NODE_ORDER = tuple(NODE_KIND)
+# nodes that are one point of the chain under two names (teacher forcing vs rollout)
+SAME_POINT = {"batch_invariant_logp": "logprob", "logprob": "batch_invariant_logp"}
+
 Tracer = Callable[[int, str, torch.Tensor, torch.Tensor], None]  # (layer, node, output [R, ...], keys [R])
 
 
@@ -186,7 +217,7 @@ class Qwen3ForCausalLM(nn.Module):
         return ws1_ops.use_profile(self.profile, self.device)
 
     def _trace(self, layer: int, node: str, t: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        """Hand node ``(layer, node)``'s output to the tracer (the trace points of ws1_qwen3.chain); returns ``t``."""
+        """Hand node ``(layer, node)``'s output to the tracer (its trace points: NODE_ORDER above); returns ``t``."""
         if self.tracer is not None:
             self.tracer(layer, node, t.detach(), keys)
         return t

@@ -45,7 +45,7 @@ def rollout_logp(model: Qwen3ForCausalLM, samples: Sequence[Sample], *, cache: s
                     feed[r] = s.tokens[p]
                 else:
                     kv.finish(r)
-            # the selected log-prob, the chain point teacher forcing traces as "logprob" (ws1_qwen3.chain.SAME_POINT)
+            # the selected log-prob, the chain point teacher forcing traces as "logprob" (ws1_qwen3.model.SAME_POINT)
             model._trace(model.config.num_hidden_layers, "batch_invariant_logp", torch.stack(sel)[:, None],
                          torch.tensor(row_keys, dtype=torch.int64))
             logits = model.decode(kv, feed, ranks) if feed else {}
