@@ -11,7 +11,11 @@ namespace ws1 {
 
 static Isa detect() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) return Isa::avx512;
+  // the avx512 path's GEMM uses AVX-512BW/VL (masked 16-bit loads and stores): a CPU with AVX-512F
+  // alone (Xeon Phi) takes the AVX2 path rather than an illegal instruction
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("fma"))
+    return Isa::avx512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::avx2;
   return Isa::scalar;
 }

@@ -47,8 +47,8 @@ Isa dispatch_isa();
 // Non-GEMM kernels use these through ws1_isa_instances.h; the GEMM files use them directly (gemm.h).
 #define WS1_BEGIN_AVX2 _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma\")")
 #define WS1_BEGIN_AVX512 _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx2,fma\")")
-// The GEMM's AVX-512 code also uses AVX-512BW/VL (masked 16-bit loads and stores). Note: the avx512
-// path is chosen on avx512f + fma alone (isa.cpp); every AVX-512 CPU since Skylake-SP has BW/VL.
+// The GEMM's AVX-512 code also uses AVX-512BW/VL (masked 16-bit loads and stores), so the avx512
+// path is chosen only on avx512f + avx512bw + avx512vl + fma (isa.cpp).
 #define WS1_BEGIN_AVX512_BW _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,fma\")")
 #define WS1_END_ISA _Pragma("GCC pop_options")
 
