@@ -1,0 +1,337 @@
+"""On-policy RL on WS1: a minimal GRPO loop whose trainer recomputes exactly the rollout's log-probs.
+
+    from ws1_qwen3 import rl
+    model = ws1_qwen3.synthetic("tiny", "cpu_bf16")
+    run = rl.Trainer(model, rl.GRPOConfig(steps=20))
+    for log in run:                 # one StepLog per step: reward, loss, the mismatch metrics
+        print(log.step, log.reward_mean, log.metrics["rollout_corr/kl"])
+
+One step: rollouts with :func:`~ws1_qwen3.generate` (continuous batching, seeded sampling, a group
+of samples per prompt, random max lengths, a stop token); rewards from a verifiable toy task;
+group-normalized advantages; the trainer's log-probs of the same tokens with
+:func:`~ws1_qwen3.teacher_forcing` in another layout and batch order (and, if asked, in
+micro-batches); the PPO-clip loss against the rollout's recorded log-probs (verl's "bypass" mode:
+pi_old = pi_rollout); backward inside ``ws1_ops.canonical_grads()``; an AdamW step on FP32 master
+weights, rounded once to the model's BF16 parameters, which the next step's rollout uses.
+
+On WS1's kernels the trainer's log-probs are the rollout's bit for bit, so every importance ratio
+is exactly 1 and the update is truly on-policy; :func:`mismatch_metrics` shows it per step, and a
+user's own trainer can call it with its own two log-prob tensors.
+
+Why a whole run is reproducible: sampling noise is drawn per (seed, step, request), every kernel is
+batch-, chunk- and thread-invariant, and parameter gradients reduce rows in canonical order — so
+the rollout's ``max_batch`` and chunked-prefill size and the trainer's layout, batch order and
+micro-batching do not change a single bit of the weights (tested). What does change them: the
+seed, the task, the hyper-parameters (lr, betas, clip, group size, prompts per step, length limits),
+the initial weights and the profile (another family's kernels round differently).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+import ws1_ops
+
+from .generate import Completion, Request, generate
+from .model import ModelInputError, Qwen3ForCausalLM
+from .teacher import Sample, teacher_forcing
+
+F32 = torch.float32
+
+
+class RLInputError(ModelInputError):
+    """Bad input to the RL loop (a reward, a group, a completion); the step changed no weights."""
+
+
+# ---- mismatch metrics -------------------------------------------------------------------------
+
+
+def mismatch_metrics(rollout_logp: torch.Tensor, trainer_logp: torch.Tensor, lengths: Sequence[int] | None = None,
+                     clip_eps: float = 0.2) -> dict[str, float]:
+    """How far the trainer's log-probs are from the rollout's, over the same tokens.
+
+    ``rollout_logp``, ``trainer_logp``: [N] log-probs of the sampled tokens (any float dtype; compared
+    in FP64). ``lengths``: tokens per sequence (sum N) for the sequence-level metrics; None: one sequence.
+
+    Names and definitions follow verl's rollout-correction metrics (``rollout_corr/...``, docs/algo/
+    rollout_corr.md; bypass mode: "training" is the policy being trained), with log_ratio =
+    trainer − rollout and ratio = exp(log_ratio):
+
+    * ``kl`` = mean(rollout − trainer) (KL(pi_rollout || pi_training), may be negative);
+    * ``k3_kl`` = mean(exp(log_ratio) − log_ratio − 1) (always >= 0);
+    * ``training_ppl`` / ``rollout_ppl`` = exp(−mean(logp)); ``log_ppl_diff`` = mean over sequences of
+      (log_ppl_rollout − log_ppl_training); ``chi2_token`` = mean(ratio²) − 1;
+      ``chi2_seq`` = mean over sequences of (prod ratio)² − 1;
+    * ``rollout_is_mean`` / ``_min`` / ``_max`` / ``_std`` of the token-level ratio;
+
+    and slime's mismatch view plus WS1's raw-bit one (``ws1/...``): ``max_abs_dlogp``, ``mean_abs_dlogp``,
+    ``clip_fraction`` (ratio outside [1 − clip_eps, 1 + clip_eps]: the tokens PPO would clip at the
+    first update), ``tokens_different`` and ``tokens_different_fraction`` (raw FP32 bits differ)."""
+    r = rollout_logp.detach().reshape(-1)
+    t = trainer_logp.detach().reshape(-1)
+    if r.shape != t.shape:
+        raise RLInputError(f"mismatch_metrics: rollout has {r.numel()} log-probs, trainer {t.numel()}")
+    n = r.numel()
+    if n == 0:
+        raise RLInputError("mismatch_metrics: no tokens")
+    if not (torch.isfinite(r).all() and torch.isfinite(t).all()):
+        raise RLInputError("mismatch_metrics: a log-prob is not finite")
+    lengths = [n] if lengths is None else list(lengths)
+    if sum(lengths) != n or min(lengths) < 1:
+        raise RLInputError(f"mismatch_metrics: sequence lengths {lengths} do not add up to {n} tokens (each >= 1)")
+    rd, td = r.double(), t.double()
+    log_ratio = td - rd
+    ratio = log_ratio.exp()
+    seq = torch.split(torch.arange(n), lengths)
+    log_ppl_diff = torch.stack([(-rd[i].mean()) - (-td[i].mean()) for i in seq])
+    seq_ratio = torch.stack([log_ratio[i].sum().exp() for i in seq])
+    differ = (r.float().contiguous().view(torch.int32) != t.float().contiguous().view(torch.int32))
+    d = (td - rd).abs()
+    return {
+        "rollout_corr/kl": float((rd - td).mean()),
+        "rollout_corr/k3_kl": float((ratio - log_ratio - 1).mean()),
+        "rollout_corr/training_ppl": float(torch.exp(-td.mean())),
+        "rollout_corr/rollout_ppl": float(torch.exp(-rd.mean())),
+        "rollout_corr/log_ppl_diff": float(log_ppl_diff.mean()),
+        "rollout_corr/log_ppl_abs_diff": float(log_ppl_diff.abs().mean()),
+        "rollout_corr/chi2_token": float((ratio ** 2).mean() - 1),
+        "rollout_corr/chi2_seq": float((seq_ratio ** 2).mean() - 1),
+        "rollout_corr/rollout_is_mean": float(ratio.mean()),
+        "rollout_corr/rollout_is_min": float(ratio.min()),
+        "rollout_corr/rollout_is_max": float(ratio.max()),
+        "rollout_corr/rollout_is_std": float(ratio.std(unbiased=False)),
+        "ws1/max_abs_dlogp": float(d.max()),
+        "ws1/mean_abs_dlogp": float(d.mean()),
+        "ws1/clip_fraction": float(((ratio < 1 - clip_eps) | (ratio > 1 + clip_eps)).double().mean()),
+        "ws1/tokens_different": int(differ.sum()),
+        "ws1/tokens_different_fraction": float(differ.double().mean()),
+    }
+
+
+# ---- the toy task -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CopyTask:
+    """Copy the prompt's symbols: prompt = [BOS, a1..ak, SEP] with a_i from a small alphabet; the reward
+    of a completion c is 0.5 * (fraction of c1..ck in the alphabet) + 0.5 * (fraction with c_i == a_i),
+    in [0, 1] — dense enough for a random ``tiny`` policy to get a signal, verifiable exactly."""
+
+    length: int = 4
+    alphabet: tuple[int, ...] = tuple(range(10, 18))
+    bos: int = 1
+    sep: int = 3
+    stop: int = 2
+
+    def prompt(self, g: torch.Generator) -> tuple[int, ...]:
+        idx = torch.randint(len(self.alphabet), (self.length,), generator=g).tolist()
+        return (self.bos, *(self.alphabet[i] for i in idx), self.sep)
+
+    def reward(self, prompt: Sequence[int], completion: Sequence[int]) -> float:
+        want = list(prompt[1:1 + self.length])
+        got = [t for t in completion if t != self.stop][: self.length]
+        in_alpha = sum(t in self.alphabet for t in got) / self.length
+        copied = sum(a == b for a, b in zip(got, want)) / self.length
+        return 0.5 * in_alpha + 0.5 * copied
+
+
+# ---- the loop --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    steps: int = 30
+    prompts_per_step: int = 4
+    group_size: int = 4                 # samples per prompt (GRPO's group; >= 2)
+    max_new_tokens: tuple[int, int] = (4, 8)   # each request's limit, drawn in [lo, hi]
+    temperature: float = 1.0
+    lr: float = 3e-3
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.0
+    clip_eps: float = 0.2
+    seed: int = 0
+    # knobs that must not change a bit of the run (tested)
+    max_batch: int = 8                  # the rollout's continuous-batching slots
+    chunk: int | None = None            # the rollout's chunked-prefill size
+    trainer_layout: str = "packed"      # the trainer's layout (the rollout decodes through a paged cache)
+    micro_batches: int = 1              # the trainer's micro-batches (one canonical_grads scope per step)
+
+
+@dataclass
+class StepLog:
+    step: int
+    reward_mean: float
+    rewards: list[float]
+    loss: float
+    tokens: int
+    metrics: dict[str, float]
+    grad_norm: float
+    completions: list[Completion] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict:
+        return {"step": self.step, "reward_mean": self.reward_mean, "loss": self.loss, "tokens": self.tokens,
+                "grad_norm": self.grad_norm, **self.metrics}
+
+
+def _seed(*parts) -> int:
+    return int.from_bytes(hashlib.sha256(":".join(map(str, parts)).encode()).digest()[:8], "little") & ((1 << 63) - 1)
+
+
+def group_advantages(rewards: Sequence[float], group_size: int, eps: float = 1e-6) -> list[float]:
+    """GRPO: each reward minus its group's mean, over the group's standard deviation (+ eps).
+    Rewards are grouped in order (group_size consecutive samples per prompt)."""
+    if group_size < 2:
+        raise RLInputError(f"a GRPO group needs at least 2 samples, got group_size {group_size}")
+    if len(rewards) % group_size:
+        raise RLInputError(f"{len(rewards)} rewards do not split into groups of {group_size}")
+    bad = [i for i, r in enumerate(rewards) if not math.isfinite(r)]
+    if bad:
+        raise RLInputError(f"reward of sample {bad[0]} is not finite ({rewards[bad[0]]})")
+    out = []
+    for g in range(0, len(rewards), group_size):
+        grp = torch.tensor(rewards[g:g + group_size], dtype=torch.float64)
+        out += ((grp - grp.mean()) / (grp.std(unbiased=False) + eps)).tolist()
+    return out
+
+
+class Trainer:
+    """A GRPO run on ``model`` (a ws1 profile's model, or a candidate such as a negative control)."""
+
+    def __init__(self, model: Qwen3ForCausalLM, config: GRPOConfig = GRPOConfig(), task: CopyTask = CopyTask()):
+        if config.group_size < 2:
+            raise RLInputError(f"a GRPO group needs at least 2 samples, got group_size {config.group_size}")
+        lo, hi = config.max_new_tokens
+        if not 1 <= lo <= hi:
+            raise RLInputError(f"max_new_tokens must be 1 <= lo <= hi, got {config.max_new_tokens}")
+        longest = task.length + 2 + hi
+        if longest > model.config.max_position_embeddings:
+            raise RLInputError(f"a prompt of {task.length + 2} tokens + {hi} new tokens exceeds the context "
+                               f"({model.config.max_position_embeddings})")
+        if config.micro_batches < 1:
+            raise RLInputError(f"micro_batches must be >= 1, got {config.micro_batches}")
+        self.model, self.config, self.task = model, config, task
+        self.names = [n for n, _ in model.named_parameters()]
+        # FP32 masters: the optimizer's state; the model's parameters are their BF16 rounding
+        self.masters = {n: p.detach().float().clone().requires_grad_() for n, p in model.named_parameters()}
+        self.opt = torch.optim.AdamW([self.masters[n] for n in self.names], lr=config.lr, betas=config.betas,
+                                     weight_decay=config.weight_decay, foreach=False)
+        self.step_index = 0
+
+    # -- rollout -----------------------------------------------------------------------------------
+
+    def rollout(self, step: int) -> tuple[list[Request], list[Completion]]:
+        c = self.config
+        g = torch.Generator().manual_seed(_seed("ws1-rl-prompts", c.seed, step))
+        reqs = []
+        for p in range(c.prompts_per_step):
+            prompt = self.task.prompt(g)
+            for k in range(c.group_size):
+                n = int(torch.randint(c.max_new_tokens[0], c.max_new_tokens[1] + 1, (1,), generator=g))
+                reqs.append(Request(prompt, n, c.temperature, _seed("ws1-rl-sample", c.seed, step, p, k), f"s{step}-p{p}-g{k}",
+                                    (self.task.stop,)))
+        with torch.no_grad():
+            comps = generate(self.model, reqs, max_batch=c.max_batch, chunk=c.chunk)
+        return reqs, comps
+
+    # -- one step ------------------------------------------------------------------------------------
+
+    def step(self, rewards_override: Sequence[float] | None = None) -> StepLog:
+        """Rollout, rewards, advantages, the trainer's log-probs, the loss, backward, the update.
+        Anything wrong is raised before the optimizer runs: a failed step changes no weights."""
+        c, step = self.config, self.step_index
+        reqs, comps = self.rollout(step)
+        rewards = list(rewards_override) if rewards_override is not None else [
+            self.task.reward(r.prompt, comp.tokens) for r, comp in zip(reqs, comps)]
+        if len(rewards) != len(comps):
+            raise RLInputError(f"{len(rewards)} rewards for {len(comps)} completions")
+        adv = group_advantages(rewards, c.group_size)
+        samples = []
+        for rank, (r, comp) in enumerate(zip(reqs, comps)):
+            if not comp.tokens:
+                raise RLInputError(f"completion {comp.request_id} is empty")
+            samples.append(Sample(rank, tuple(r.prompt) + tuple(comp.tokens), len(r.prompt), comp.request_id))
+        old = torch.tensor([lp for comp in comps for lp in comp.logprobs], dtype=F32)   # rank, then position
+        adv_tok = torch.tensor([a for a, comp in zip(adv, comps) for _ in comp.tokens], dtype=F32)
+        n_tok = old.numel()
+        trainer_lp, loss_total = self._backward(samples, old, adv_tok, n_tok, step)
+        metrics = mismatch_metrics(old, trainer_lp, [len(comp.tokens) for comp in comps], c.clip_eps)
+        grad_norm = self._update()
+        self.step_index += 1
+        return StepLog(step, float(sum(rewards) / len(rewards)), rewards, loss_total, n_tok, metrics, grad_norm, comps)
+
+    def _backward(self, samples: list[Sample], old: torch.Tensor, adv: torch.Tensor, n_tok: int, step: int):
+        """The PPO-clip loss over every completion token, normalized by the step's token count, run in
+        ``micro_batches`` pieces of a seeded permutation of the samples, all inside one
+        ``canonical_grads()`` scope (so parameter gradients reduce rows in canonical order whatever the
+        pieces). Returns the trainer's log-probs in (rank, position) order and the loss."""
+        c, model = self.config, self.model
+        order = torch.randperm(len(samples), generator=torch.Generator().manual_seed(_seed("ws1-rl-order", c.seed, step))).tolist()
+        pieces = [order[i::c.micro_batches] for i in range(c.micro_batches)]
+        offsets, o = {}, 0
+        for s in samples:                      # each sample's first token index in ``old`` (rank order)
+            offsets[s.rank] = o
+            o += s.length - s.n_prompt
+        got = torch.empty(n_tok, dtype=F32)
+        loss_total = 0.0
+        model.zero_grad(set_to_none=True)
+        with ws1_ops.canonical_grads():
+            for piece in pieces:
+                if not piece:
+                    continue
+                sub = [samples[i] for i in piece]
+                tf = teacher_forcing(model, sub, layout=c.trainer_layout, n_active=n_tok, grad=True)
+                # tf rows: ascending logical key = (rank, position) of the pieces' samples
+                idx = torch.cat([torch.arange(offsets[s.rank], offsets[s.rank] + s.length - s.n_prompt)
+                                 for s in sorted(sub, key=lambda s: s.rank)])
+                lp = tf.logp[tf.active.to(tf.logp.device)]
+                ratio = torch.exp(lp - old[idx].to(lp.device))
+                a = adv[idx].to(lp.device)
+                obj = torch.minimum(ratio * a, ratio.clamp(1 - c.clip_eps, 1 + c.clip_eps) * a)
+                loss = -obj.sum() / n_tok
+                loss.backward()
+                got[idx] = lp.detach().float().cpu()
+                loss_total += float(loss.detach())
+        return got, loss_total
+
+    def _update(self) -> float:
+        """AdamW on the FP32 masters (elementwise: no reduction, so the thread count cannot change it),
+        then the model's BF16 parameters = the masters rounded once. Non-finite gradients: no update."""
+        params = dict(self.model.named_parameters())
+        grads = {}
+        for n in self.names:
+            g = params[n].grad
+            if g is None:
+                raise RLInputError(f"parameter {n} got no gradient")
+            if not bool(torch.isfinite(g).all()):
+                raise RLInputError(f"the gradient of {n} is not finite; no weight was changed")
+            grads[n] = g.detach().float().cpu()
+        sq = 0.0
+        for n in self.names:              # the norm, for the log: FP64, fixed parameter order
+            sq += float(grads[n].double().pow(2).sum())
+        for n in self.names:
+            self.masters[n].grad = grads[n]
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for n in self.names:
+                params[n].copy_(self.masters[n].to(params[n].dtype))
+                params[n].grad = None
+        return math.sqrt(sq)
+
+    def __iter__(self) -> Iterator[StepLog]:
+        while self.step_index < self.config.steps:
+            yield self.step()
+
+
+def weights_digest(model: Qwen3ForCausalLM) -> str:
+    """sha256 over every parameter's raw bits, in name order: two runs' weights are equal iff these are."""
+    h = hashlib.sha256()
+    for n, p in sorted(model.named_parameters()):
+        h.update(n.encode())
+        h.update(p.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
