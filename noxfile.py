@@ -165,6 +165,13 @@ def c11_ci(session: nox.Session) -> None:
         session.error(f"c11_ci: red (exit {rc}); see the summary above and evidence/<profile>/report.md")
 
 
+@nox.session
+def rl_onpolicy(session: nox.Session) -> None:
+    """Not a gate: a GRPO run on the tiny model, the profile beside torch_default and our negative
+    control, with reward and rollout-vs-trainer mismatch per step (JSON + PNG under evidence/)."""
+    _matrix_gate(session, "rl-onpolicy")
+
+
 def _pytest(session: nox.Session, marker: str, dirs: list[str] = TEST_DIRS, posargs: bool = True, env: dict | None = None) -> None:
     _require(session, "pytest", "ws1_accel", "ws1_contract")
     dirs = [d for d in dirs if (ROOT / d).is_dir()]

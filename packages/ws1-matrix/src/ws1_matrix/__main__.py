@@ -11,6 +11,7 @@
     c10 [PROFILE ...] [--model M] [--candidate NAME]  C10 the chain gate          (nox -s c10_chain_gate)
     report EVIDENCE.json                re-render a C8 record's Markdown table and SVG figure
     nodes [--json]                      every place each node of the node table must appear (not a gate)
+    rl-onpolicy [PROFILE] [--steps N]   the same GRPO run on a profile and on candidates (nox -s rl_onpolicy)
 
 C1 and C2 (static) are ``python -m ws1_contract c1|c2``; C11 is ``ci/c11.py``. ``<gate> --help``
 lists a gate's options. Common: ``--json`` (records instead of tables), ``--evidence-dir DIR``.
@@ -40,6 +41,7 @@ GATES = {
     "c9": ("model_nodes", ()),
     "c10": ("chain_gate", ()),
     "nodes": ("node_places", ()),
+    "rl-onpolicy": ("rl_onpolicy", ()),
 }
 
 

@@ -1,0 +1,158 @@
+"""The same GRPO run side by side on a profile and on candidates without WS1's guarantees.
+
+    python -m ws1_matrix rl-onpolicy [PROFILE] [--steps 40] [--candidates torch_default,variant_attn_decode_order]
+                                     [--json] [--out DIR]                (nox -s rl_onpolicy -- cpu_bf16)
+
+Each run starts from the same seeded ``tiny`` weights and the same seed; per step it logs the reward
+and :func:`ws1_qwen3.rl.mismatch_metrics` (the rollout's recorded log-probs against the trainer's
+recomputed ones). Writes ``<out>/<profile>/rl_onpolicy.json`` (every step of every run) and
+``rl_onpolicy.png`` (reward and max |Δlogp| per step), and prints a one-screen summary.
+
+Verdict (exit 0 / 1): the profile's run must be bitwise on-policy at every step (max |Δlogp| 0,
+ratio exactly 1, no token's bits differ), and our own negative control (a ``variant_*`` candidate,
+built from the cpu kernels, so the same on every host) must show a mismatch (it does from step 0; a
+one-ulp variant's effect can vanish later, once the policy saturates).
+``torch_default`` is shown for what a user sees with plain PyTorch ops; its mismatch depends on the
+CPU (on AMX hosts torch's BF16 kernels are row-invariant), so it is never part of the verdict.
+Exit 2: the profile's device is absent, or a bad argument.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import ws1_accel
+import ws1_qwen3
+from ws1_contract.evidence import evidence_root
+from ws1_contract.progress import Progress
+from ws1_qwen3 import rl
+
+EXIT_GREEN, EXIT_RED, EXIT_UNAVAILABLE = 0, 1, 2
+SHOWN = ("reward_mean", "ws1/max_abs_dlogp", "rollout_corr/k3_kl", "rollout_corr/rollout_is_min", "rollout_corr/rollout_is_max",
+         "ws1/clip_fraction", "ws1/tokens_different")
+
+
+def _config(args) -> rl.GRPOConfig:
+    return rl.GRPOConfig(steps=args.steps, prompts_per_step=4, group_size=8, max_new_tokens=(4, 8), lr=2e-2, seed=args.seed)
+
+
+def run_one(name: str, config: rl.GRPOConfig, bar: Progress) -> list[dict]:
+    model = ws1_qwen3.synthetic("tiny", name)    # the same seeded weights for every run
+    logs = []
+    for log in rl.Trainer(model, config):
+        logs.append(log.to_dict())
+        bar.update()
+    return logs
+
+
+def _plot(runs: dict[str, list[dict]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, logs in runs.items():
+        steps = [x["step"] for x in logs]
+        a.plot(steps, [x["reward_mean"] for x in logs], label=name)
+        b.plot(steps, [x["ws1/max_abs_dlogp"] for x in logs], label=name, marker=".")
+    a.set(title="reward (copy task, tiny)", xlabel="step", ylabel="mean reward")
+    b.set(title="max |Δlogp| rollout vs trainer", xlabel="step", ylabel="max |Δlogp|")
+    b.set_yscale("symlog", linthresh=1e-6)
+    for ax in (a, b):
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def verdict(profile: str, runs: dict[str, list[dict]]) -> list[str]:
+    """What is wrong (empty: green): the profile off-policy at some step, or our control on-policy."""
+    bad = []
+    for x in runs[profile]:
+        if x["ws1/max_abs_dlogp"] != 0 or x["ws1/tokens_different"] != 0 or x["rollout_corr/rollout_is_min"] != 1.0 \
+                or x["rollout_corr/rollout_is_max"] != 1.0:
+            bad.append(f"{profile} step {x['step']}: not bitwise on-policy (max |Δlogp| {x['ws1/max_abs_dlogp']:.3e})")
+    for name, logs in runs.items():
+        # a one-ulp variant's effect can vanish once the policy saturates (a log-prob of ~0 absorbs it),
+        # so the control must show the mismatch, not at every step
+        if name.startswith("variant_") and not any(x["ws1/tokens_different"] for x in logs):
+            bad.append(f"negative control {name} shows no mismatch at any step: the check could not fail")
+    return bad
+
+
+def _summary(profile: str, runs: dict[str, list[dict]], problems: list[str], paths: list[Path], wall: float) -> str:
+    lines = [f"══ WS1 on-policy GRPO · {profile} — {'PASS' if not problems else 'FAIL'} in {wall:.0f}s ══",
+             f"  {'run':<28} {'step':>4} " + " ".join(f"{k.split('/')[-1]:>16}" for k in SHOWN)]
+    for name, logs in runs.items():
+        for x in (logs[0], logs[-1]):
+            lines.append(f"  {name:<28} {x['step']:>4} " + " ".join(f"{x[k]:>16.6g}" for k in SHOWN))
+    for name, logs in runs.items():
+        n = sum(1 for x in logs if x["ws1/tokens_different"])
+        worst = max(x["ws1/max_abs_dlogp"] for x in logs)
+        lines.append(f"  {name:<28} steps with differing tokens {n}/{len(logs)}, worst max |Δlogp| {worst:.3e}")
+    lines += [f"  FAIL  {p}" for p in problems]
+    lines += [f"  wrote {p}" for p in paths]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="ws1 rl-onpolicy", description="the same GRPO run on a profile and on candidates")
+    ap.add_argument("profile", nargs="?", default="cpu_bf16")
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--candidates", default="torch_default,variant_attn_decode_order",
+                    help="comma-separated candidates run beside the profile")
+    ap.add_argument("--out", default=None, help="evidence root (default: $WS1_EVIDENCE_DIR or ./evidence)")
+    ap.add_argument("--json", action="store_true", help="print the record as JSON instead of the summary")
+    args = ap.parse_args(argv)
+    if args.steps < 1:
+        print(f"ws1 rl-onpolicy: --steps must be >= 1, got {args.steps}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    try:
+        why = ws1_accel.unavailable_reason(args.profile)
+    except ws1_accel.AcceleratorError as exc:
+        print(f"ws1 rl-onpolicy: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    if why is not None:
+        print(f"ws1 rl-onpolicy: {args.profile} needs a {ws1_accel.device_type_of(args.profile)} device: {why}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    names = [args.profile, *[c for c in args.candidates.split(",") if c]]
+    unknown = [c for c in names[1:] if c not in ws1_qwen3.model.CANDIDATES]
+    if unknown:
+        print(f"ws1 rl-onpolicy: unknown candidate(s) {unknown}; expected some of {list(ws1_qwen3.model.CANDIDATES)}",
+              file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    config = _config(args)
+    t0 = time.perf_counter()
+    bar = Progress(len(names) * args.steps, f"rl_onpolicy {args.profile}", unit="step")
+    runs = {}
+    try:
+        for name in names:
+            bar.doing(name)
+            runs[name] = run_one(name, config, bar)
+    finally:
+        bar.close()
+    problems = verdict(args.profile, runs)
+    out = (Path(args.out) if args.out else evidence_root()) / args.profile
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"gate": "rl_onpolicy", "profile": args.profile, "config": {**config.__dict__}, "model": "tiny (synthetic)",
+              "status": "green" if not problems else "red", "problems": problems, "runs": runs,
+              "wall_time_s": round(time.perf_counter() - t0, 1)}
+    jpath, ppath = out / "rl_onpolicy.json", out / "rl_onpolicy.png"
+    jpath.write_text(json.dumps(record, indent=1))
+    _plot(runs, ppath)
+    if args.json:
+        print(json.dumps(record, indent=1))
+    else:
+        print(_summary(args.profile, runs, problems, [jpath, ppath], record["wall_time_s"]))
+    return EXIT_GREEN if not problems else EXIT_RED
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

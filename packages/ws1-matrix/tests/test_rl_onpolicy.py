@@ -1,0 +1,33 @@
+"""rl-onpolicy: the side-by-side run writes its record and plot, and its verdict can fail both ways."""
+
+import json
+
+from ws1_matrix import rl_onpolicy
+
+
+def test_side_by_side_run_writes_json_and_png(tmp_path, capsys):
+    code = rl_onpolicy.main(["cpu_bf16", "--steps", "2", "--candidates", "variant_attn_decode_order", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    rec = json.loads((tmp_path / "cpu_bf16" / "rl_onpolicy.json").read_text())
+    assert set(rec["runs"]) == {"cpu_bf16", "variant_attn_decode_order"} and rec["status"] == "green"
+    assert all(x["ws1/max_abs_dlogp"] == 0 for x in rec["runs"]["cpu_bf16"])
+    assert (tmp_path / "cpu_bf16" / "rl_onpolicy.png").stat().st_size > 10_000
+    assert "PASS" in out and "steps with differing tokens" in out
+
+
+def test_verdict_red_when_off_policy_or_control_clean():
+    on = {"step": 0, "ws1/max_abs_dlogp": 0.0, "ws1/tokens_different": 0, "rollout_corr/rollout_is_min": 1.0,
+          "rollout_corr/rollout_is_max": 1.0}
+    off = {**on, "ws1/max_abs_dlogp": 1e-3, "ws1/tokens_different": 4, "rollout_corr/rollout_is_min": 0.999}
+    assert rl_onpolicy.verdict("cpu_bf16", {"cpu_bf16": [on], "variant_x": [off]}) == []
+    assert "not bitwise on-policy" in rl_onpolicy.verdict("cpu_bf16", {"cpu_bf16": [off]})[0]
+    assert "shows no mismatch" in rl_onpolicy.verdict("cpu_bf16", {"cpu_bf16": [on], "variant_x": [on]})[0]
+
+
+def test_bad_arguments_exit_2(capsys):
+    assert rl_onpolicy.main(["cpu_bf16", "--steps", "0"]) == 2
+    assert rl_onpolicy.main(["cpu_bf16", "--candidates", "nope"]) == 2
+    assert rl_onpolicy.main(["ascend_bf16"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown candidate" in err and "needs a npu device" in err
