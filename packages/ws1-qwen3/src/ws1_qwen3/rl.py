@@ -69,7 +69,8 @@ def mismatch_metrics(rollout_logp: torch.Tensor, trainer_logp: torch.Tensor, len
       ``chi2_seq`` = mean over sequences of (prod ratio)² − 1;
     * ``rollout_is_mean`` / ``_min`` / ``_max`` / ``_std`` of the token-level ratio;
 
-    and slime's mismatch view plus WS1's raw-bit one (``ws1/...``): ``max_abs_dlogp``, ``mean_abs_dlogp``,
+    slime/Miles report the mismatch as the same K3 KL (``k3_kl``; their true-on-policy mode aims at
+    exactly 0, as WS1 does). WS1's raw-bit view (``ws1/...``): ``max_abs_dlogp``, ``mean_abs_dlogp``,
     ``clip_fraction`` (ratio outside [1 − clip_eps, 1 + clip_eps]: the tokens PPO would clip at the
     first update), ``tokens_different`` and ``tokens_different_fraction`` (raw FP32 bits differ)."""
     r = rollout_logp.detach().reshape(-1)
