@@ -116,7 +116,9 @@ def _fake_npu(monkeypatch, available=True):
         empty_cache=lambda: calls.append(("empty",)),
     )
     monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
-    try:  # what torch_npu itself does on import; harmless on a CPU host, and only possible once
+    # what torch_npu itself does on import; only possible once, and process-global: afterwards
+    # torch.accelerator (which torch.optim consults) looks for torch.npu, so no WS1 code uses torch.optim
+    try:
         torch.utils.rename_privateuse1_backend("npu")
     except RuntimeError:
         pass

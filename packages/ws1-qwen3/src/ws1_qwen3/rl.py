@@ -200,6 +200,33 @@ def group_advantages(rewards: Sequence[float], group_size: int, eps: float = 1e-
     return out
 
 
+class AdamW:
+    """AdamW (decoupled weight decay, bias-corrected moments) on FP32 master tensors, written out so a
+    step is plain elementwise FP32 arithmetic in a fixed parameter order: no reduction (the thread
+    count cannot change a bit), no fused/foreach variant chosen by the library, and no accelerator
+    probing (torch.optim asks torch.accelerator, which a renamed PrivateUse1 backend breaks)."""
+
+    def __init__(self, params: dict[str, torch.Tensor], lr: float, betas: tuple[float, float], weight_decay: float = 0.0,
+                 eps: float = 1e-8):
+        self.params, self.lr, self.betas, self.wd, self.eps = params, lr, betas, weight_decay, eps
+        self.m = {n: torch.zeros_like(p) for n, p in params.items()}
+        self.v = {n: torch.zeros_like(p) for n, p in params.items()}
+        self.t = 0
+
+    @torch.no_grad()
+    def step(self, grads: dict[str, torch.Tensor]) -> None:
+        self.t += 1
+        b1, b2 = self.betas
+        bc1, bc2 = 1 - b1 ** self.t, 1 - b2 ** self.t
+        for n, p in self.params.items():
+            g = grads[n]
+            p.mul_(1 - self.lr * self.wd)
+            self.m[n].mul_(b1).add_(g, alpha=1 - b1)
+            self.v[n].mul_(b2).addcmul_(g, g, value=1 - b2)
+            denom = (self.v[n].sqrt() / math.sqrt(bc2)).add_(self.eps)
+            p.addcdiv_(self.m[n], denom, value=-self.lr / bc1)
+
+
 class Trainer:
     """A GRPO run on ``model`` (a ws1 profile's model, or a candidate such as a negative control)."""
 
@@ -218,9 +245,8 @@ class Trainer:
         self.model, self.config, self.task = model, config, task
         self.names = [n for n, _ in model.named_parameters()]
         # FP32 masters: the optimizer's state; the model's parameters are their BF16 rounding
-        self.masters = {n: p.detach().float().clone().requires_grad_() for n, p in model.named_parameters()}
-        self.opt = torch.optim.AdamW([self.masters[n] for n in self.names], lr=config.lr, betas=config.betas,
-                                     weight_decay=config.weight_decay, foreach=False)
+        self.masters = {n: p.detach().float().clone() for n, p in model.named_parameters()}
+        self.opt = AdamW(self.masters, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
         self.step_index = 0
 
     # -- rollout -----------------------------------------------------------------------------------
@@ -314,10 +340,7 @@ class Trainer:
         sq = 0.0
         for n in self.names:              # the norm, for the log: FP64, fixed parameter order
             sq += float(grads[n].double().pow(2).sum())
-        for n in self.names:
-            self.masters[n].grad = grads[n]
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
+        self.opt.step(grads)
         with torch.no_grad():
             for n in self.names:
                 params[n].copy_(self.masters[n].to(params[n].dtype))
