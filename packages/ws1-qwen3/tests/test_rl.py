@@ -64,6 +64,13 @@ def test_two_runs_are_bitwise_equal_under_the_knobs_that_must_not_matter():
     for knob, value in KNOBS.items():
         m, _ = _run(**{knob: value})
         assert rl.weights_digest(m) == digest, knob
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1 if threads > 1 else 2)
+        m, _ = _run()
+    finally:
+        torch.set_num_threads(threads)
+    assert rl.weights_digest(m) == digest, "thread count"
     # ... and the seed does change them (the digest can tell runs apart)
     m, _ = _run(seed=1)
     assert rl.weights_digest(m) != digest
