@@ -30,21 +30,17 @@ import importlib
 import json
 import sys
 
+import ws1_accel
 from ws1_contract import load_contract
 from ws1_contract._strict import read_json
 from ws1_contract.locate import manifest_path
-
-
-def _families() -> list[str]:
-    import ws1_accel
-
-    return list(ws1_accel.FAMILY_DEVICE_TYPE)
+from ws1_ops import registry
 
 
 def _backend_kernels(family: str) -> dict | str:
     """The family module's KERNELS, or why it cannot be read here (its kernel package is not installed)."""
     try:
-        mod = importlib.import_module(f"ws1_ops.backends.{family}")
+        mod = importlib.import_module(registry.backend_module(family))
     except ImportError as exc:
         return f"{type(exc).__name__}: {exc}"
     return getattr(mod, "KERNELS", {})
@@ -67,7 +63,7 @@ def missing_places(table: dict | None = None) -> tuple[list[str], list[str]]:
     contract = load_contract()
     classes = {op for ops in contract.op_classes.values() for op in ops}
     traced = set(NODE_KIND.values())
-    backends = {fam: _backend_kernels(fam) for fam in [*_families(), "torch_default"]}
+    backends = {fam: _backend_kernels(fam) for fam in [*ws1_accel.FAMILY_DEVICE_TYPE, *registry.CANDIDATE_FAMILIES]}
     for fam, k in backends.items():
         if isinstance(k, str):
             notes.append(f"family {fam!r}: KERNELS not checked here ({k})")

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import torch
 
 import ws1_ops
+from ws1_contract.compare import aggregates
 
 from .generate import Completion, Request, generate
 from .model import ModelInputError, Qwen3ForCausalLM
@@ -91,8 +92,8 @@ def mismatch_metrics(rollout_logp: torch.Tensor, trainer_logp: torch.Tensor, len
     seq = torch.split(torch.arange(n), lengths)
     log_ppl_diff = torch.stack([(-rd[i].mean()) - (-td[i].mean()) for i in seq])
     seq_ratio = torch.stack([log_ratio[i].sum().exp() for i in seq])
-    differ = (r.float().contiguous().view(torch.int32) != t.float().contiguous().view(torch.int32))
-    d = (td - rd).abs()
+    # the raw-bit view is the contract's own train/infer aggregate (dlogp = trainer - rollout)
+    agg = aggregates(t.float(), r.float(), clip_interval=(1 - clip_eps, 1 + clip_eps))
     return {
         "rollout_corr/kl": float((rd - td).mean()),
         "rollout_corr/k3_kl": float((ratio - log_ratio - 1).mean()),
@@ -106,11 +107,11 @@ def mismatch_metrics(rollout_logp: torch.Tensor, trainer_logp: torch.Tensor, len
         "rollout_corr/rollout_is_min": float(ratio.min()),
         "rollout_corr/rollout_is_max": float(ratio.max()),
         "rollout_corr/rollout_is_std": float(ratio.std(unbiased=False)),
-        "ws1/max_abs_dlogp": float(d.max()),
-        "ws1/mean_abs_dlogp": float(d.mean()),
-        "ws1/clip_fraction": float(((ratio < 1 - clip_eps) | (ratio > 1 + clip_eps)).double().mean()),
-        "ws1/tokens_different": int(differ.sum()),
-        "ws1/tokens_different_fraction": float(differ.double().mean()),
+        "ws1/max_abs_dlogp": agg.max_abs_dlogp,
+        "ws1/mean_abs_dlogp": float(log_ratio.abs().mean()),
+        "ws1/clip_fraction": agg.clipfrac0,
+        "ws1/tokens_different": agg.tokens_different,
+        "ws1/tokens_different_fraction": agg.tokens_different / n,
     }
 
 
