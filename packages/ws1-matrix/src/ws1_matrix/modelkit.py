@@ -6,8 +6,6 @@ from __future__ import annotations
 import sys
 import time
 
-import torch
-
 import ws1_accel
 import ws1_ops
 from ws1_contract import GateRun, collect_provenance, judged, progress, validate_provenance
@@ -51,9 +49,3 @@ def attach_provenance(run: GateRun, rec: ws1_ops.Recorder) -> None:
     ran = f"ran {actual} kernels on {prov.device_name} ({prov.arch_key})" + (f"; negative control {variants}" if variants else "")
     run.add(judged("provenance", "provenance", not problems, "; ".join(problems) if problems else ran,
                    extra={"families_recorded": fams, "variants": variants}))
-
-
-def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    from ws1_contract import bitwise
-
-    return bitwise(a, b).passed
