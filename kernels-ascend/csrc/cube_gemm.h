@@ -1,0 +1,106 @@
+// cube_gemm.h — the WS1 GEMM on the Cube unit (AIC), shared by det_gemm.asc and lm_head.asc.
+//
+//   C[M, N] = A[M, K] · Bᵀ,  A row-major [M, K], Bt row-major [N, K] (a weight as stored, = Bᵀ), C [M, N].
+//
+// Hand-written tiling, NOT the high-level Matmul API (whose tiling may pick baseK and split K by shape):
+//  * fixed baseM = 64, baseN = 128, baseK = BK (64 for the kernels, another value only in the negative
+//    control) for EVERY M, N, K: an edge tile is zero-padded and computed with the same Mmad shape, never a
+//    smaller one — so an output element's K chunks, and hence its bits, do not depend on M;
+//  * K is walked in ascending baseK chunks; each chunk is one Mmad into the tile's FP32 L0C accumulator
+//    (cmatrixInitVal for the first chunk, accumulate after): no split-K across cores, no AtomicAdd;
+//  * output tiles (mt, nt) are numbered mt * nTiles + nt and go to cores by tile % GetBlockNum(): a tile is
+//    computed start to finish by one core, whatever blockDim is;
+//  * data path per chunk: GM -(DataCopy Nd2Nz)-> L1 (A1/B1, zeroed first with InitConstValue) -(LoadData 2D)->
+//    L0A (Zz) / L0B (Zn) -> Mmad -> L0C; at the end Fixpipe L0C -> GM (NZ2ND; F322BF16 for a bf16 C).
+//    Bt [N, K] in Nz is exactly B [K, N] in Zn, so B is loaded without transpose.
+// TIn: bfloat16_t (det_gemm, lm_head) or float (gemm_fp32: the FP32-input GEMM of the row-fold VJP —
+// dx = dy · W and dW = dyᵀ · x over canonically ordered rows, both FP32 in, FP32 out).
+#pragma once
+#include "ws1_ascend_kernel.h"
+
+namespace ws1a {
+constexpr uint32_t kBaseM = 64, kBaseN = 128, kBaseK = 64;
+
+template <class TIn, class TOut, uint32_t BK>
+class CubeGemm {
+  static constexpr uint32_t C0 = 32 / sizeof(TIn);  // 16 for bf16, 8 for fp32
+  static constexpr uint32_t MB = kBaseM / 16, NB = kBaseN / 16, KB = BK / C0;
+  static constexpr uint32_t FRAC = 16 * C0;        // elements of one 512-byte fractal
+
+ public:
+  __aicore__ inline void Run(GM_ADDR a, GM_ADDR bt, GM_ADDR c, int64_t M, int64_t N, int64_t K) {
+    ag_.SetGlobalBuffer((__gm__ TIn*)a, M * K);
+    bg_.SetGlobalBuffer((__gm__ TIn*)bt, N * K);
+    cg_.SetGlobalBuffer((__gm__ TOut*)c, M * N);
+    pipe_.InitBuffer(qa1_, 1, kBaseM * BK * sizeof(TIn));
+    pipe_.InitBuffer(qb1_, 1, kBaseN * BK * sizeof(TIn));
+    pipe_.InitBuffer(qa2_, 1, kBaseM * BK * sizeof(TIn));
+    pipe_.InitBuffer(qb2_, 1, kBaseN * BK * sizeof(TIn));
+    pipe_.InitBuffer(qc_, 1, kBaseM * kBaseN * sizeof(float));
+    const int64_t mt = (M + kBaseM - 1) / kBaseM, nt = (N + kBaseN - 1) / kBaseN;
+    for (int64_t t = GetBlockIdx(); t < mt * nt; t += GetBlockNum()) Tile(t / nt, t % nt, M, N, K);
+  }
+
+ private:
+  __aicore__ inline void Tile(int64_t mi, int64_t ni, int64_t M, int64_t N, int64_t K) {
+    const int64_t m0 = mi * kBaseM, n0 = ni * kBaseN;
+    const uint16_t mv = static_cast<uint16_t>(M - m0 < kBaseM ? M - m0 : kBaseM);
+    const uint16_t nv = static_cast<uint16_t>(N - n0 < kBaseN ? N - n0 : kBaseN);
+    LocalTensor<float> l0c = qc_.AllocTensor<float>();
+    for (int64_t k0 = 0; k0 < K; k0 += BK) {
+      const uint16_t kv = static_cast<uint16_t>(K - k0 < BK ? K - k0 : BK);
+      // GM -> L1: zero the whole tile, then the valid rows/columns in Nz (column blocks kBase{M,N} rows apart)
+      LocalTensor<TIn> a1 = qa1_.AllocTensor<TIn>();
+      LocalTensor<TIn> b1 = qb1_.AllocTensor<TIn>();
+      InitConstValue(a1, InitConstValueParams<TIn>{1, static_cast<uint16_t>(kBaseM * BK * sizeof(TIn) / 32), 0, TIn{}});
+      InitConstValue(b1, InitConstValueParams<TIn>{1, static_cast<uint16_t>(kBaseN * BK * sizeof(TIn) / 32), 0, TIn{}});
+      DataCopy(a1, ag_[m0 * K + k0], Nd2NzParams{1, mv, kv, 0, static_cast<uint16_t>(K), kBaseM, 1, 0});
+      DataCopy(b1, bg_[n0 * K + k0], Nd2NzParams{1, nv, kv, 0, static_cast<uint16_t>(K), kBaseN, 1, 0});
+      qa1_.EnQue(a1);
+      qb1_.EnQue(b1);
+      // L1 -> L0A (Zz): per 16-row block i, its KB fractals, which sit MB fractals apart in Nz
+      a1 = qa1_.DeQue<TIn>();
+      b1 = qb1_.DeQue<TIn>();
+      LocalTensor<TIn> a2 = qa2_.AllocTensor<TIn>();
+      LocalTensor<TIn> b2 = qb2_.AllocTensor<TIn>();
+      for (uint32_t i = 0; i < MB; ++i)
+        LoadData(a2[i * KB * FRAC], a1, LoadData2DParams{static_cast<uint16_t>(i), static_cast<uint8_t>(KB),
+                                                         static_cast<uint16_t>(MB), 0, 0, false, 0});
+      // L1 -> L0B (Zn of B = Nz of Bt): all KB * NB fractals in order
+      LoadData(b2, b1, LoadData2DParams{0, static_cast<uint8_t>(KB * NB), 1, 0, 0, false, 0});
+      qa1_.FreeTensor(a1);
+      qb1_.FreeTensor(b1);
+      qa2_.EnQue(a2);
+      qb2_.EnQue(b2);
+      a2 = qa2_.DeQue<TIn>();
+      b2 = qb2_.DeQue<TIn>();
+      MmadParams mp;
+      mp.m = kBaseM;
+      mp.n = kBaseN;
+      mp.k = BK;  // always the full chunk: the zero padding past kv adds exact zeros
+      mp.cmatrixInitVal = (k0 == 0);
+      Mmad(l0c, a2, b2, mp);
+      qa2_.FreeTensor(a2);
+      qb2_.FreeTensor(b2);
+    }
+    qc_.EnQue(l0c);
+    l0c = qc_.DeQue<float>();
+    FixpipeParamsV220 fp;
+    fp.nSize = nv;
+    fp.mSize = mv;
+    fp.srcStride = kBaseM;
+    fp.dstStride = static_cast<uint32_t>(N);
+    fp.quantPre = std::is_same<TOut, float>::value ? QuantMode_t::NoQuant : QuantMode_t::F322BF16;
+    Fixpipe<TOut, float, CFG_ROW_MAJOR>(cg_[m0 * N + n0], l0c, fp);
+    qc_.FreeTensor(l0c);
+  }
+  TPipe pipe_;
+  TQue<TPosition::A1, 1> qa1_;
+  TQue<TPosition::B1, 1> qb1_;
+  TQue<TPosition::A2, 1> qa2_;
+  TQue<TPosition::B2, 1> qb2_;
+  TQue<TPosition::CO1, 1> qc_;
+  GlobalTensor<TIn> ag_, bg_;
+  GlobalTensor<TOut> cg_;
+};
+}  // namespace ws1a

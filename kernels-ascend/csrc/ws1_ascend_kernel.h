@@ -1,0 +1,122 @@
+// ws1_ascend_kernel.h — what every WS1 Ascend C kernel shares: the fixed launch geometry, the fixed UB
+// tile, the host-launcher macro, and the GM <-> UB helpers that turn a bf16 or fp32 tile into fp32.
+//
+// Compiled two ways: by CANN's bisheng (`-x asc --npu-arch=dav-2201`, kernel_operator.h from CANN) for
+// Atlas A2/A3, and by g++ against WS1's emulator (kernels-ascend/emu/include/kernel_operator.h), which
+// defines WS1_ASCEND_EMU. Nothing below depends on which.
+//
+// Invariance rules these constants carry (docs/numerics.md, docs/ascend.md):
+//  * kTile (elements of one UB tile) and the Cube's baseM/baseN/baseK are compile-time constants: no
+//    tile size, reduction length or split ever depends on the number of rows, tokens or the blockDim.
+//  * Work items (rows, tokens, (query, head) pairs, output tiles, column tiles) go to cores by
+//    item % GetBlockNum(); an item's instruction sequence never depends on which core runs it or on
+//    how many items there are, so the launch's blockDim cannot change bits (the tests vary it).
+//  * No atomics: every output element is written by exactly one core.
+#pragma once
+#include "kernel_operator.h"
+
+namespace ws1a {
+using namespace AscendC;
+
+// Fixed launch geometry: Atlas 910B has 20-25 AI Cube cores and twice as many AI Vector cores (per SoC
+// variant); a fixed blockDim keeps the launch configuration the same on every A2/A3 host. More blocks
+// than cores are time-sliced by the runtime; fewer leave cores idle. Neither changes a work item's bits.
+constexpr uint32_t kVecBlocks = 40;
+constexpr uint32_t kCubeBlocks = 20;
+
+// One UB tile: 4096 fp32 elements (16 KiB). A row longer than that is processed in kTile pieces whose
+// ReduceSum results are added in ascending tile order on the scalar unit.
+constexpr uint32_t kTile = 4096;
+
+// Round n up to a multiple of m.
+__aicore__ inline uint32_t RoundUp(uint32_t n, uint32_t m) { return (n + m - 1) / m * m; }
+
+// GM -> UB: n elements of T at src, as fp32 in dst (bf16 is widened exactly by Cast CAST_NONE).
+// stage: a bf16 scratch tile (unused for float). Synchronous: the PipeBarrier<PIPE_ALL> after each
+// transfer makes the data visible to the vector unit (this first version does not overlap copy and
+// compute; double buffering is a later, bit-neutral change).
+template <class T>
+__aicore__ inline void LoadF32(const LocalTensor<float>& dst, const LocalTensor<bfloat16_t>& stage,
+                               const GlobalTensor<T>& src, uint32_t n) {
+  DataCopyExtParams p{1, static_cast<uint32_t>(n * sizeof(T)), 0, 0, 0};
+  if constexpr (std::is_same<T, float>::value) {
+    DataCopyPad(dst, src, p, DataCopyPadExtParams<float>{false, 0, 0, 0.0f});
+    PipeBarrier<PIPE_ALL>();
+  } else {
+    DataCopyPad(stage, src, p, DataCopyPadExtParams<bfloat16_t>{false, 0, 0, bfloat16_t{}});
+    PipeBarrier<PIPE_ALL>();
+    Cast(dst, stage, RoundMode::CAST_NONE, n);
+    PipeBarrier<PIPE_ALL>();
+  }
+}
+
+// UB -> GM: n fp32 elements of src stored as T at dst (fp32 -> bf16 by Cast CAST_RINT: nearest even).
+template <class T>
+__aicore__ inline void StoreF32(const GlobalTensor<T>& dst, const LocalTensor<float>& src,
+                                const LocalTensor<bfloat16_t>& stage, uint32_t n) {
+  DataCopyExtParams p{1, static_cast<uint32_t>(n * sizeof(T)), 0, 0, 0};
+  PipeBarrier<PIPE_ALL>();
+  if constexpr (std::is_same<T, float>::value) {
+    DataCopyPad(dst, src, p);
+  } else {
+    Cast(stage, src, RoundMode::CAST_RINT, n);
+    PipeBarrier<PIPE_ALL>();
+    DataCopyPad(dst, stage, p);
+  }
+  PipeBarrier<PIPE_ALL>();
+}
+
+// One fp32 scalar through the vector unit: f(x) with f one of Sqrt / Exp / Ln on a 8-lane (32-byte) tile.
+// The scalar unit only adds, subtracts, multiplies and divides; transcendentals go through the vector unit
+// so a value computed here and inside a vector loop gets the same instruction.
+__aicore__ inline float VecExp1(const LocalTensor<float>& t, float x) {
+  Duplicate(t, x, 8);
+  PipeBarrier<PIPE_ALL>();
+  Exp(t, t, 8);
+  PipeBarrier<PIPE_ALL>();
+  return t.GetValue(0);
+}
+__aicore__ inline float VecLn1(const LocalTensor<float>& t, float x) {
+  Duplicate(t, x, 8);
+  PipeBarrier<PIPE_ALL>();
+  Ln(t, t, 8);
+  PipeBarrier<PIPE_ALL>();
+  return t.GetValue(0);
+}
+__aicore__ inline float VecSqrt1(const LocalTensor<float>& t, float x) {
+  Duplicate(t, x, 8);
+  PipeBarrier<PIPE_ALL>();
+  Sqrt(t, t, 8);
+  PipeBarrier<PIPE_ALL>();
+  return t.GetValue(0);
+}
+
+// Store one fp32 scalar to GM (rstd, lse, logprob): a 4-byte DataCopyPad from an 8-lane UB tile.
+__aicore__ inline void StoreScalar(const GlobalTensor<float>& dst, const LocalTensor<float>& t, float v) {
+  t.SetValue(0, v);
+  PipeBarrier<PIPE_ALL>();
+  DataCopyPad(dst, t, DataCopyExtParams{1, 4, 0, 0, 0});
+  PipeBarrier<PIPE_ALL>();
+}
+}  // namespace ws1a
+
+// Host launcher: bisheng's <<<blockDim, l2ctrl, stream>>> kernel launch on the device; in the emulator a
+// loop over block indices (ws1emu::launch), like CANN's CPU-debug ICPU_RUN_KF.
+#ifdef WS1_ASCEND_EMU
+namespace ws1emu {
+template <class F>
+struct Launcher {
+  uint32_t n;
+  F* f;
+  template <class... A>
+  void operator()(A... a) const {
+    launch(n, [&] { f(a...); });
+  }
+};
+template <class F>
+Launcher<F> launcher(uint32_t n, F* f) { return {n, f}; }
+}  // namespace ws1emu
+#define WS1_KERNEL_CALL(kernel, block_dim, stream) ws1emu::launcher(block_dim, kernel)
+#else
+#define WS1_KERNEL_CALL(kernel, block_dim, stream) kernel<<<block_dim, nullptr, stream>>>
+#endif

@@ -1,0 +1,44 @@
+// register_emu.cpp — the emulator build: the SAME kernels-ascend/csrc/*.asc sources compiled by g++ against
+// WS1's kernel_operator.h (emu/include), with the shared host layer (ws1_ascend_ops.h), registered as
+// torch.ops.ws1_ascend_emu.* on CPU tensors. Never ascend_bf16 evidence: its self-report path is "emulator"
+// and its ids are ws1_ascend_emu::<op>.
+#include "kernel_operator.h"
+
+#include "attention.asc"
+#include "batch_invariant_logp.asc"
+#include "controls.asc"
+#include "det_gemm.asc"
+#include "embedding.asc"
+#include "lm_head.asc"
+#include "logprob.asc"
+#include "qk_norm.asc"
+#include "rms_norm.asc"
+#include "rope.asc"
+#include "silu.asc"
+#include "swiglu.asc"
+
+#define WS1A_NAME "ws1_ascend_emu"
+#define WS1A_PATH "emulator"
+#define WS1A_DEVICE_TYPE c10::DeviceType::CPU
+#define WS1A_DEVICE_NAME "CPU (emulator)"
+#define WS1A_STREAM() nullptr
+#define WS1A_RUN(name, fn) (fn)()
+#include "ws1_ascend_ops.h"
+
+namespace {
+// test hook: the launch's blockDim (0 restores the fixed geometry 40 vector / 20 cube blocks)
+void set_launch_blocks(int64_t vec, int64_t cube) {
+  TORCH_CHECK(vec >= 0 && cube >= 0 && vec <= 4096 && cube <= 4096, "set_launch_blocks: counts must be in [0, 4096]");
+  ws1a_host::vec_blocks() = vec ? static_cast<uint32_t>(vec) : 40u;
+  ws1a_host::cube_blocks() = cube ? static_cast<uint32_t>(cube) : 20u;
+}
+}  // namespace
+
+TORCH_LIBRARY(ws1_ascend_emu, m) {
+  WS1A_DEFINE_LIBRARY(m);
+  m.def("set_launch_blocks(int vec, int cube) -> ()", &set_launch_blocks);
+}
+TORCH_LIBRARY_IMPL(ws1_ascend_emu, CPU, m) { WS1A_IMPL_LIBRARY(m); }
+
+#include <torch/extension.h>
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}  // the Python module is empty: the ops register through TORCH_LIBRARY

@@ -1,0 +1,26 @@
+"""The WS1 Ascend C kernels (kernels-ascend/csrc/*.asc) compiled by g++ against WS1's emulator of the Ascend C
+API subset they use. Importing this module registers ``torch.ops.ws1_ascend_emu.*`` on CPU tensors.
+
+What it proves: the kernels' ORDER logic — which values each instruction combines, in which order, with which
+fixed tiles — run through the same invariance transforms and accuracy judgments as the cpu family. What it
+does not: the NPU's bits (its Exp/Ln/Sqrt/Sin/Cos and the Cube's internal order are assumptions, listed in
+docs/ascend.md). Emulated runs record their own family, ``ascend_emu``; they are never ascend_bf16 evidence.
+"""
+import json
+
+import torch  # noqa: F401  (the extension links against libtorch)
+
+from . import _C  # noqa: F401  registers torch.ops.ws1_ascend_emu
+
+FAMILY = "ascend_emu"
+NAMESPACE = "ws1_ascend_emu"
+
+
+def calls() -> dict[str, dict[str, int]]:
+    """What the emulated kernels counted of their own calls: {"ws1_ascend_emu::<op>": {"emulator": n}}."""
+    return json.loads(torch.ops.ws1_ascend_emu.calls())
+
+
+def set_launch_blocks(vec: int = 0, cube: int = 0) -> None:
+    """The blockDim of later launches (0 = the fixed 40 vector / 20 cube blocks). For tests only."""
+    torch.ops.ws1_ascend_emu.set_launch_blocks(vec, cube)
