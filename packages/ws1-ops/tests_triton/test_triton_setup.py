@@ -47,6 +47,26 @@ def test_a_swapped_triton_callable_is_caught(tri):
     assert any("recorded kernel did not run" in p for p in s["package_problems"]), s
 
 
+@pytest.mark.parametrize("fusion", [False, True])
+def test_every_launch_carries_the_fp_fusion_option(fusion, tri, monkeypatch):
+    """What a launch hands to Triton (the GPU compiles with it at run time) holds the family's
+    enable_fp_fusion; with the module constant flipped, the launches follow (the check can fail)."""
+    from ws1_ops.triton import _common
+    from ws1_ops.triton import swiglu as sw
+
+    seen = []
+
+    class Spy:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: seen.append(kwargs)
+
+    monkeypatch.setattr(_common, "FP_FUSION", fusion)
+    monkeypatch.setattr(sw.swiglu_fwd_kernel, "fn", Spy())
+    sw.swiglu(torch.randn(3, 8).bfloat16(), torch.randn(3, 8).bfloat16())
+    assert [k["enable_fp_fusion"] for k in seen] == [fusion]
+    assert _common.counted.options({"num_warps": 4}) == {"enable_fp_fusion": fusion, "num_warps": 4}
+
+
 def test_every_node_registers_the_manifest_kernel_id():
     ks = ws1_ops.kernels_for("triton")
     assert sorted(ks) == sorted(ws1_ops.REQUIRED_NODES)

@@ -12,6 +12,7 @@
     report EVIDENCE.json                re-render a C8 record's Markdown table and SVG figure
     nodes [--json]                      every place each node of the node table must appear (not a gate)
     rl-onpolicy [PROFILE] [--steps N]   the same GRPO run on a profile and on candidates (nox -s rl_onpolicy)
+    triton-aot [--arch 90,80]           the Triton kernels compiled for sm_90a/sm_80, no GPU (nox -s triton_aot)
 
 C1 and C2 (static) are ``python -m ws1_contract c1|c2``; C11 is ``ci/c11.py``. ``<gate> --help``
 lists a gate's options. Common: ``--json`` (records instead of tables), ``--evidence-dir DIR``.
@@ -42,6 +43,7 @@ GATES = {
     "c10": ("chain_gate", ()),
     "nodes": ("node_places", ()),
     "rl-onpolicy": ("rl_onpolicy", ()),
+    "triton-aot": ("triton_aot", ()),
 }
 
 

@@ -6,8 +6,8 @@ then every kernel runs on CPU tensors in numpy. Two things differ there and are 
 
 * ``tl.dot`` on BF16 operands is wrong in the interpreter (it multiplies the raw uint16 bit
   patterns), so every kernel takes ``DOT_F32`` and, when it is set, upcasts its dot operands to
-  FP32 before ``tl.dot`` (exact: BF16 -> FP32 is a 16-bit shift). On the GPU ``DOT_F32`` is False
-  for BF16 operands: the tensor cores multiply BF16 and accumulate in FP32.
+  FP32 before ``tl.dot`` (exact: BF16 -> FP32 is a 16-bit shift). On the GPU ``DOT_F32`` is False:
+  the tensor cores multiply BF16 and accumulate in FP32 (an FP32 operand is split into BF16 parts).
 * The interpreter's FP32 -> BF16 cast truncates. Every BF16 result is therefore rounded by
   :func:`rne_bf16`, round-to-nearest-even written with integer bit operations, which gives the
   same bits in the interpreter, on the GPU and in the cpu kernels (``f32_to_bf16_bits``).
@@ -41,7 +41,7 @@ _INTERP = tl.constexpr(INTERPRET)
 def dot(a, b, acc):
     """``acc + a @ b`` for a [BM, BK] and b [BK, BN] FP32/BF16 tiles, FP32 result.
 
-    GPU: ``tl.dot`` (the tensor cores, or IEEE FP32 FMAs for FP32 operands). Interpreter: ``tl.dot``
+    GPU: ``tl.dot`` on BF16 operands (the tensor cores, FP32 accumulation). Interpreter: ``tl.dot``
     is numpy's matmul there, i.e. the host's BLAS, whose reduction order follows M on some CPUs
     (measured on an AMD Zen 3 host with numpy's OpenBLAS 0.3.31: det_gemm's padded and permuted
     layouts differed from the canonical batch in single FP32 ulps; on other hosts they did not), which
@@ -66,20 +66,41 @@ def _gpu_path(index: int) -> str:
     return f"sm{major}{minor}"
 
 
+# FMA contraction (docs/triton.md, "FMA contraction"): every kernel is compiled with
+# ``enable_fp_fusion=False``, so the GPU rounds after every +, - and * exactly as the source (and the
+# interpreter, which never fuses) writes them: rope's FP64 sincos stays "+, -, x only", and the
+# cross-kernel identities (silu(x) == swiglu(x, 1), logprob == batch_invariant_logp[target]) do not
+# depend on which products ptxas or LLVM would have contracted in one kernel and not in the other.
+# An FMA appears only where it is written: ``tl.fma`` (the norms' dx, swiglu's and silu's
+# backward) and inside libdevice's ``logf`` behind ``tl.log`` (fixed library code, its
+# ``fma.rn.ftz``); the dots are tensor-core MMAs. Checked on the compiled PTX by
+# ``python -m ws1_matrix triton-aot``. Triton 3.9 still defaults to fusion on.
+FP_FUSION = False
+# kernels whose source writes an FMA itself (tl.fma)
+EXPLICIT_FMA = frozenset({"rms_norm_bwd_kernel", "qk_norm_bwd_kernel", "swiglu_bwd_kernel", "silu_bwd_kernel"})
+
+
 class counted:
     """A launched kernel that counts its own launches (``kernel[grid](...)`` as before), so what ran
-    is known from the launch itself, not from the Python label that chose the launcher."""
+    is known from the launch itself, not from the Python label that chose the launcher. Every launch
+    carries the family's compile options (:data:`FP_FUSION`): the option the GPU compiles with at
+    run time is the one the ahead-of-time check compiles with."""
 
     def __init__(self, fn):
         self.fn = fn
         inner = getattr(fn, "fn", fn)
         self.kernel_id = f"{inner.__module__}:{inner.__name__}"
 
+    @staticmethod
+    def options(kwargs: dict) -> dict:
+        """The launch's keyword arguments with the family's compile options added."""
+        return {"enable_fp_fusion": FP_FUSION, **kwargs}
+
     def __getitem__(self, grid):
         launch = self.fn[grid]
 
         def run(*args, **kwargs):
-            out = launch(*args, **kwargs)
+            out = launch(*args, **self.options(kwargs))
             LAUNCHES[(self.kernel_id, "interpreter" if INTERPRET else _gpu_path(torch.cuda.current_device()))] += 1
             return out
 
@@ -97,9 +118,11 @@ def launches() -> dict[str, dict[str, int]]:
 
 
 def dot_f32(*tensors: torch.Tensor) -> bool:
-    """Whether a kernel's dot operands are upcast to FP32: always in the interpreter; on the GPU
-    only when an operand is already FP32 (then the dot is an IEEE FP32 dot, never TF32)."""
-    return INTERPRET or any(t.dtype == torch.float32 for t in tensors)
+    """Whether a kernel's dot operands are upcast to FP32: in the interpreter only. On the GPU every
+    dot is a BF16 tensor-core MMA with FP32 accumulation; an FP32 operand (lm_head's backward) is
+    split into three BF16 parts first (``_gemm``, ``SPLIT_A``), never a TF32 or CUDA-core FP32 dot."""
+    del tensors
+    return INTERPRET
 
 
 def next_pow2(n: int) -> int:

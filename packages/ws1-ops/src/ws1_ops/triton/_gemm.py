@@ -19,6 +19,16 @@ Numerics (why a row's bits do not depend on the batch):
 
 Parameter gradients use the same loop with the *row* axis as K (``GATHER_K``): dW = dy.T @ x
 over the rows in canonical order (``perm``), BK rows at a time, ascending, never split.
+
+An FP32 ``a`` (lm_head's backward: dy is the FP32 logit gradient; b is always BF16) runs on the
+tensor cores too (``SPLIT_A``): each a-block is split exactly into three BF16 parts,
+a = hi + mid + lo (hi = bf16(a), mid = bf16(a - hi), lo = a - hi - mid: 8 + 8 + 8 significand bits
+hold FP32's 24, so the split loses nothing outside BF16's subnormal range), and the block adds
+dot(lo, b), dot(mid, b), dot(hi, b) to the FP32 accumulator in that fixed order (small parts
+first). Every product of two BF16 values is exact in FP32, so the result has FP32-level accuracy
+(judged by the contract's gradient_accuracy rows) at three BF16 MMAs per block instead of an IEEE
+FP32 dot on the CUDA cores (which also spilled: 255 registers, 460-812 B of spill stores on sm_80
+and sm_90a, ``python -m ws1_matrix triton-aot``). The order is fixed by K alone, as above.
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import dot, dot_f32, rne_bf16
+from ._common import bf16_round_f32, dot, dot_f32, rne_bf16
 
 
 @dataclass(frozen=True)
@@ -48,8 +58,11 @@ class GemmConfig:
 # (one wave on 132 SMs) while large M still runs full wgmma tiles. A different M never selects
 # another configuration (docs/design.md §7b rule 4): the trade-off is measured by benchmarks/bench_triton.py.
 BF16_CONFIG = GemmConfig(BM=64, BN=128, BK=64, GROUP_M=8, num_warps=4, num_stages=4)
-# An FP32 operand (lm_head's backward: FP32 logit gradients): IEEE FP32 dot, no TF32.
-F32_CONFIG = GemmConfig(BM=64, BN=64, BK=32, GROUP_M=8, num_warps=4, num_stages=3)
+# An FP32 a operand (lm_head's backward: FP32 logit gradients), split into three BF16 parts
+# (SPLIT_A): the BF16 output tile with BK 32 and 3 stages. At BK 64 the split's three parts of the
+# [64, 64] FP32 block spilled (sm_80: 255 registers, 276-576 B; sm_90a: 4 B); at BK 32: 128/115
+# registers (dx/dW, sm_90a, wgmma), 168/204 (sm_80, mma.sync), no spill (python -m ws1_matrix triton-aot).
+F32_CONFIG = GemmConfig(BM=64, BN=128, BK=32, GROUP_M=8, num_warps=4, num_stages=3)
 
 
 def config_for(*operands: torch.Tensor) -> GemmConfig:
@@ -73,10 +86,11 @@ def tile_of_program(M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.conste
 @triton.jit
 def gemm_acc(a_ptr, b_ptr, k_idx_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, pid_m, pid_n,
              GATHER_K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-             DOT_F32: tl.constexpr):
+             DOT_F32: tl.constexpr, SPLIT_A: tl.constexpr):
     """FP32 [BM, BN] accumulator of tile (pid_m, pid_n): K ascending in BK steps, never split.
 
-    ``GATHER_K``: the k-th reduction index addresses row ``k_idx[k]`` (canonical row order)."""
+    ``GATHER_K``: the k-th reduction index addresses row ``k_idx[k]`` (canonical row order).
+    ``SPLIT_A``: a is FP32, b BF16: three BF16 dots per block (module docstring)."""
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
     m_ok = rm < M
@@ -96,8 +110,26 @@ def gemm_acc(a_ptr, b_ptr, k_idx_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, pid_m, pi
         if DOT_F32:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
-        acc = dot(a, b, acc)
+        if SPLIT_A:
+            hi = bf16_round_f32(a)
+            rest = a - hi                     # exact (Sterbenz): the low 16 significand bits
+            mid = bf16_round_f32(rest)
+            lo = rest - mid                   # exact, and a BF16 value (at most 8 bits left)
+            acc = dot(_bf16_operand(lo, DOT_F32), b, acc)
+            acc = dot(_bf16_operand(mid, DOT_F32), b, acc)
+            acc = dot(_bf16_operand(hi, DOT_F32), b, acc)
+        else:
+            acc = dot(a, b, acc)
     return acc
+
+
+@triton.jit
+def _bf16_operand(x, DOT_F32: tl.constexpr):
+    """An FP32 tile holding BF16 values as a dot operand: BF16 on the GPU (exact), FP32 in the
+    interpreter (whose BF16 dot is wrong; DOT_F32)."""
+    if not DOT_F32:
+        x = x.to(tl.bfloat16)
+    return x
 
 
 @triton.jit
@@ -122,3 +154,10 @@ def launch_kwargs(a: torch.Tensor, b: torch.Tensor) -> dict:
     cfg = config_for(a, b)
     return dict(BM=cfg.BM, BN=cfg.BN, BK=cfg.BK, GROUP_M=cfg.GROUP_M, DOT_F32=dot_f32(a, b),
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+
+def split_kwargs(a: torch.Tensor, b: torch.Tensor) -> dict:
+    """A kernel whose a operand may be FP32 (the backward's dy): the split flag besides the config."""
+    if b.dtype != torch.bfloat16 or a.dtype not in (torch.bfloat16, torch.float32):
+        raise ValueError(f"triton gemm: operands must be (BF16 or FP32, BF16), got {a.dtype} and {b.dtype}")
+    return dict(launch_kwargs(a, b), SPLIT_A=a.dtype == torch.float32)

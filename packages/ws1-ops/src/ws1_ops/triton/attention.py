@@ -23,7 +23,7 @@ Backward (FP32, no atomics, per sequence):
 * delta[i, h] = sum_d dout * out (one program per query token; heads are the tile's rows).
 * dq: one program per (query tile, head), key tiles 0.. ascending as in the forward;
   ds = p * (dp - delta), dq += bf16(ds) @ k; dq *= scale.
-* dk, dv: one program per (key tile of one sequence, kv head); it loops over the group's query
+* dk, dv: one program per (tile of BN_KV = 32 keys of one sequence, kv head); it loops over the group's query
   heads ascending, then the sequence's query tiles ascending (tiles aligned to the sequence's first
   query), dv += bf16(p)^T @ dout, dk += bf16(ds)^T @ q; dk *= scale. The order is fixed per
   sequence, so packing, batch order and the other sequences cannot change a bit.
@@ -38,7 +38,13 @@ import triton.language as tl
 from ._common import bf16_round_f32, check_device, counted, dot_f32, index_on, next_pow2, rne_bf16
 
 BM, BN = 64, 64            # query rows, keys per tile (fixed)
-FWD_WARPS, BWD_WARPS = 4, 8
+# dk/dv: keys per program. 32, not BN: a program holds its keys' k, v, dk, dv for the whole loop,
+# and at head_dim 128 four [64, 128] tiles spilled (sm_90a: 255 registers, 252 B of spill stores);
+# with 32 keys, 243 (sm_90a) / 250 (sm_80) registers and no spill. Which keys share a program does
+# not change a key's operations (its rows of dk, dv come from its own row of k and v).
+BN_KV = 32
+# 8 warps in the forward too: with 4, head_dim 128 spilled on sm_80 (48 B); 8 also on sm_90a (wgmma)
+FWD_WARPS, BWD_WARPS = 8, 8
 
 
 @triton.jit
@@ -283,9 +289,9 @@ def attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, q_pos, scale):
     qt = _tiles(qs, lq, BM, False, q.device)
     attention_bwd_dq_kernel[(qt.shape[0], HQ)](q, k, v, dout, lse, delta, dq, cu_q, cu_k, q_pos, qt, float(scale),
                                                HQ, HKV, D, **args, num_warps=BWD_WARPS, num_stages=2)
-    kt = _tiles(ks, lk, BN, True, q.device)
+    kt = _tiles(ks, lk, BN_KV, True, q.device)
     if kt.shape[0]:
         attention_bwd_dkdv_kernel[(kt.shape[0], HKV)](q, k, v, dout, lse, delta, dk, dv, cu_q, cu_k, q_pos, kt,
-                                                      float(scale), HQ, HKV, D, **args, num_warps=BWD_WARPS,
-                                                      num_stages=2)
+                                                      float(scale), HQ, HKV, D, **dict(args, BN=BN_KV),
+                                                      num_warps=BWD_WARPS, num_stages=2)
     return dq, dk, dv

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from ._common import check_device, counted, index_on
-from ._gemm import gemm_acc, grid, launch_kwargs, store_tile, tile_of_program
+from ._gemm import gemm_acc, grid, launch_kwargs, split_kwargs, store_tile, tile_of_program
 
 
 @counted
@@ -27,7 +27,7 @@ def det_gemm_fwd_kernel(x_ptr, w_ptr, y_ptr, M, N, K, s_xm, s_wn, s_ym,
     """y[m, n] = bf16_rne(sum_k x[m, k] w[n, k]); B[k, n] = w[n, k] (stride 1 along k)."""
     pid_m, pid_n = tile_of_program(M, N, BM, BN, GROUP_M)
     acc = gemm_acc(x_ptr, w_ptr, x_ptr, M, N, K, s_xm, 1, 1, s_wn, pid_m, pid_n,
-                   False, BM, BN, BK, DOT_F32)
+                   False, BM, BN, BK, DOT_F32, False)
     store_tile(y_ptr, acc, M, N, s_ym, pid_m, pid_n, BM, BN, True)
 
 
@@ -35,11 +35,12 @@ def det_gemm_fwd_kernel(x_ptr, w_ptr, y_ptr, M, N, K, s_xm, s_wn, s_ym,
 @triton.jit(do_not_specialize=["M"])
 def det_gemm_bwd_dx_kernel(dy_ptr, w_ptr, dx_ptr, M, N, K, s_dym, s_wn, s_dxm,
                            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                           DOT_F32: tl.constexpr):
-    """dx[m, k] = sum_n dy[m, n] w[n, k] in FP32 (the reduction axis is N, never split)."""
+                           DOT_F32: tl.constexpr, SPLIT_A: tl.constexpr):
+    """dx[m, k] = sum_n dy[m, n] w[n, k] in FP32 (the reduction axis is N, never split).
+    FP32 dy (lm_head): SPLIT_A, three BF16 MMAs per block (_gemm)."""
     pid_m, pid_n = tile_of_program(M, K, BM, BN, GROUP_M)
     acc = gemm_acc(dy_ptr, w_ptr, dy_ptr, M, K, N, s_dym, 1, s_wn, 1, pid_m, pid_n,
-                   False, BM, BN, BK, DOT_F32)
+                   False, BM, BN, BK, DOT_F32, SPLIT_A)
     store_tile(dx_ptr, acc, M, K, s_dxm, pid_m, pid_n, BM, BN, False)
 
 
@@ -47,11 +48,12 @@ def det_gemm_bwd_dx_kernel(dy_ptr, w_ptr, dx_ptr, M, N, K, s_dym, s_wn, s_dxm,
 @triton.jit(do_not_specialize=["R"])
 def det_gemm_bwd_dw_kernel(dy_ptr, x_ptr, perm_ptr, dw_ptr, R, N, K, s_dym, s_xm, s_dwn,
                            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                           DOT_F32: tl.constexpr):
-    """dw[n, k] = sum_r dy[perm[r], n] x[perm[r], k] in FP32, r ascending in canonical order."""
+                           DOT_F32: tl.constexpr, SPLIT_A: tl.constexpr):
+    """dw[n, k] = sum_r dy[perm[r], n] x[perm[r], k] in FP32, r ascending in canonical order.
+    FP32 dy (lm_head): SPLIT_A, three BF16 MMAs per block (_gemm)."""
     pid_m, pid_n = tile_of_program(N, K, BM, BN, GROUP_M)
     acc = gemm_acc(dy_ptr, x_ptr, perm_ptr, N, K, R, 1, s_dym, s_xm, 1, pid_m, pid_n,
-                   True, BM, BN, BK, DOT_F32)
+                   True, BM, BN, BK, DOT_F32, SPLIT_A)
     store_tile(dw_ptr, acc, N, K, s_dwn, pid_m, pid_n, BM, BN, False)
 
 
@@ -93,7 +95,7 @@ def gemm_dx(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     dx = torch.empty(M, K, dtype=torch.float32, device=dy.device)
     if M and K:
         det_gemm_bwd_dx_kernel[grid(M, K, dy, w)](dy, w, dx, M, N, K, dy.stride(0), w.stride(0), dx.stride(0),
-                                                  **launch_kwargs(dy, w))
+                                                  **split_kwargs(dy, w))
     return dx
 
 
@@ -108,5 +110,5 @@ def gemm_dw(dy: torch.Tensor, x: torch.Tensor, perm: torch.Tensor) -> torch.Tens
     dw = torch.empty(N, K, dtype=torch.float32, device=dy.device)
     if N and K:
         det_gemm_bwd_dw_kernel[grid(N, K, dy, x)](dy, x, perm, dw, perm.numel(), N, K, dy.stride(0), x.stride(0),
-                                                  dw.stride(0), **launch_kwargs(dy, x))
+                                                  dw.stride(0), **split_kwargs(dy, x))
     return dw

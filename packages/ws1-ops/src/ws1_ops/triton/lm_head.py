@@ -24,7 +24,7 @@ def lm_head_fwd_kernel(x_ptr, w_ptr, y_ptr, M, N, K, s_xm, s_wn, s_ym,
     """logits[m, v] = sum_k x[m, k] w[v, k], FP32 (the accumulator itself)."""
     pid_m, pid_n = tile_of_program(M, N, BM, BN, GROUP_M)
     acc = gemm_acc(x_ptr, w_ptr, x_ptr, M, N, K, s_xm, 1, 1, s_wn, pid_m, pid_n,
-                   False, BM, BN, BK, DOT_F32)
+                   False, BM, BN, BK, DOT_F32, False)
     store_tile(y_ptr, acc, M, N, s_ym, pid_m, pid_n, BM, BN, False)
 
 
