@@ -231,9 +231,9 @@ inline at::Tensor lm_head(const at::Tensor& x, const at::Tensor& w) {
   return gemm_bf16(x, w, "lm_head", WS1A_NAME "::lm_head", true, ws1_launch_lm_head);
 }
 // negative control: baseK chosen by M (see controls.asc)
-inline at::Tensor variant_det_gemm_small_k(const at::Tensor& x, const at::Tensor& w) {
-  return gemm_bf16(x, w, "variant_det_gemm_small_k", WS1A_NAME "::variant_det_gemm_small_k", false,
-                   x.size(0) < 16 ? ws1_launch_variant_det_gemm_small_k : ws1_launch_det_gemm);
+inline at::Tensor variant_lm_head_small_k(const at::Tensor& x, const at::Tensor& w) {
+  return gemm_bf16(x, w, "variant_lm_head_small_k", WS1A_NAME "::variant_lm_head_small_k", true,
+                   x.size(0) < 16 ? ws1_launch_variant_lm_head_small_k : ws1_launch_lm_head);
 }
 // the general FP32 GEMM of the backward: c[M, N] = a[M, K] · b[N, K]ᵀ (a, b any float dtype and strides; they
 // are made FP32-contiguous first, an exact conversion). out_fp32 must be true (the only use).
@@ -480,7 +480,7 @@ inline std::string calls_op() { return calls_json(); }
   m.def("batch_invariant_logp_bwd(Tensor g, Tensor logp) -> Tensor");                                              \
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, Tensor q_pos, "          \
         "float scale) -> (Tensor, Tensor)");                                                                        \
-  m.def("variant_det_gemm_small_k(Tensor x, Tensor weight) -> Tensor");                                             \
+  m.def("variant_lm_head_small_k(Tensor x, Tensor weight) -> Tensor");                                             \
   m.def("variant_rms_norm_small_tile(Tensor x, Tensor weight, float eps) -> (Tensor, Tensor)");                     \
   m.def("calls() -> str", &ws1a_host::calls_op)
 
@@ -504,5 +504,5 @@ inline std::string calls_op() { return calls_json(); }
   m.impl("logprob_bwd", &ws1a_host::logprob_bwd);                                                                   \
   m.impl("batch_invariant_logp_bwd", &ws1a_host::batch_invariant_logp_bwd);                                         \
   m.impl("attention", &ws1a_host::attention);                                                                       \
-  m.impl("variant_det_gemm_small_k", &ws1a_host::variant_det_gemm_small_k);                                         \
+  m.impl("variant_lm_head_small_k", &ws1a_host::variant_lm_head_small_k);                                         \
   m.impl("variant_rms_norm_small_tile", &ws1a_host::variant_rms_norm_small_tile)

@@ -1,0 +1,121 @@
+"""The emulated Ascend kernels against the FP32 references (ws1_ops.reference), forward and backward, with the
+contract's accuracy judgments (no private tolerance), and the cross-node identities."""
+
+import pytest
+import torch
+from emu_cases import BF16, E, EPS, F32, attention_inputs, make, same_bits
+
+from ws1_contract import within_tolerance
+from ws1_contract.compare import accuracy
+from ws1_contract.manifest import load_manifest
+from ws1_ops import reference
+
+PER_ROW = load_manifest().nodes_where(rows="token", required=True)
+
+
+@pytest.mark.parametrize("op", PER_ROW)
+def test_forward_accuracy(op, contract):
+    c = make(op, n=70)
+    got = c.fwd(*c.rows, *c.params)
+    th = contract.resolve("forward_accuracy", op, "bfloat16")
+    r = within_tolerance(got, c.ref(*c.rows, *c.params), th.atol, th.rtol, op)
+    assert r.passed, r.detail
+
+
+def test_attention_forward_accuracy(contract):
+    q, k, v, cu, qp = attention_inputs([5, 40, 1, 33])
+    out, lse = E.attention(q, k, v, cu, cu, qp, 0.125)
+    th = contract.resolve("forward_accuracy", "attention", "bfloat16")
+    r = within_tolerance(out, reference.attention(q, k, v, cu, cu, qp, 0.125), th.atol, th.rtol, "attention")
+    assert r.passed, r.detail
+
+
+def _grad_ref(fn, *inputs, dy):
+    xs = [t.detach().float().requires_grad_() for t in inputs]
+    fn(*xs).backward(dy.float())
+    return [x.grad for x in xs]
+
+
+def _check(contract, op, got, ref, name):
+    r = accuracy(got, ref, contract.resolve("gradient_accuracy", op, "bfloat16"), name)
+    assert r.passed, r.detail
+
+
+def test_rms_norm_and_qk_norm_backward(contract):
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(40, 4200, generator=g) * 2, (1 + 0.2 * torch.randn(4200, generator=g)).bfloat16()
+    dy = torch.randn(40, 4200, generator=g)
+    _, rstd = E.rms_norm(x, w, EPS)
+    dx, dw = E.rms_norm_bwd(dy, x, w, rstd)
+    rx, rw = _grad_ref(lambda a, b: reference.rms_norm(a, b, EPS), x, w, dy=dy)
+    _check(contract, "rms_norm", dx, rx, "rms_norm dx")
+    _check(contract, "rms_norm", dw, rw, "rms_norm dw")
+    xq, wq = torch.randn(9, 4, 128, generator=g).bfloat16(), torch.randn(128, generator=g).bfloat16()
+    dq = torch.randn(9, 4, 128, generator=g)
+    _, rq = E.qk_norm(xq, wq, EPS)
+    dxq, dwq = E.qk_norm_bwd(dq, xq, wq, rq)
+    rxq, rwq = _grad_ref(lambda a, b: reference.qk_norm(a, b, EPS), xq, wq, dy=dq)
+    _check(contract, "qk_norm", dxq, rxq, "qk_norm dx")
+    _check(contract, "qk_norm", dwq, rwq, "qk_norm dw")
+
+
+def test_gemm_backward_fp32_vjp(contract):
+    # the row-fold VJP on the FP32-input Cube GEMM: dx = dy · W, dW = dyᵀ · x (Bᵀ passed, as the backend does)
+    c = make("det_gemm", n=70)
+    x, w = c.rows[0], c.params[0]
+    dy = torch.randn(70, 150, generator=torch.Generator().manual_seed(2))
+    dx = E.gemm(dy, w.t(), True)
+    dw = E.gemm(dy.t(), x.t(), True)
+    rx, rw = _grad_ref(reference.det_gemm, x, w, dy=dy)
+    _check(contract, "det_gemm", dx, rx, "det_gemm dx")
+    _check(contract, "det_gemm", dw, rw, "det_gemm dw")
+
+
+def test_activation_rope_embedding_backward(contract):
+    g = torch.Generator().manual_seed(4)
+    a, b = (torch.randn(8, 4200, generator=g) * 3).bfloat16(), torch.randn(8, 4200, generator=g).bfloat16()
+    dy = torch.randn(8, 4200, generator=g)
+    dg, du = E.swiglu_bwd(dy, a, b)
+    ra, rb = _grad_ref(reference.swiglu, a, b, dy=dy)
+    _check(contract, "swiglu", dg, ra, "swiglu dgate")
+    _check(contract, "swiglu", du, rb, "swiglu dup")
+    _check(contract, "silu", E.silu_bwd(dy, a), _grad_ref(reference.silu, a, dy=dy)[0], "silu dx")
+    x, pos = torch.randn(6, 2, 128, generator=g).bfloat16(), torch.randint(0, 5000, (6,), generator=g)
+    dr = torch.randn(6, 2, 128, generator=g)
+    rr = _grad_ref(lambda t: reference.rope(t, pos, 1e6), x, dy=dr)[0]
+    _check(contract, "rope", E.rope(dr, pos, 1e6, True), rr, "rope dx (inverse rotation)")
+    ids = torch.tensor([4, 1, 4, 0, 4, 2])
+    de = E.embedding_bwd(dr.reshape(6, -1), ids, 7)
+    assert torch.equal(de, torch.zeros(7, 256).index_add_(0, ids, dr.reshape(6, -1)))  # 3 fp32 adds from +0: exact
+
+
+def test_logprob_backward(contract):
+    c = make("logprob", n=6)
+    lg, t = c.rows
+    gv = torch.randn(6, generator=torch.Generator().manual_seed(5))
+    _, lse = E.logprob(lg, t)
+    d = E.logprob_bwd(gv, lg, lse, t)
+    _check(contract, "logprob", d, _grad_ref(lambda z: reference.logprob(z, t), lg, dy=gv)[0], "logprob dlogits")
+    logp, _ = E.batch_invariant_logp(lg)
+    gg = torch.randn(6, 5000, generator=torch.Generator().manual_seed(6))
+    d2 = E.batch_invariant_logp_bwd(gg, logp)
+    _check(contract, "batch_invariant_logp", d2, _grad_ref(reference.batch_invariant_logp, lg, dy=gg)[0], "bilp dlogits")
+
+
+def test_silu_equals_swiglu_with_ones_bitwise():
+    x = (torch.randn(5, 4200) * 4).bfloat16()
+    assert same_bits(E.silu(x), E.swiglu(x, torch.ones_like(x)))
+    dy = torch.randn(5, 4200)
+    assert same_bits(E.silu_bwd(dy, x), E.swiglu_bwd(dy, x, torch.ones_like(x))[0])
+
+
+def test_logprob_equals_log_softmax_at_target_bitwise():
+    c = make("logprob", n=9)
+    lg, t = c.rows
+    assert same_bits(E.logprob(lg, t)[0], E.batch_invariant_logp(lg)[0].gather(1, t[:, None]).squeeze(1))
+
+
+def test_fp32_inputs_accepted_bf16_out():
+    x = torch.randn(3, 300)
+    y, rstd = E.rms_norm(x, torch.ones(300), EPS)
+    assert y.dtype == BF16 and rstd.dtype == F32
