@@ -172,6 +172,16 @@ def rl_onpolicy(session: nox.Session) -> None:
     _matrix_gate(session, "rl-onpolicy")
 
 
+@nox.session
+def triton_aot(session: nox.Session) -> None:
+    """Not a gate: the Triton kernels compiled for sm_90a and sm_80 without a GPU (every launch of the
+    chain's nodes at the test and Qwen3-8B shapes; Triton's ptxas) -> evidence/build/triton_aot.{json,md};
+    red on a compile error, a spill in det_gemm/lm_head/attention or an FMA the docs do not promise
+    (~1 min on 2 cores; docs/ci.md). Options after ``--``: python -m ws1_matrix triton-aot --help."""
+    _require(session, "triton")
+    _matrix_gate(session, "triton-aot")
+
+
 def _pytest(session: nox.Session, marker: str, dirs: list[str] = TEST_DIRS, posargs: bool = True, env: dict | None = None) -> None:
     _require(session, "pytest", "ws1_accel", "ws1_contract")
     dirs = [d for d in dirs if (ROOT / d).is_dir()]
