@@ -1,0 +1,56 @@
+"""Build the ws1_cuda torch extension (torch.ops.ws1_cuda.*) for sm_80 (A100) and sm_90a (H100/H200).
+
+Fails closed: a CPU-only torch or no nvcc is one line on stderr and exit status 2, never a silent skip
+and never a wheel without its library. Build in the environment that holds the CUDA torch:
+
+    bash ci/setup_cuda_build.sh            # .venv-cuda: torch 2.14.1 (CUDA 13) + this package, here, no GPU needed
+    pip install --no-build-isolation --no-deps -e kernels-cuda   # on a CUDA host, into its Python
+
+Numerics-critical flags (docs/cuda.md):
+* ``-fmad=false``: nvcc never contracts a*b+c into an FMA on its own; every FMA is an explicit fmaf().
+* no ``--use_fast_math``: IEEE division and square root, full-precision expf/logf.
+* ``-gencode`` for exactly sm_80 and sm_90a (no PTX JIT for other archs: a GPU outside the list fails at
+  launch with "no kernel image", which the entry points report — never a JIT-compiled variant).
+* warnings are errors (nvcc ``-Werror all-warnings``, g++ ``-Wall -Werror`` on the registration file).
+"""
+import glob
+import os
+import sys
+
+from setuptools import setup
+
+
+def _fail(msg: str) -> None:
+    sys.stderr.write(f"ws1-kernels-cuda: cannot build: {msg}\n")
+    sys.exit(2)
+
+
+try:
+    import torch
+    from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CUDAExtension
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    _fail(f"torch is not importable here ({exc}); install a CUDA build of torch first and build with --no-build-isolation")
+
+if torch.version.cuda is None:
+    _fail(f"torch {torch.__version__} is a CPU-only build; a CUDA build of torch is needed (bash ci/setup_cuda_build.sh)")
+if CUDA_HOME is None or not os.path.isfile(os.path.join(CUDA_HOME, "bin", "nvcc")):
+    _fail("no nvcc: set CUDA_HOME to a CUDA toolkit (e.g. /usr/local/cuda-13.0) or put nvcc on PATH")
+
+here = os.path.dirname(os.path.abspath(__file__))
+ARCHS = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90a,code=sm_90a"]
+sources = sorted(glob.glob(os.path.join("csrc", "*.cu"))) + [os.path.join("csrc", "ws1_cuda.cpp")]
+
+setup(
+    ext_modules=[
+        CUDAExtension(
+            name="ws1_kernels_cuda._C",
+            sources=sources,
+            include_dirs=[os.path.join(here, "csrc")],
+            extra_compile_args={
+                "cxx": ["-O3", "-std=c++20", "-Wall", "-Werror"],
+                "nvcc": ["-O3", "-std=c++20", "-fmad=false", "-Werror", "all-warnings", *ARCHS],
+            },
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+)
