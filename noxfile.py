@@ -33,6 +33,7 @@ TEST_DIRS = [
     "packages/ws1-accel/tests",
     "packages/ws1-contract/tests",
     "kernels-cpu/tests",
+    "kernels-cuda/tests",  # compile-only check of the CUDA kernels (nvcc, no GPU): ~45 s of the run
     "packages/ws1-ops/tests",
     "packages/ws1-kv/tests",
     "packages/ws1-qwen3/tests",
@@ -222,6 +223,26 @@ def tests_slow(session: nox.Session) -> None:
 
 
 @nox.session
+def build_cuda(session: nox.Session) -> None:
+    """kernels-cuda, compiled here without a GPU: every .cu for sm_80 and sm_90a with nvcc alone (warnings
+    as errors), ptxas's resource report per kernel per arch to evidence/build/cuda_resources.{json,md};
+    red on a compile error, any spill or a declared entry point missing (~35 s). ``-- --link``: then the
+    full torch-linked build in .venv-cuda (ci/setup_cuda_build.sh: torch 2.14.1 CUDA 13, first run ~25 min
+    on 2 cores) and a load check there (schemas, Meta shapes, no kernel executed). No nvcc: exit 2."""
+    rc = subprocess.call([PY, "kernels-cuda/tools/compile_check.py", "--out", "evidence/build"], cwd=ROOT)
+    if rc == 2:
+        sys.exit(2)
+    if rc != 0:
+        session.error("kernels-cuda compile check: red (see evidence/build/cuda_resources.md)")
+    if "--link" in session.posargs:
+        rc = subprocess.call(["bash", "ci/setup_cuda_build.sh"], cwd=ROOT)
+        if rc == 2:
+            sys.exit(2)
+        if rc != 0:
+            session.error(f"kernels-cuda link build or load check failed (exit {rc})")
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff over the Python sources."""
-    session.run(PY, "-m", "ruff", "check", "noxfile.py", "packages", "kernels-cpu", "benchmarks", "ci", external=True)
+    session.run(PY, "-m", "ruff", "check", "noxfile.py", "packages", "kernels-cpu", "kernels-cuda", "benchmarks", "ci", external=True)
