@@ -9,7 +9,7 @@
 //
 // The including file defines: WS1A_NAME (library name, a string), WS1A_DEVICE_TYPE / WS1A_DEVICE_NAME (the
 // device the tensors must be on), WS1A_PATH (the "path" the self-report counts, "npu" or "emulator"),
-// WS1A_STREAM() (void* stream) and WS1A_RUN(name, fn) (run fn() on that stream).
+// s (void* stream) and WS1A_RUN(name, fn) (run fn() on that stream).
 #pragma once
 #include <torch/library.h>
 #include <ATen/ATen.h>
@@ -97,8 +97,8 @@ inline at::Tensor embedding(const at::Tensor& ids, const at::Tensor& weight) {
   at::Tensor y = at::empty({ids.numel(), weight.size(1)}, weight.options());
   if (ids.numel() == 0 || weight.size(1) == 0) return y;
   count(WS1A_NAME "::embedding");
-  WS1A_RUN("ws1_embedding", [&] {
-    ws1_launch_embedding(vec_blocks(), WS1A_STREAM(), gm(ids), gm(weight), gm(y), wf, ids.numel(), weight.size(0),
+  WS1A_RUN("ws1_embedding", [=](void* s) {
+    ws1_launch_embedding(vec_blocks(), s, gm(ids), gm(weight), gm(y), wf, ids.numel(), weight.size(0),
                          weight.size(1));
   });
   return y;
@@ -124,8 +124,8 @@ inline at::Tensor embedding_bwd(const at::Tensor& dy_in, const at::Tensor& ids, 
   at::Tensor seg_id = std::get<0>(uc).contiguous();
   at::Tensor seg_start = at::cat({at::zeros({1}, ids.options()), at::cumsum(std::get<2>(uc), 0)}).contiguous();
   count(WS1A_NAME "::embedding_bwd");
-  WS1A_RUN("ws1_embedding_bwd", [&] {
-    ws1_launch_embedding_bwd(vec_blocks(), WS1A_STREAM(), gm(dy), gm(order), gm(seg_start), gm(seg_id), gm(de), T,
+  WS1A_RUN("ws1_embedding_bwd", [=](void* s) {
+    ws1_launch_embedding_bwd(vec_blocks(), s, gm(dy), gm(order), gm(seg_start), gm(seg_id), gm(de), T,
                              seg_id.numel(), V, H);
   });
   return de;
@@ -147,7 +147,7 @@ inline std::tuple<at::Tensor, at::Tensor> norm_fwd(const at::Tensor& x, const at
   at::Tensor rstd = at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(at::kFloat));
   if (rows == 0) return {y, rstd};
   count(id);
-  WS1A_RUN(op, [&] { launch(vec_blocks(), WS1A_STREAM(), gm(x), gm(w), gm(y), gm(rstd), xf, wf, rows, h, (float)eps); });
+  WS1A_RUN(op, [=](void* s) { launch(vec_blocks(), s, gm(x), gm(w), gm(y), gm(rstd), xf, wf, rows, h, (float)eps); });
   return {y, rstd};
 }
 
@@ -173,9 +173,9 @@ inline std::tuple<at::Tensor, at::Tensor> norm_bwd(const at::Tensor& dy, const a
   at::Tensor dw = at::zeros({h}, x.options().dtype(at::kFloat));
   if (rows == 0) return {dx, dw};
   count(id);
-  WS1A_RUN(op, [&] {
-    launch(vec_blocks(), WS1A_STREAM(), gm(dy), gm(x), gm(w), gm(rstd), gm(dx), df, xf, wf, rows, h);
-    launch_dw(vec_blocks(), WS1A_STREAM(), gm(dy), gm(x), gm(rstd), gm(dw), df, xf, rows, h);
+  WS1A_RUN(op, [=](void* s) {
+    launch(vec_blocks(), s, gm(dy), gm(x), gm(w), gm(rstd), gm(dx), df, xf, wf, rows, h);
+    launch_dw(vec_blocks(), s, gm(dy), gm(x), gm(rstd), gm(dw), df, xf, rows, h);
   });
   return {dx, dw};
 }
@@ -221,7 +221,7 @@ inline at::Tensor gemm_bf16(const at::Tensor& x, const at::Tensor& w, const char
   at::Tensor y = at::empty({M, N}, x.options().dtype(out_f32 ? at::kFloat : at::kBFloat16));
   if (M == 0 || N == 0) return y;
   count(id);
-  WS1A_RUN(op, [&] { launch(cube_blocks(), WS1A_STREAM(), gm(x), gm(w), gm(y), M, N, K); });
+  WS1A_RUN(op, [=](void* s) { launch(cube_blocks(), s, gm(x), gm(w), gm(y), M, N, K); });
   return y;
 }
 inline at::Tensor det_gemm(const at::Tensor& x, const at::Tensor& w) {
@@ -253,7 +253,7 @@ inline at::Tensor gemm(const at::Tensor& a_in, const at::Tensor& b_in, bool out_
   at::Tensor c = at::empty({M, N}, a.options());
   if (M == 0 || N == 0) return c;
   count(WS1A_NAME "::gemm");
-  WS1A_RUN("ws1_gemm", [&] { ws1_launch_gemm_fp32(cube_blocks(), WS1A_STREAM(), gm(a), gm(b), gm(c), M, N, K); });
+  WS1A_RUN("ws1_gemm", [=](void* s) { ws1_launch_gemm_fp32(cube_blocks(), s, gm(a), gm(b), gm(c), M, N, K); });
   return c;
 }
 
@@ -277,8 +277,8 @@ inline at::Tensor rope(const at::Tensor& x, const at::Tensor& positions, double 
   at::Tensor y = at::empty(x.sizes(), x.options());
   if (x.numel() == 0) return y;
   count(WS1A_NAME "::rope");
-  WS1A_RUN(op, [&] {
-    ws1_launch_rope(vec_blocks(), WS1A_STREAM(), gm(x), gm(positions), gm(inv), gm(y), xf, x.size(0), x.size(1), D,
+  WS1A_RUN(op, [=](void* s) {
+    ws1_launch_rope(vec_blocks(), s, gm(x), gm(positions), gm(inv), gm(y), xf, x.size(0), x.size(1), D,
                     inverse ? 1 : 0);
   });
   return y;
@@ -295,7 +295,7 @@ inline at::Tensor swiglu(const at::Tensor& g, const at::Tensor& u) {
   at::Tensor y = at::empty(g.sizes(), g.options());
   if (g.numel() == 0) return y;
   count(WS1A_NAME "::swiglu");
-  WS1A_RUN(op, [&] { ws1_launch_swiglu(vec_blocks(), WS1A_STREAM(), gm(g), gm(u), gm(y), f, g.numel()); });
+  WS1A_RUN(op, [=](void* s) { ws1_launch_swiglu(vec_blocks(), s, gm(g), gm(u), gm(y), f, g.numel()); });
   return y;
 }
 inline at::Tensor silu(const at::Tensor& x) {
@@ -305,7 +305,7 @@ inline at::Tensor silu(const at::Tensor& x) {
   at::Tensor y = at::empty(x.sizes(), x.options());
   if (x.numel() == 0) return y;
   count(WS1A_NAME "::silu");
-  WS1A_RUN(op, [&] { ws1_launch_silu(vec_blocks(), WS1A_STREAM(), gm(x), gm(y), f, x.numel()); });
+  WS1A_RUN(op, [=](void* s) { ws1_launch_silu(vec_blocks(), s, gm(x), gm(y), f, x.numel()); });
   return y;
 }
 // backwards: dy, gate, up are made FP32 (exact) and run through the FP32 instantiation
@@ -323,8 +323,8 @@ inline std::tuple<at::Tensor, at::Tensor> swiglu_bwd(const at::Tensor& dy_in, co
   at::Tensor dg = at::empty(g.sizes(), g.options()), du = at::empty(g.sizes(), g.options());
   if (g.numel() == 0) return {dg, du};
   count(WS1A_NAME "::swiglu_bwd");
-  WS1A_RUN(op, [&] {
-    ws1_launch_swiglu_bwd(vec_blocks(), WS1A_STREAM(), gm(dy), gm(g), gm(u), gm(dg), gm(du), 1, g.numel());
+  WS1A_RUN(op, [=](void* s) {
+    ws1_launch_swiglu_bwd(vec_blocks(), s, gm(dy), gm(g), gm(u), gm(dg), gm(du), 1, g.numel());
   });
   return {dg, du};
 }
@@ -339,7 +339,7 @@ inline at::Tensor silu_bwd(const at::Tensor& dy_in, const at::Tensor& x_in) {
   at::Tensor dx = at::empty(x.sizes(), x.options());
   if (x.numel() == 0) return dx;
   count(WS1A_NAME "::silu_bwd");
-  WS1A_RUN(op, [&] { ws1_launch_silu_bwd(vec_blocks(), WS1A_STREAM(), gm(dy), gm(x), gm(dx), 1, x.numel()); });
+  WS1A_RUN(op, [=](void* s) { ws1_launch_silu_bwd(vec_blocks(), s, gm(dy), gm(x), gm(dx), 1, x.numel()); });
   return dx;
 }
 
@@ -359,7 +359,7 @@ inline std::tuple<at::Tensor, at::Tensor> logprob(const at::Tensor& logits, cons
   at::Tensor out = at::empty({T}, logits.options()), lse = at::empty({T}, logits.options());
   if (T == 0) return {out, lse};
   count(WS1A_NAME "::logprob");
-  WS1A_RUN(op, [&] { ws1_launch_logprob(vec_blocks(), WS1A_STREAM(), gm(logits), gm(targets), gm(out), gm(lse), T, V); });
+  WS1A_RUN(op, [=](void* s) { ws1_launch_logprob(vec_blocks(), s, gm(logits), gm(targets), gm(out), gm(lse), T, V); });
   return {out, lse};
 }
 inline std::tuple<at::Tensor, at::Tensor> batch_invariant_logp(const at::Tensor& logits) {
@@ -369,7 +369,7 @@ inline std::tuple<at::Tensor, at::Tensor> batch_invariant_logp(const at::Tensor&
   at::Tensor out = at::empty({T, V}, logits.options()), lse = at::empty({T}, logits.options());
   if (T == 0) return {out, lse};
   count(WS1A_NAME "::batch_invariant_logp");
-  WS1A_RUN(op, [&] { ws1_launch_batch_invariant_logp(vec_blocks(), WS1A_STREAM(), gm(logits), gm(out), gm(lse), T, V); });
+  WS1A_RUN(op, [=](void* s) { ws1_launch_batch_invariant_logp(vec_blocks(), s, gm(logits), gm(out), gm(lse), T, V); });
   return {out, lse};
 }
 inline at::Tensor logprob_bwd(const at::Tensor& g, const at::Tensor& logits, const at::Tensor& lse,
@@ -388,8 +388,8 @@ inline at::Tensor logprob_bwd(const at::Tensor& g, const at::Tensor& logits, con
   at::Tensor d = at::empty({T, V}, logits.options());
   if (T == 0) return d;
   count(WS1A_NAME "::logprob_bwd");
-  WS1A_RUN(op, [&] {
-    ws1_launch_logprob_bwd(vec_blocks(), WS1A_STREAM(), gm(gc), gm(logits), gm(lse), gm(targets), gm(d), T, V);
+  WS1A_RUN(op, [=](void* s) {
+    ws1_launch_logprob_bwd(vec_blocks(), s, gm(gc), gm(logits), gm(lse), gm(targets), gm(d), T, V);
   });
   return d;
 }
@@ -403,8 +403,8 @@ inline at::Tensor batch_invariant_logp_bwd(const at::Tensor& g, const at::Tensor
   at::Tensor d = at::empty({T, V}, logp.options());
   if (T == 0) return d;
   count(WS1A_NAME "::batch_invariant_logp_bwd");
-  WS1A_RUN(op, [&] {
-    ws1_launch_batch_invariant_logp_bwd(vec_blocks(), WS1A_STREAM(), gm(gc), gm(logp), gm(d), T, V);
+  WS1A_RUN(op, [=](void* s) {
+    ws1_launch_batch_invariant_logp_bwd(vec_blocks(), s, gm(gc), gm(logp), gm(d), T, V);
   });
   return d;
 }
@@ -447,8 +447,8 @@ inline std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const a
   at::Tensor out = at::empty(q.sizes(), q.options()), lse = at::empty({Tq, Hq}, q.options().dtype(at::kFloat));
   if (Tq == 0 || Hq == 0) return {out, lse};
   count(WS1A_NAME "::attention");
-  WS1A_RUN(op, [&] {
-    ws1_launch_attention(vec_blocks(), WS1A_STREAM(), gm(q), gm(k), gm(v), gm(cu_k), gm(q_pos), gm(seq), gm(out),
+  WS1A_RUN(op, [=](void* s) {
+    ws1_launch_attention(vec_blocks(), s, gm(q), gm(k), gm(v), gm(cu_k), gm(q_pos), gm(seq), gm(out),
                          gm(lse), f, Tq, Tk, B, Hq, Hkv, D, (float)scale);
   });
   return {out, lse};

@@ -21,8 +21,7 @@
 #define WS1A_PATH "emulator"
 #define WS1A_DEVICE_TYPE c10::DeviceType::CPU
 #define WS1A_DEVICE_NAME "CPU (emulator)"
-#define WS1A_STREAM() nullptr
-#define WS1A_RUN(name, fn) (fn)()
+#define WS1A_RUN(name, fn) (fn)(nullptr)
 #include "ws1_ascend_ops.h"
 
 namespace {
