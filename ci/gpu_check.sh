@@ -26,6 +26,12 @@
 # e.g. 540 inside a 10-minute command), WS1_SKIP_INSTALL=1 (packages already installed), WS1_GPU_CHECK_ALLOW_CPU=1 (test this script's
 # plumbing on a CPU host: the gates then exit 2 and the result can never be green).
 #
+# cuda_bf16 (kernels-cuda, issue 13), a separate block after the triton gates: builds kernels-cuda into
+# the host's Python for sm_80/sm_90a (MAX_JOBS = the host's cores), runs the same gate sessions with
+# `-- cuda_bf16` (steps "cuda_gate:<session>"; a failed build leaves each red "not run: kernels-cuda did
+# not build", never run another way), then benchmarks/bench_cuda.py -> bench_cuda.json. WS1_CUDA=0 skips
+# the block; summary.json gets a "cuda_bf16" section and the overall verdict counts its reds.
+#
 # Exit: 0 every gate present and green; 1 a gate red, failed or timed out (or the benchmark
 # failed); 3 nothing red but some gate absent (incomplete: not a pass); 2 no CUDA device.
 set -uo pipefail
@@ -113,14 +119,37 @@ bench_failed = by.get("bench") is not None and by["bench"]["rc"] not in (0, 201)
 if by.get("bench", {}).get("rc") == 201:
     unrun.append("benchmark")
 no_device = by.get("facts", {}).get("rc") == 2
+# cuda_bf16 (issue 13): its build, its gates ("cuda_gate:<session>"), its benchmark; absent when WS1_CUDA=0
+cuda = None
+if "cuda_build" in by or any(k.startswith("cuda_gate:") for k in by):
+    def status(s):
+        if s is None:
+            return "not run"
+        return {0: "green", 200: "absent", 201: "not run (time budget)", 124: "timeout", 137: "timeout",
+                2: "device absent (exit 2)"}.get(s["rc"], "red")
+    crows = [{"session": g, "status": status(by.get(f"cuda_gate:{g}")), **{k: by[f"cuda_gate:{g}"][k] for k in ("rc", "seconds", "detail", "log")
+                                                                            if f"cuda_gate:{g}" in by}} for g in gates]
+    cb = os.path.join(work, "bench_cuda.json")
+    cbench = {k: json.load(open(cb)).get(k) for k in ("targets", "errors")} if os.path.exists(cb) else None
+    cuda = {"build": status(by.get("cuda_build")), "gates": crows, "benchmark": cbench,
+            "benchmark_step": status(by.get("cuda_bench")) if "cuda_bench" in by else "not run"}
+    red += [dict(r, profile="cuda_bf16") for r in crows if r["status"] not in ("green", "absent", "not run (time budget)", "not run")]
+    if cuda["build"] not in ("green", "not run (time budget)"):
+        red.append({"session": "cuda_build", "status": cuda["build"]})
+    if cuda["benchmark_step"] not in ("green", "not run", "not run (time budget)"):
+        bench_failed = True
+    absent += [f"cuda_bf16:{r['session']}" for r in crows if r["status"] == "absent"]
+    unrun += [f"cuda_bf16:{r['session']}" for r in crows if r["status"].startswith("not run")]
 overall = "no_device" if no_device else "red" if red or bench_failed else ("incomplete" if absent or unrun else "green")
 print(json.dumps({"profile": "triton_cuda_bf16", "overall": overall, "absent_gates": absent, "not_run_gates": unrun, "facts": facts,
-                  "gates": gate_rows, "benchmark": bench, "steps": steps}, indent=1))
+                  "gates": gate_rows, "benchmark": bench, "cuda_bf16": cuda, "steps": steps}, indent=1))
 EOF
   cp "$WORK/summary.json" "$DEST/summary.json"
   [ -f "$WORK/bench_triton.json" ] && cp "$WORK/bench_triton.json" "$DEST/bench_triton.json"
+  [ -f "$WORK/bench_cuda.json" ] && cp "$WORK/bench_cuda.json" "$DEST/bench_cuda.json"
   tar -czf "$DEST/gpu_check_artifacts.tar.gz" -C "$WORK" . 2>/dev/null
   "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print('overall:', d['overall']); [print(f\"  {g['session']:<20} {g['status']}\") for g in d['gates']]" "$WORK/summary.json"
+  "$PY" -c "import json,sys; c=json.load(open(sys.argv[1])).get('cuda_bf16'); c and print('cuda_bf16: build', c['build']); [print(f\"  cuda_bf16 {g['session']:<20} {g['status']}\") for g in (c or {}).get('gates', [])]" "$WORK/summary.json"
   say "wrote $(cd "$DEST" && ls summary.json bench_triton.json gpu_check_artifacts.tar.gz 2>/dev/null | tr '\n' ' ')into $DEST"
 }
 
@@ -217,6 +246,42 @@ for g in $GATES; do
   say "gate $g -- $PROFILE ${extra[*]} (timeout ${tmo}s)"
   timed "gate:$g" "$WORK/logs/gate_$g.log" "$tmo" "$PY" -m nox -s "$g" -- "$PROFILE" "${extra[@]}"
 done
+
+# ---- 3b. cuda_bf16: build kernels-cuda, its gates, its benchmark (issue 13) ---------------------
+if [ "${WS1_CUDA:-1}" != 0 ]; then
+  cuda_built=1
+  if tmo=$(budget 600); then
+    say "cuda_bf16: build kernels-cuda (sm_80, sm_90a; MAX_JOBS=$(nproc); timeout ${tmo}s)"
+    timed cuda_build "$WORK/logs/cuda_build.log" "$tmo" env MAX_JOBS="$(nproc)" \
+      "$PY" -m pip install --no-deps --no-build-isolation --no-cache-dir -e kernels-cuda
+    cuda_built=$?
+  else
+    step cuda_build 201 0 "not run: time budget" ""
+  fi
+  for g in $GATES; do
+    if ! grep -qx "$g" <<<"$sessions"; then
+      step "cuda_gate:$g" 200 0 "absent: no nox session '$g' in noxfile.py" ""
+    elif [ "$cuda_built" -ne 0 ]; then
+      step "cuda_gate:$g" 1 0 "not run: kernels-cuda did not build (see cuda_build.log)" ""
+    elif ! tmo=$(budget "$GATE_TIMEOUT"); then
+      step "cuda_gate:$g" 201 0 "not run: time budget" ""
+    else
+      extra=()
+      [ "$g" = c2_manifest ] && extra=(--runtime)
+      say "cuda_bf16 gate $g -- cuda_bf16 ${extra[*]} (timeout ${tmo}s)"
+      timed "cuda_gate:$g" "$WORK/logs/cuda_gate_$g.log" "$tmo" "$PY" -m nox -s "$g" -- cuda_bf16 "${extra[@]}"
+    fi
+  done
+  if [ "${WS1_BENCH:-1}" != 0 ] && [ "$cuda_built" -eq 0 ]; then
+    if tmo=$(budget 600); then
+      say "cuda_bf16 benchmark (benchmarks/bench_cuda.py, timeout ${tmo}s)"
+      # shellcheck disable=SC2086
+      timed cuda_bench "$WORK/logs/cuda_bench.log" "$tmo" "$PY" benchmarks/bench_cuda.py --json "$WORK/bench_cuda.json" ${WS1_CUDA_BENCH_ARGS:-}
+    else
+      step cuda_bench 201 0 "not run: time budget" ""
+    fi
+  fi
+fi
 
 # ---- 4. benchmark ------------------------------------------------------------------------------
 if [ "${WS1_BENCH:-1}" != 0 ]; then
