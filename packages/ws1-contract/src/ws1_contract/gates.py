@@ -116,6 +116,38 @@ def _repo_root() -> Path | None:
     return root if (root / "noxfile.py").is_file() else None
 
 
+def _entry_point(kernel_id: str) -> tuple[str, str]:
+    """What a kernel source must define for ``kernel_id``: ("c", op) for ``ns::op`` (a C/C++/CUDA/Ascend C
+    function named ``op``), ("py", kernel) for ``module:kernel`` (a Python ``def kernel``)."""
+    if "::" in kernel_id:
+        return "c", kernel_id.rsplit("::", 1)[1]
+    return "py", kernel_id.rsplit(":", 1)[1]
+
+
+def _source_defines(path: Path, shown: str, kernel_id: str) -> tuple[bool, str]:
+    """A declared source is green only if the file exists AND defines the kernel's entry point: for
+    ``ws1_<family>::<op>`` a function definition ``<type> <op>(...) {`` (comments stripped), for
+    ``<module>:<kernel>`` a ``def <kernel>(``. A file that merely exists is not the kernel."""
+    import re
+
+    if not path.is_file():
+        return False, f"{shown}: declared kernel source not found"
+    kind, name = _entry_point(kernel_id)
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if kind == "c":
+        text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+        text = re.sub(r"//[^\n]*", " ", text)
+        found = re.search(r"[\w>&*]\s+" + re.escape(name) + r"\s*\([^;{}]*\)\s*(?:const\s*)?\{", text)
+        what = f"function {name}(...)"
+    else:
+        text = re.sub(r"#[^\n]*", " ", text)
+        found = re.search(r"^\s*def\s+" + re.escape(name) + r"\s*\(", text, flags=re.M)
+        what = f"def {name}(...)"
+    if not found:
+        return False, f"{shown} exists but does not define {what}, the entry point of {kernel_id}"
+    return True, f"{shown} defines {what} ({kernel_id})"
+
+
 def c2_manifest(run: GateRun, args) -> None:
     m, c, profile = run.manifest, run.contract, run.profile
     decl = m.profiles[profile]
@@ -129,10 +161,8 @@ def c2_manifest(run: GateRun, args) -> None:
         if root is None:
             _cell(run, f"source-{node}", "manifest", False, "cannot check: no WS1 source tree here", node=node)
         else:
-            exists = (root / d.source).is_file()
-            _cell(run, f"source-{node}", "manifest", exists,
-                  f"{d.source} exists" if exists else f"{d.source}: declared kernel source not found", node=node,
-                  kernel_id=d.kernel_id, source=d.source)
+            ok, detail = _source_defines(root / d.source, d.source, d.kernel_id)
+            _cell(run, f"source-{node}", "manifest", ok, detail, node=node, kernel_id=d.kernel_id, source=d.source)
     tiers = {op: list(m.tiers) + [t for t, ops in m.extra_tiers.items() if op in ops] for op in m.ops}
     for op, ts in tiers.items():
         for t in ts:
