@@ -32,6 +32,15 @@
 # not build", never run another way), then benchmarks/bench_cuda.py -> bench_cuda.json. WS1_CUDA=0 skips
 # the block; summary.json gets a "cuda_bf16" section and the overall verdict counts its reds.
 #
+# triton_aot (issue 17), a separate block before the gates: python -m ws1_matrix triton-aot compiles every
+# Triton configuration the chain launches (test and Qwen3-8B shapes) for this GPU's arch with the host's
+# own Triton (3.6 on the H200 image; the CPU CI's build under 3.9 cannot be reused: Triton's cache key
+# holds its version), --jobs = the host's cores, into TRITON_CACHE_DIR (exported for the whole run), with
+# the launch's own cache key: the gates then load those kernels instead of compiling them one by one,
+# and a compile error or a spill is found in ~1 minute, before any gate runs. Step "triton_aot";
+# evidence/build/triton_aot.{json,md} in the artifacts; red counts in the overall verdict.
+# WS1_TRITON_AOT=0 skips it.
+#
 # Exit: 0 every gate present and green; 1 a gate red, failed or timed out (or the benchmark
 # failed); 3 nothing red but some gate absent (incomplete: not a pass); 2 no CUDA device.
 set -uo pipefail
@@ -119,6 +128,9 @@ bench_failed = by.get("bench") is not None and by["bench"]["rc"] not in (0, 201)
 if by.get("bench", {}).get("rc") == 201:
     unrun.append("benchmark")
 no_device = by.get("facts", {}).get("rc") == 2
+# triton_aot (issue 17): the kernels compiled up front; a compile error or spill (rc 1) is red
+if by.get("triton_aot", {}).get("rc") not in (None, 0, 201):
+    red.append({"session": "triton_aot", "status": "red", "rc": by["triton_aot"]["rc"], "log": by["triton_aot"]["log"]})
 # cuda_bf16 (issue 13): its build, its gates ("cuda_gate:<session>"), its benchmark; absent when WS1_CUDA=0
 cuda = None
 if "cuda_build" in by or any(k.startswith("cuda_gate:") for k in by):
@@ -226,6 +238,19 @@ EOF
     timed "install:$(basename "$pkg")" "$WORK/logs/install_$(basename "$pkg").log" 600 \
       "$PY" -m pip install --no-deps --no-build-isolation --no-cache-dir -e "$pkg"
   done
+fi
+
+# ---- 2b. triton_aot: every Triton configuration compiled up front, into the run's cache (issue 17)
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$WORK/triton_cache}
+if [ "${WS1_TRITON_AOT:-1}" != 0 ]; then
+  if tmo=$(budget 400); then
+    cc=$("$PY" -c "import torch; a, b = torch.cuda.get_device_capability(0); print(10 * a + b)" 2>/dev/null || echo 90)
+    say "triton_aot: the chain's Triton configurations for sm_$cc, $(nproc) jobs, into $TRITON_CACHE_DIR (timeout ${tmo}s)"
+    timed triton_aot "$WORK/logs/triton_aot.log" "$tmo" "$PY" -m ws1_matrix triton-aot --arch "$cc" --no-execute \
+      --jobs "$(nproc)" --cache-dir "$TRITON_CACHE_DIR" --evidence-dir "$WORK/evidence"
+  else
+    step triton_aot 201 0 "not run: time budget" ""
+  fi
 fi
 
 # ---- 3. gates ----------------------------------------------------------------------------------
