@@ -59,10 +59,11 @@ class GemmConfig:
 # another configuration (docs/design.md §7b rule 4): the trade-off is measured by benchmarks/bench_triton.py.
 BF16_CONFIG = GemmConfig(BM=64, BN=128, BK=64, GROUP_M=8, num_warps=4, num_stages=4)
 # An FP32 a operand (lm_head's backward: FP32 logit gradients), split into three BF16 parts
-# (SPLIT_A): the BF16 output tile with BK 32 and 3 stages. At BK 64 the split's three parts of the
-# [64, 64] FP32 block spilled (sm_80: 255 registers, 276-576 B; sm_90a: 4 B); at BK 32: 128/115
-# registers (dx/dW, sm_90a, wgmma), 168/204 (sm_80, mma.sync), no spill (python -m ws1_matrix triton-aot).
-F32_CONFIG = GemmConfig(BM=64, BN=128, BK=32, GROUP_M=8, num_warps=4, num_stages=3)
+# (SPLIT_A): the BF16 output tile with BK 32, 8 warps and 3 stages. At BK 64 the split's three
+# parts of the [64, 64] FP32 block spilled (sm_80: 255 registers, 276-576 B; sm_90a: 4 B); at BK 32
+# with 4 warps one sm_80 specialization sat at 255 registers; with 8: at most 166 registers on
+# sm_90a (wgmma) and 187 on sm_80 (mma.sync), no spill (python -m ws1_matrix triton-aot).
+F32_CONFIG = GemmConfig(BM=64, BN=128, BK=32, GROUP_M=8, num_warps=8, num_stages=3)
 
 
 def config_for(*operands: torch.Tensor) -> GemmConfig:

@@ -5,7 +5,8 @@ Shapes: gate, up [..., F] BF16 -> y [..., F] BF16. Backward: (dgate, dup) FP32.
 Elementwise over the flat tensor, BLOCK elements per program: every element runs the same
 instruction sequence wherever it sits, so no layout can change a bit. The arithmetic lives in
 :func:`swiglu_math` / :func:`swiglu_grad_math`, shared with silu (which passes up = 1.0: x * 1.0
-is exact), so silu(x) == swiglu(x, ones) bitwise. The divide is IEEE (``div_rn``).
+is exact), so silu(x) == swiglu(x, ones) bitwise. The divide is IEEE (``div_rn``). Compiled without
+FP contraction (``_common.FP_FUSION``): the only FMA is the one written, ``tl.fma`` in the backward.
 """
 
 from __future__ import annotations
