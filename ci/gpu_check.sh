@@ -241,7 +241,7 @@ EOF
 fi
 
 # ---- 2b. triton_aot: every Triton configuration compiled up front, into the run's cache (issue 17)
-export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$WORK/triton_cache}
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$WORK.triton_cache}   # beside WORK: not packed into the artifacts
 if [ "${WS1_TRITON_AOT:-1}" != 0 ]; then
   if tmo=$(budget 400); then
     cc=$("$PY" -c "import torch; a, b = torch.cuda.get_device_capability(0); print(10 * a + b)" 2>/dev/null || echo 90)
