@@ -34,6 +34,7 @@ TEST_DIRS = [
     "packages/ws1-contract/tests",
     "kernels-cpu/tests",
     "kernels-cuda/tests",  # compile-only check of the CUDA kernels (nvcc, no GPU): ~45 s of the run
+    "kernels-ascend/tests",  # the Ascend C kernels on the host emulator (ws1_kernels_ascend_emu): ~25 s
     "packages/ws1-ops/tests",
     "packages/ws1-kv/tests",
     "packages/ws1-qwen3/tests",
