@@ -29,8 +29,9 @@
 # cuda_bf16 (kernels-cuda, issue 13), a separate block after the triton gates: builds kernels-cuda into
 # the host's Python for sm_80/sm_90a (MAX_JOBS = the host's cores), runs the same gate sessions with
 # `-- cuda_bf16` (steps "cuda_gate:<session>"; a failed build leaves each red "not run: kernels-cuda did
-# not build", never run another way), then benchmarks/bench_cuda.py -> bench_cuda.json. WS1_CUDA=0 skips
-# the block; summary.json gets a "cuda_bf16" section and the overall verdict counts its reds.
+# not build", never run another way) after its kernel unit tests (kernels-cuda/tests/test_gpu_kernels.py,
+# step "cuda_unit"), then benchmarks/bench_cuda.py -> bench_cuda.json. WS1_CUDA=0 skips the block;
+# summary.json gets a "cuda_bf16" section and the overall verdict counts its reds.
 #
 # triton_aot (issue 17), a separate block before the gates: python -m ws1_matrix triton-aot compiles every
 # Triton configuration the chain launches (test and Qwen3-8B shapes) for this GPU's arch with the host's
@@ -143,11 +144,13 @@ if "cuda_build" in by or any(k.startswith("cuda_gate:") for k in by):
                                                                             if f"cuda_gate:{g}" in by}} for g in gates]
     cb = os.path.join(work, "bench_cuda.json")
     cbench = {k: json.load(open(cb)).get(k) for k in ("targets", "errors")} if os.path.exists(cb) else None
-    cuda = {"build": status(by.get("cuda_build")), "gates": crows, "benchmark": cbench,
+    cuda = {"build": status(by.get("cuda_build")), "unit_tests": status(by.get("cuda_unit")), "gates": crows, "benchmark": cbench,
             "benchmark_step": status(by.get("cuda_bench")) if "cuda_bench" in by else "not run"}
     red += [dict(r, profile="cuda_bf16") for r in crows if r["status"] not in ("green", "absent", "not run (time budget)", "not run")]
     if cuda["build"] not in ("green", "not run (time budget)"):
         red.append({"session": "cuda_build", "status": cuda["build"]})
+    if cuda["unit_tests"] not in ("green", "not run", "not run (time budget)"):
+        red.append({"session": "cuda_unit", "status": cuda["unit_tests"]})
     if cuda["benchmark_step"] not in ("green", "not run", "not run (time budget)"):
         bench_failed = True
     absent += [f"cuda_bf16:{r['session']}" for r in crows if r["status"] == "absent"]
@@ -282,6 +285,10 @@ if [ "${WS1_CUDA:-1}" != 0 ]; then
     cuda_built=$?
   else
     step cuda_build 201 0 "not run: time budget" ""
+  fi
+  if [ "$cuda_built" -eq 0 ] && tmo=$(budget 180); then
+    say "cuda_bf16: kernel unit tests (kernels-cuda/tests/test_gpu_kernels.py, timeout ${tmo}s)"
+    timed cuda_unit "$WORK/logs/cuda_unit.log" "$tmo" "$PY" -m pytest -q -p no:cacheprovider kernels-cuda/tests/test_gpu_kernels.py
   fi
   for g in $GATES; do
     if ! grep -qx "$g" <<<"$sessions"; then
