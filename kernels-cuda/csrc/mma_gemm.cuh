@@ -10,7 +10,7 @@
 // output row m from row m of A and the accumulator's row m only, with the same datapath for every row, and
 // rows past M are zeros that feed no other row. So a row's bits are the same whether M is 1, 59 or 4096,
 // wherever the row sits, and whatever fills the other rows. K is zero-padded to a multiple of 16 in shared
-// memory (adding exact zero products: the same for every row). No atomics; grid over (N tiles, M tiles).
+// memory (adding exact zero products: the same for every row). No atomics; one CTA per output tile.
 // What is NOT done: wgmma + TMA on sm_90a (docs/cuda.md): the sm_90a image runs the same mma.sync code.
 #pragma once
 
@@ -23,6 +23,7 @@ namespace ws1cu {
 constexpr int kGemmBM = 64, kGemmBN = 128, kGemmBK = 32, kGemmStages = 3, kGemmThreads = 128;
 constexpr int kGemmLdS = kGemmBK + 8;   // smem row stride (BF16 elements): 80 B rows, 16-B aligned, skewed banks
 constexpr int kGemmLdC = kGemmBN + 4;   // epilogue FP32 tile stride
+constexpr int kGemmGroupM = 8;          // tile rasterization group (see mma_gemm_kernel)
 constexpr int kGemmStageElems = (kGemmBM + kGemmBN) * kGemmLdS;
 constexpr int kGemmSmemBytes = kGemmStages * kGemmStageElems * 2;
 static_assert(kGemmSmemBytes <= 48 * 1024, "static shared memory");
@@ -64,7 +65,15 @@ __global__ void __launch_bounds__(kGemmThreads) mma_gemm_kernel(const uint16_t* 
                                                                 void* __restrict__ C, int64_t M, int64_t N, int64_t K) {
   using namespace nvcuda;
   __shared__ __align__(128) uint16_t smem[kGemmStages * kGemmStageElems];
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kGemmBN, m0 = static_cast<int64_t>(blockIdx.y) * kGemmBM;
+  // Tile order (speed only, no effect on any bit): a 1-D grid walked in groups of kGemmGroupM row tiles,
+  // row tiles fastest, so consecutive CTAs share a weight tile while it is in L2 (a weight larger than L2
+  // is then streamed from HBM about M / (64 * kGemmGroupM) times instead of M / 64 times).
+  const int64_t mt = (M + kGemmBM - 1) / kGemmBM, nt = (N + kGemmBN - 1) / kGemmBN;
+  const int64_t pid = blockIdx.x, per_group = kGemmGroupM * nt;
+  const int64_t first_m = (pid / per_group) * kGemmGroupM;
+  const int64_t gsize = mt - first_m < kGemmGroupM ? mt - first_m : kGemmGroupM;
+  const int64_t m_idx = first_m + (pid % per_group) % gsize, n_idx = (pid % per_group) / gsize;
+  const int64_t n0 = n_idx * kGemmBN, m0 = m_idx * kGemmBM;
   const int warp = threadIdx.x >> 5, wm = warp >> 1, wn = warp & 1;
 
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][4];
@@ -163,12 +172,12 @@ inline at::Tensor run(const at::Tensor& x_in, const at::Tensor& w_in, bool out_f
   if (M == 0 || N == 0) return out;
   if (K == 0) return out.zero_();
   const int64_t mt = ceil_div(M, ws1cu::kGemmBM), nt = ceil_div(N, ws1cu::kGemmBN);
-  TORCH_CHECK(mt < 65536 && nt < (int64_t{1} << 31), op, ": M or N too large for the grid (M=", M, ", N=", N, ")");
+  TORCH_CHECK(mt * nt < (int64_t{1} << 31), op, ": M or N too large for the grid (M=", M, ", N=", N, ")");
   const auto aligned = [](const at::Tensor& t) {
     return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && t.stride(0) % 8 == 0;
   };
   const bool vec = K % 8 == 0 && aligned(x) && aligned(w);
-  const dim3 grid(static_cast<unsigned>(nt), static_cast<unsigned>(mt));
+  const dim3 grid(static_cast<unsigned>(mt * nt));  // 1-D, grouped rasterization inside the kernel
   auto launch = [&](auto kern) {
     kern<<<grid, ws1cu::kGemmThreads, 0, stream()>>>(bf16_in(x), x.stride(0), bf16_in(w), w.stride(0), out.data_ptr(), M, N, K);
   };
