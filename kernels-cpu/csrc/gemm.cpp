@@ -8,7 +8,12 @@
 //     c[m, n] = out_fp32 ? acc : bf16_rne(acc);
 //
 // i.e. one serial chain of single-rounded FP32 FMAs per output element, whose order depends only
-// on K. Nothing else in this file, gemm_pack.cpp or gemm_uk_*.cpp may change that sequence:
+// on K. When both operands are bf16 (det_gemm, lm_head, and gemm on bf16 x bf16) each step also
+// follows the BF16 unit's flush rules, so that VDPBF16PS computes the same chain (gemm.h chain_step;
+// docs/numerics.md "BF16 matrix units"): bf16 denormal inputs read as zero, and a step whose exact
+// result is nonzero and below FLT_MIN in magnitude gives a zero of its sign. The vector paths get
+// this from MXCSR.FTZ|DAZ (FlushScope), the scalar path writes it out, VDPBF16PS does it itself.
+// Nothing else in this file, gemm_pack.cpp or gemm_uk_*.cpp may change that sequence:
 //  * the micro-kernel is the classic outer-product kernel: a broadcast of a[m, k] times a vector
 //    of b[n..n+15, k], FMA'd into an accumulator whose lanes are 16 *different outputs*. There is
 //    no horizontal reduction and no split of K across lanes, threads or partial sums;
@@ -19,7 +24,10 @@
 //    the M edge uses a micro-kernel instantiated for the exact row count (same chain per element);
 //  * inputs are converted to FP32 exactly (bf16 -> fp32 is a 16-bit shift) when they are packed;
 //  * scalar (std::fma), AVX2 (_mm256_fmadd_ps) and AVX-512 (_mm512_fmadd_ps) paths execute the
-//    same IEEE-754 operations, and the build uses -ffp-contract=off, so all give the same bits.
+//    same IEEE-754 operations, and the build uses -ffp-contract=off, so all give the same bits;
+//  * the avx512bf16 path (VDPBF16PS, two k per instruction) packs k into the high half of each bf16
+//    pair, which the instruction multiplies and accumulates first: the same chain, two steps at a time;
+//    odd-K padding is an A = -0, B = +0 pair, whose product -0 leaves every accumulator unchanged.
 // Consequence: results are bitwise independent of M, of the row position, of padding / tiling,
 // of the thread count, and of the ISA path.
 //
@@ -47,6 +55,7 @@ using ::ws1::dispatch_isa;
 // Driver
 // ------------------------------------------------------------------------------------------
 UkFn pick_uk(Isa isa, int mr) {
+  if (isa == Isa::avx512bf16) return vb::uk(mr);
   if (isa == Isa::avx512) return v5::uk(mr);
   if (isa == Isa::avx2) return v2::uk(mr);
   return vs::uk(mr);
@@ -55,18 +64,36 @@ UkFn pick_uk(Isa isa, int mr) {
 // out: fp32 (outf) or bf16 (outb), contiguous [M, N].
 void gemm_core(const Operand& A, const Operand& B, int64_t M, int64_t N, int64_t K, float* outf,
                uint16_t* outb) {
-  const Isa isa = dispatch_isa();
-  if (isa == Isa::avx512 && M <= SMALL_M_MAX && B.bf16 && B.s1 == 1) {
-    v5::small_m_gemm(A, B, M, N, K, outf, outb);
+  const Isa path = dispatch_isa();
+  // bf16 x bf16 runs the BF16 unit's chain (flush rules) on every path; VDPBF16PS only multiplies
+  // bf16, so an FP32 operand on the avx512bf16 path takes the avx512 code (its FP32 chain).
+  const bool bf16_chain = A.bf16 && B.bf16;
+  const Isa isa = (path == Isa::avx512bf16 && !bf16_chain) ? Isa::avx512 : path;
+  const bool pairs = isa == Isa::avx512bf16;  // packed panels hold bf16 pairs, 2 k per 32-bit unit
+  if (pairs && M <= SMALL_M_MAX && B.s1 == 1) {
+    vb::small_m_gemm(A, B, M, N, K, outf, outb);
     return;
   }
-  const int MR = isa == Isa::avx512 ? MR512 : (isa == Isa::avx2 ? MR256 : MRSC);
+  if (isa == Isa::avx512 && M <= SMALL_M_MAX && B.bf16 && B.s1 == 1) {
+    v5::small_m_gemm(A, B, M, N, K, outf, outb, bf16_chain);
+    return;
+  }
+  const int MR = (isa == Isa::avx512 || pairs) ? MR512 : (isa == Isa::avx2 ? MR256 : MRSC);
   UkFn uks[MR512 + 1];
   for (int r = 1; r <= MR; ++r) uks[r] = pick_uk(isa, r);
   auto pack_b = [&](int64_t n0, int nv, int64_t k0, int64_t kc, float* dst) {
-    if (isa == Isa::avx512) v5::pack_b_avx512(B, n0, nv, k0, kc, dst);
+    if (pairs) vb::pack_b(B, n0, nv, k0, kc, reinterpret_cast<uint32_t*>(dst));
+    else if (isa == Isa::avx512) v5::pack_b_avx512(B, n0, nv, k0, kc, dst);
     else pack_b_generic(B, n0, nv, k0, kc, dst);
   };
+  auto pack_a_blk = [&](int64_t m0, int64_t mb, int64_t k0, int64_t kc, float* dst) {
+    if (pairs) vb::pack_a(A, m0, mb, k0, kc, MR, reinterpret_cast<uint32_t*>(dst));
+    else pack_a(A, m0, mb, k0, kc, MR, dst);
+  };
+  // 32-bit units a packed K range takes: one per k, or one per pair of k (K blocks start even)
+  auto units = [&](int64_t k) { return pairs ? (k + 1) / 2 : k; };
+  // the vector paths get the flush rules from MXCSR (the BF16 unit ignores MXCSR; scalar: chain_step)
+  const bool mxcsr_flush = bf16_chain && (isa == Isa::avx512 || isa == Isa::avx2);
 
   // Output tiling (affects speed only): row blocks of <= MB_MAX, column blocks of whole panels,
   // with enough tiles for the threads to balance.
@@ -87,6 +114,7 @@ void gemm_core(const Operand& A, const Operand& B, int64_t M, int64_t N, int64_t
   const bool need_carry_buf = outb != nullptr && nkb > 1;
 
   at::parallel_for(0, ntiles, 1, [&](int64_t t_begin, int64_t t_end) {
+    FlushScope flush(mxcsr_flush);
     FBuf bbuf = alloc_floats(static_cast<int64_t>(KC) * NR);
     FBuf abuf = alloc_floats(MB * (full_k ? K : std::min<int64_t>(K, KC)));
     FBuf cbuf = need_carry_buf ? alloc_floats(MB * (full_k ? NR : nb_panels * NR)) : FBuf();
@@ -106,20 +134,21 @@ void gemm_core(const Operand& A, const Operand& B, int64_t M, int64_t N, int64_t
           const int mr = static_cast<int>(std::min<int64_t>(MR, mb - r0));
           Tile t;
           t.ncols = nv;
+          t.ftz = bf16_chain;
           t.cin = (first || cacc == nullptr) ? nullptr : cacc + r0 * cld;
           t.ldcin = cld;
           t.cout = cacc != nullptr ? cacc + r0 * cld : nullptr;
           t.ldcout = cld;
           t.bout = (last && outb != nullptr) ? outb + (m0 + r0) * N + n0 : nullptr;
           t.ldb = N;
-          uks[mr](kc, a_blk + r0 * kc, bbuf.get(), t);
+          uks[mr](kc, a_blk + r0 * units(kc), bbuf.get(), t);
         }
       };
 
       if (full_k) {
         for (int64_t kb = 0; kb < nkb; ++kb) {
           const int64_t k0 = kb * KC, kc = std::min<int64_t>(KC, K - k0);
-          pack_a(A, m0, mb, k0, kc, MR, abuf.get() + k0 * mb);
+          pack_a_blk(m0, mb, k0, kc, abuf.get() + units(k0) * mb);
         }
         for (int64_t p = p0; p < p1; ++p) {
           const int64_t n0 = p * NR;
@@ -129,13 +158,13 @@ void gemm_core(const Operand& A, const Operand& B, int64_t M, int64_t N, int64_t
           for (int64_t kb = 0; kb < nkb; ++kb) {
             const int64_t k0 = kb * KC, kc = std::min<int64_t>(KC, K - k0);
             pack_b(n0, nv, k0, kc, bbuf.get());
-            run_panel(abuf.get() + k0 * mb, kb, kc, n0, nv, cacc, cld);
+            run_panel(abuf.get() + units(k0) * mb, kb, kc, n0, nv, cacc, cld);
           }
         }
       } else {
         for (int64_t kb = 0; kb < nkb; ++kb) {
           const int64_t k0 = kb * KC, kc = std::min<int64_t>(KC, K - k0);
-          pack_a(A, m0, mb, k0, kc, MR, abuf.get());
+          pack_a_blk(m0, mb, k0, kc, abuf.get());
           for (int64_t p = p0; p < p1; ++p) {
             const int64_t n0 = p * NR;
             const int nv = static_cast<int>(std::min<int64_t>(NR, N - n0));

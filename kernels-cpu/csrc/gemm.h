@@ -8,6 +8,7 @@
 //   gemm_uk_scalar.cpp   micro-kernel, portable (std::fma)            ws1_gemm::vs
 //   gemm_uk_avx2.cpp     micro-kernel, AVX2 + FMA                     ws1_gemm::v2
 //   gemm_uk_avx512.cpp   micro-kernel and small-M path, AVX-512       ws1_gemm::v5
+//   gemm_uk_avx512bf16.cpp  pair packing, micro-kernel and small-M path on VDPBF16PS   ws1_gemm::vb
 //
 // ISA idiom. As in the other kernels, the ISA-specific code sits in namespaces vs / v2 / v5 (here under
 // ws1_gemm), is compiled inside WS1_BEGIN_<ISA> ... WS1_END_ISA regions (ws1_isa.h), and the driver
@@ -87,7 +88,63 @@ struct Tile {
   uint16_t* bout;    // bf16 destination, rounded RNE
   int64_t ldb;
   int ncols;         // valid columns (<= NR)
+  bool ftz;          // bf16 x bf16 chain: the BF16 unit's flush rules (scalar path applies them itself)
 };
+
+// ---- the bf16 x bf16 chain's flush rules (gemm.cpp's contract), portable form -------------------
+// VDPBF16PS treats denormal inputs as zero (DAZ) and flushes a result that is tiny BEFORE rounding
+// (|exact| < FLT_MIN) to a zero of the exact result's sign (FTZ); the vector paths get the same from
+// MXCSR.FTZ|DAZ (FlushScope), the scalar path calls chain_step. Probe and measurement: docs/numerics.md.
+constexpr float kFltMin = 1.17549435e-38f;  // 2^-126, the smallest normal float
+
+inline float daz(float x) { return std::fabs(x) < kFltMin ? std::copysign(0.0f, x) : x; }
+
+// acc + a*b rounded once (RNE), a*b exact (bf16 x bf16 has <= 16 significant bits), then FTZ with
+// tininess detected before rounding: r = +-FLT_MIN is flushed too when the exact sum lies below it,
+// which the residual ((acc - r) + a*b), exact in sign in double, tells.
+inline float chain_step(float acc, float a, float b) {
+  a = daz(a);
+  b = daz(b);
+  acc = daz(acc);
+  const float r = std::fma(a, b, acc);
+  const float mag = std::fabs(r);
+  if (mag < kFltMin) return std::copysign(0.0f, r);
+  if (mag == kFltMin) {
+    const double res = (static_cast<double>(acc) - static_cast<double>(r)) + static_cast<double>(a) * b;
+    if (res != 0.0 && std::signbit(res) != std::signbit(r)) return std::copysign(0.0f, r);
+  }
+  return r;
+}
+
+// MXCSR.FTZ|DAZ for the scope (this thread), restored on exit: the AVX2 / AVX-512F FMAs then follow
+// the BF16 unit's flush rules exactly (checked against VDPBF16PS by bf16_unit_probe).
+class FlushScope {
+ public:
+  explicit FlushScope(bool on) : on_(on) {
+    if (on_) {
+      old_ = _mm_getcsr();
+      _mm_setcsr(old_ | 0x8040u);  // bit 15 FTZ, bit 6 DAZ
+    }
+  }
+  ~FlushScope() {
+    if (on_) _mm_setcsr(old_);
+  }
+  FlushScope(const FlushScope&) = delete;
+  FlushScope& operator=(const FlushScope&) = delete;
+
+ private:
+  bool on_;
+  unsigned old_ = 0;
+};
+
+// A pair of bf16 as VDPBF16PS reads it: lane i is computed as acc += hi*hi' then acc += lo*lo' (the
+// SDM's order: element 2i+1 first). Packing k into hi and k+1 into lo makes that k ascending.
+inline uint32_t bf16_pair(uint16_t first, uint16_t second) {
+  return (static_cast<uint32_t>(first) << 16) | second;
+}
+// K padding of a pair (odd K, tails): A's padding is -0 and B's +0, so a padded product is -0 and
+// acc + (-0) == acc for every acc, +0 included: padding adds no operation to the chain.
+constexpr uint16_t kPadA = 0x8000u, kPadB = 0x0000u;
 
 // A micro-kernel: uk(kc, packed A of the tile's rows, packed B panel, tile).
 using UkFn = void (*)(int64_t, const float*, const float*, const Tile&);
@@ -112,8 +169,20 @@ UkFn uk(int mr);  // gemm_uk_avx512.cpp, mr <= MR512
 void pack_b_avx512(const Operand& B, int64_t n0, int nv, int64_t k0, int64_t kc, float* dst);
 // M <= SMALL_M_MAX, B bf16 with rows contiguous in k (gemm_uk_avx512.cpp).
 void small_m_gemm(const Operand& A, const Operand& B, int64_t M, int64_t N, int64_t K, float* outf,
-                  uint16_t* outb);
+                  uint16_t* outb, bool bf16_chain);
 }  // namespace v5
+namespace vb {
+// the avx512bf16 path (gemm_uk_avx512bf16.cpp): bf16 x bf16 operands only, packed as bf16 pairs.
+UkFn uk(int mr);  // mr <= MR512; A and B are the pair panels below (uint32 units)
+// A rows [m0, m0+mb) x k [k0, k0+kc) -> dst as pairs, tiles of MR rows: tile t at dst + t*MR*kp
+// (kp = (kc+1)/2) holds dst[j*mr + r] = bf16_pair(a[r, k0+2j], a[r, k0+2j+1] or kPadA).
+void pack_a(const Operand& A, int64_t m0, int64_t mb, int64_t k0, int64_t kc, int MR, uint32_t* dst);
+// B columns [n0, n0+nv) x k [k0, k0+kc) -> dst[j*NR + n] = bf16_pair(b[n, k0+2j], b[n, k0+2j+1] or kPadB).
+void pack_b(const Operand& B, int64_t n0, int nv, int64_t k0, int64_t kc, uint32_t* dst);
+// M <= SMALL_M_MAX, B rows contiguous in k: B streamed once, as v5::small_m_gemm.
+void small_m_gemm(const Operand& A, const Operand& B, int64_t M, int64_t N, int64_t K, float* outf,
+                  uint16_t* outb);
+}  // namespace vb
 
 }  // namespace ws1_gemm
 

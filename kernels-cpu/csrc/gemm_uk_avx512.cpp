@@ -138,7 +138,7 @@ namespace v5 {
 constexpr int SMALL_G = 2;  // row groups of 16 per call (32 output columns)
 
 void small_m_gemm(const Operand& A, const Operand& B, int64_t M, int64_t N, int64_t K, float* outf,
-                  uint16_t* outb) {
+                  uint16_t* outb, bool bf16_chain) {
   FBuf abuf = alloc_floats(M * K);  // A rows as fp32, row-major (exact conversion)
   for (int64_t m = 0; m < M; ++m)
     for (int64_t k = 0; k < K; ++k) abuf[m * K + k] = A.at(m, k);
@@ -147,6 +147,7 @@ void small_m_gemm(const Operand& A, const Operand& B, int64_t M, int64_t N, int6
   constexpr int64_t CW = 16 * SMALL_G;
   const int64_t nchunks = (N + CW - 1) / CW;
   at::parallel_for(0, nchunks, 1, [&](int64_t c0, int64_t c1) {
+    FlushScope flush(bf16_chain);  // bf16 x bf16: MXCSR.FTZ|DAZ, the BF16 unit's flush rules
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t n0 = c * CW;
       const int nv = static_cast<int>(std::min<int64_t>(CW, N - n0));

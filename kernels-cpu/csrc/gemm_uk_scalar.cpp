@@ -15,8 +15,13 @@ void uk_scalar(int64_t kc, const float* A, const float* B, const Tile& t) {
   for (int64_t k = 0; k < kc; ++k) {
     const float* b = B + k * NR;
     const float* a = A + k * MR;
-    for (int r = 0; r < MR; ++r)
-      for (int j = 0; j < t.ncols; ++j) acc[r][j] = std::fma(a[r], b[j], acc[r][j]);
+    if (t.ftz) {  // bf16 x bf16: the BF16 unit's flush rules, written out (gemm.h chain_step)
+      for (int r = 0; r < MR; ++r)
+        for (int j = 0; j < t.ncols; ++j) acc[r][j] = chain_step(acc[r][j], a[r], b[j]);
+    } else {
+      for (int r = 0; r < MR; ++r)
+        for (int j = 0; j < t.ncols; ++j) acc[r][j] = std::fma(a[r], b[j], acc[r][j]);
+    }
   }
   for (int r = 0; r < MR; ++r)
     for (int j = 0; j < t.ncols; ++j) {

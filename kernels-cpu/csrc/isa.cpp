@@ -9,19 +9,33 @@
 
 namespace ws1 {
 
-static Isa detect() {
+bool isa_supported(Isa isa) {
   __builtin_cpu_init();
   // the avx512 path's GEMM uses AVX-512BW/VL (masked 16-bit loads and stores): a CPU with AVX-512F
   // alone (Xeon Phi) takes the AVX2 path rather than an illegal instruction
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("fma"))
-    return Isa::avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::avx2;
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
+  switch (isa) {
+    case Isa::avx512bf16: return avx512 && __builtin_cpu_supports("avx512bf16");
+    case Isa::avx512: return avx512;
+    case Isa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    default: return true;
+  }
+}
+
+// The default path: the fastest measured. avx512bf16 is not it: on Sapphire Rapids VDPBF16PS issues
+// about once per cycle, the FLOPs of the two FP32 FMAs the avx512 GEMM issues, and its packing costs
+// more (benchmarks/bench_cpu_gemm.py --also-isa avx512bf16); it gives the same bits, so it stays
+// selectable and tested, not default.
+static Isa detect() {
+  if (isa_supported(Isa::avx512)) return Isa::avx512;
+  if (isa_supported(Isa::avx2)) return Isa::avx2;
   return Isa::scalar;
 }
 
 const char* isa_name(Isa isa) {
   switch (isa) {
+    case Isa::avx512bf16: return "avx512bf16";
     case Isa::avx512: return "avx512";
     case Isa::avx2: return "avx2";
     default: return "scalar";
@@ -30,17 +44,17 @@ const char* isa_name(Isa isa) {
 
 Isa active_isa() {
   // Read the environment on every call (cheap) so tests can switch paths in one process.
-  Isa best = detect();
   const char* env = std::getenv("WS1_CPU_ISA");
-  if (env == nullptr || *env == '\0') return best;
+  if (env == nullptr || *env == '\0') return detect();
   std::string want(env);
   Isa req;
   if (want == "scalar") req = Isa::scalar;
   else if (want == "avx2") req = Isa::avx2;
   else if (want == "avx512") req = Isa::avx512;
-  else TORCH_CHECK(false, "WS1_CPU_ISA=", want, ": unknown ISA (expected scalar, avx2 or avx512)");
-  TORCH_CHECK(static_cast<int>(req) <= static_cast<int>(best), "WS1_CPU_ISA=", want,
-              ": this CPU supports at most ", isa_name(best));
+  else if (want == "avx512bf16") req = Isa::avx512bf16;
+  else TORCH_CHECK(false, "WS1_CPU_ISA=", want, ": unknown ISA (expected scalar, avx2, avx512 or avx512bf16)");
+  TORCH_CHECK(isa_supported(req), "WS1_CPU_ISA=", want, ": this CPU does not support it (default path here: ",
+              isa_name(detect()), ")");
   return req;
 }
 
@@ -53,7 +67,7 @@ std::map<std::string, std::map<std::string, int64_t>> g_calls;  // kernel id -> 
 std::string path_name(unsigned paths) {
   if (paths == 0) return "generic";
   std::string out;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < kNumIsa; ++i) {
     if (!(paths & (1u << i))) continue;
     if (!out.empty()) out += "+";
     out += isa_name(static_cast<Isa>(i));

@@ -9,10 +9,18 @@
 
 namespace ws1 {
 
-enum class Isa { scalar = 0, avx2 = 1, avx512 = 2 };
+// avx512bf16 (only when asked for: WS1_CPU_ISA=avx512bf16) is the avx512 path with the GEMM family's
+// bf16 x bf16 products on VDPBF16PS (AVX512_BF16); every other kernel runs its avx512 code. All four
+// paths give the same bits (gemm.cpp's contract; why the BF16 unit can be matched and AMX cannot:
+// docs/numerics.md "BF16 matrix units").
+enum class Isa { scalar = 0, avx2 = 1, avx512 = 2, avx512bf16 = 3 };
+constexpr int kNumIsa = 4;
 
-// The ISA path to use: the best the CPU supports, or WS1_CPU_ISA if set (an unsupported request is
-// an error, never a silent downgrade).
+// Whether this CPU can run the path.
+bool isa_supported(Isa isa);
+
+// The ISA path to use: the default (avx512, avx2 or scalar: the best the CPU supports), or WS1_CPU_ISA
+// if set (an unsupported request is an error, never a silent downgrade).
 Isa active_isa();
 const char* isa_name(Isa isa);
 
@@ -50,6 +58,9 @@ Isa dispatch_isa();
 // The GEMM's AVX-512 code also uses AVX-512BW/VL (masked 16-bit loads and stores), so the avx512
 // path is chosen only on avx512f + avx512bw + avx512vl + fma (isa.cpp).
 #define WS1_BEGIN_AVX512_BW _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,fma\")")
+// VDPBF16PS (the avx512bf16 path's GEMM micro-kernels, gemm_uk_avx512bf16.cpp).
+#define WS1_BEGIN_AVX512_BF16 \
+  _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512bf16,fma\")")
 #define WS1_END_ISA _Pragma("GCC pop_options")
 
 // FP32 -> BF16 with round-to-nearest-even; NaN stays NaN (quiet), Inf stays Inf.

@@ -6,6 +6,9 @@ bitwise independent of M, row position, row order, thread count and ISA path, an
 reference. For bf16 inputs the reference is exact in plain torch: the product of two bf16 values
 has <= 16 significant bits, so it is exact in fp32 and ``fmaf(a, b, acc) == fp32(acc + a*b)``;
 a Python loop over k of fp32 ``acc = acc + a[:, k, None] * b[:, k]`` reproduces the kernel's bits.
+bf16 x bf16 operands follow the BF16 unit's flush rules (DAZ inputs, FTZ results, tininess before
+rounding) on every path, so the avx512bf16 path (VDPBF16PS) gives the same bits as the others; data
+that never comes near FLT_MIN is unaffected, and the flush tests below pin the rules.
 """
 import os
 
@@ -16,7 +19,7 @@ import torch.nn.functional as F
 import ws1_kernels_cpu  # noqa: F401  registers torch.ops.ws1_cpu
 
 ops = torch.ops.ws1_cpu
-ISAS = [i for i in ("scalar", "avx2", "avx512")]
+ISAS = [i for i in ("scalar", "avx2", "avx512", "avx512bf16")]
 
 
 def _supported_isas():
@@ -408,3 +411,116 @@ def test_errors():
     _raises(lambda: ops.gemm(xb, wb.double(), False), "gemm", "b")
     _raises(lambda: ops.gemm(xb, torch.randn(4, 7), False), "gemm", "K mismatch")
     _raises(lambda: ops.gemm(xb[None], wb, False), "gemm", "rank")
+
+
+# --------------------------------------------------------------------------------------------
+# The BF16 unit decision (docs/numerics.md, "BF16 matrix units"): VDPBF16PS is the portable chain
+# with DAZ/FTZ, so every path is bitwise equal; AMX's TDPBF16PS is not, so it has no GEMM path.
+# --------------------------------------------------------------------------------------------
+def _probe():
+    import json
+    return json.loads(ops.bf16_unit_probe(1 << 16, 1))
+
+
+def test_vdpbf16ps_is_the_portable_chain():
+    p = _probe()
+    if not p["vdpbf16ps"]["available"]:
+        pytest.skip("this CPU has no AVX512_BF16 (the avx512bf16 path does not exist here)")
+    v = p["vdpbf16ps"]
+    assert v["lanes"] >= 1 << 16 and v["differ"] == 0, v
+    # the same comparison with the pair packed the other way round must see differences: the
+    # probe is able to fail, and the pair order the GEMM packs is the one that matters
+    assert v["differ_order_swapped"] > 0, v
+
+
+def test_mxcsr_flush_is_the_bf16_units_flush():
+    p = _probe()
+    if not p["fma_mxcsr"]["available"]:
+        pytest.skip("no AVX-512 on this CPU: the MXCSR-flushed FMA is checked through the GEMM tests only")
+    assert p["fma_mxcsr"]["differ"] == 0, p["fma_mxcsr"]
+
+
+def test_amx_tdpbf16ps_is_not_the_chain():
+    """Pins the other half of the decision: measured, TDPBF16PS (32 k per instruction) does not give
+    the chain's bits, so an AMX GEMM could not be bitwise equal to the other paths. If a CPU's AMX
+    ever matches, this fails and the decision must be revisited."""
+    p = _probe()["tdpbf16ps"]
+    if not p["available"]:
+        pytest.skip(f"AMX-BF16 not usable here: {p['why_not']}")
+    assert p["elements"] > 0 and p["differ"] > 0, p
+
+
+def _f(v):
+    return torch.tensor(v, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("isa", SUPPORTED)
+def test_flush_rules_every_path(isa):
+    b = torch.bfloat16
+    # FTZ, tininess before rounding: 2^-63 * 2^-63 = FLT_MIN, then FLT_MIN - 2^-150 rounds (tie to
+    # even) back to FLT_MIN in IEEE arithmetic, but the exact sum is below FLT_MIN: flushed to +0.
+    x = torch.tensor([[2.0 ** -63, 2.0 ** -75]], dtype=b)
+    w = torch.tensor([[2.0 ** -63, -2.0 ** -75]], dtype=b)
+    ieee = (_f(2.0 ** -126) + _f(2.0 ** -75) * _f(-2.0 ** -75)).item()
+    assert ieee == 2.0 ** -126  # what plain FP32 gives: the case really is at the boundary
+    # a result that underflows is flushed to a zero of its sign: -(2^-70)^2 -> -0
+    x2 = torch.tensor([[2.0 ** -70]], dtype=b)
+    w2 = torch.tensor([[-2.0 ** -70]], dtype=b)
+    # DAZ: a bf16 denormal input reads as zero: 2^-130 * 2^100 would be 2^-30
+    x3 = torch.tensor([[2.0 ** -130, 0.0]], dtype=b)
+    w3 = torch.tensor([[2.0 ** 100, 0.0]], dtype=b)
+    assert x3[0, 0].item() == 2.0 ** -130  # stored as a bf16 denormal, not already zero
+    with use_isa(isa):
+        assert bits(ops.lm_head(x, w)).item() == 0
+        assert bits(ops.lm_head(x2, w2)).item() == bits(_f([[-0.0]])).item()
+        assert bits(ops.lm_head(x3, w3)).item() == 0
+        assert bits(ops.det_gemm(x3, w3)).item() == 0
+
+
+def _adversarial(m, k, n, g):
+    """bf16 data whose partial sums cancel and underflow: exponents spread over the whole range
+    around 2^-63 (products near FLT_MIN), some bf16 denormals, some large values."""
+    def draw(*shape):
+        e = torch.randint(-75, -52, shape, generator=g).float()
+        v = torch.ldexp(1.0 + torch.rand(*shape, generator=g), e) * torch.where(
+            torch.rand(*shape, generator=g) < 0.5, -1.0, 1.0)
+        den = torch.rand(*shape, generator=g) < 0.05
+        v = torch.where(den, torch.ldexp(torch.rand(*shape, generator=g), torch.full(shape, -127.0)), v)
+        return v.bfloat16()
+    return draw(m, k), draw(n, k)
+
+
+@pytest.mark.parametrize("shape", [(1, 65, 40), (3, 301, 70), (13, 257, 45), (59, 512, 96)])
+def test_adversarial_flush_cases_bitwise_equal_across_paths(shape):
+    m, k, n = shape
+    g = gen(100 + m)
+    x, w = _adversarial(m, k, n, g)
+    with use_isa("scalar"):
+        ref32, ref16 = ops.lm_head(x, w), ops.det_gemm(x, w)
+        refT = ops.gemm(x, w.t().contiguous().t(), True)  # B with n contiguous (backward's layout)
+    tiny = (ref32.abs() < 2.0 ** -126) & (ref32 != 0)
+    assert not bool(tiny.any())                                 # FTZ: no denormal result
+    exact = exact_ref_bf16_inputs(x, w)
+    assert not same_bits(ref32, exact)                          # the data does reach the flush rules
+    assert same_bits(refT, ref32)
+    for isa in SUPPORTED:
+        with use_isa(isa):
+            assert same_bits(ops.lm_head(x, w), ref32), isa
+            assert same_bits(ops.det_gemm(x, w), ref16), isa
+            assert same_bits(ops.gemm(x, w.t().contiguous().t(), True), ref32), isa
+
+
+def test_negative_control_kstep_chosen_by_m_is_caught():
+    """Our deliberately variant GEMM (K-step chosen by M: each pair of products summed first when
+    M > 1; portable code, so the same bits on every host) must fail the same row-invariance helper
+    and the comparison with lm_head / det_gemm; its one-row result is theirs."""
+    g = gen(14)
+    x, w = rand_bf16(59, 1024, gen=g), rand_bf16(128, 1024, gen=g)
+    for out_fp32, ours in ((True, ops.lm_head), (False, ops.det_gemm)):
+        def var(a, b, out_fp32=out_fp32):
+            return ops.variant_gemm_kstep_by_m(a, b, out_fp32)
+        assert same_bits(var(x[:1], w), ours(x[:1], w))
+        assert not same_bits(var(x, w), ours(x, w))
+        assert row_invariance_differs(var, x, w, [2, 7, 59], rows_to_check=tuple(range(0, 59, 2))) != []
+        assert row_invariance_differs(ours, x, w, [2, 7, 59], rows_to_check=tuple(range(0, 59, 2))) == []
+

@@ -40,15 +40,22 @@ def assert_same(a: torch.Tensor, b: torch.Tensor, what: str = "") -> None:
 
 
 def available_isas():
-    """ISA paths this host can run: always scalar, then avx2 / avx512 up to the best supported."""
+    """ISA paths this host can run (scalar always; avx2 / avx512 / avx512bf16 where the CPU has them)."""
     old = os.environ.pop("WS1_CPU_ISA", None)
+    out = []
     try:
-        best = ws1_kernels_cpu.isa()
+        for name in ("scalar", "avx2", "avx512", "avx512bf16"):
+            os.environ["WS1_CPU_ISA"] = name
+            try:
+                ws1_kernels_cpu.isa()
+                out.append(name)
+            except RuntimeError:
+                pass
     finally:
+        os.environ.pop("WS1_CPU_ISA", None)
         if old is not None:
             os.environ["WS1_CPU_ISA"] = old
-    order = ["scalar", "avx2", "avx512"]
-    return order[: order.index(best) + 1]
+    return out
 
 
 @contextlib.contextmanager

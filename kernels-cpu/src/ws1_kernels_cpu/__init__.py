@@ -11,7 +11,8 @@ NAMESPACE = "ws1_cpu"
 
 
 def isa() -> str:
-    """The ISA path the kernels dispatch to on this host (``avx512``, ``avx2`` or ``scalar``).
+    """The ISA path the kernels dispatch to on this host (default: ``avx512``, ``avx2`` or ``scalar``).
 
-    ``WS1_CPU_ISA=scalar|avx2|avx512`` forces a path (an unsupported request raises)."""
+    ``WS1_CPU_ISA=scalar|avx2|avx512|avx512bf16`` forces a path (an unsupported request raises);
+    ``avx512bf16`` runs the GEMM's bf16 products on VDPBF16PS, with the same bits as every path."""
     return torch.ops.ws1_cpu.isa()
