@@ -68,9 +68,9 @@ __device__ __forceinline__ float dot_global(const TA* __restrict__ a, const uint
 __global__ void __launch_bounds__(kAttnThreads) attention_fwd_kernel(
     const uint16_t* __restrict__ q, const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
     const int64_t* __restrict__ cu_q, const int64_t* __restrict__ cu_k, const int64_t* __restrict__ q_pos, int64_t B,
-    int Hq, int Hkv, int D, float scale, uint16_t* __restrict__ out, float* __restrict__ lse) {
+    int Hq, int Hkv, int D, float scale, bool vec, uint16_t* __restrict__ out, float* __restrict__ lse) {
   __shared__ __align__(16) uint16_t Ks[kKT * kKStride];
-  __shared__ __align__(16) uint16_t Vs[kKT * kDMax];
+  __shared__ __align__(16) uint16_t Vs[kKT * kDMax];  // 512-byte rows: 16-byte stores
   __shared__ float Qs[kAttnWarps][kDMax];
   const int64_t i = blockIdx.x;
   const int kh = blockIdx.y, G = Hq / Hkv;
@@ -90,13 +90,29 @@ __global__ void __launch_bounds__(kAttnThreads) attention_fwd_kernel(
   for (int64_t t0 = 0; t0 <= p; t0 += kKT) {
     const int nk = static_cast<int>(p + 1 - t0 < kKT ? p + 1 - t0 : kKT);  // keys t0 .. t0+nk-1, all <= p
     __syncthreads();  // the previous tile is consumed (and Qs is written before the first)
-    for (int e = threadIdx.x; e < nk * (D / 2); e += kAttnThreads) {
-      const int j = e / (D / 2), d2 = e % (D / 2);
-      const int64_t src = (krow0 + t0 + j) * kvstride + static_cast<int64_t>(kh) * D + 2 * d2;
-      const uint32_t kw = static_cast<uint32_t>(k[src]) | (static_cast<uint32_t>(k[src + 1]) << 16);
-      const uint32_t vw = static_cast<uint32_t>(v[src]) | (static_cast<uint32_t>(v[src + 1]) << 16);
-      reinterpret_cast<uint32_t*>(Ks + j * kKStride)[d2] = kw;
-      reinterpret_cast<uint32_t*>(Vs + j * kDMax)[d2] = vw;
+    // The tile into shared memory; vec (D % 8 == 0, 16-byte aligned K/V): 16-byte loads, else 2 x 16-bit.
+    // Both write the same bytes, so the choice cannot change a bit.
+    if (vec) {
+      for (int e = threadIdx.x; e < nk * (D / 8); e += kAttnThreads) {
+        const int j = e / (D / 8), c8 = e % (D / 8);
+        const int64_t src = (krow0 + t0 + j) * kvstride + static_cast<int64_t>(kh) * D + 8 * c8;
+        const uint4 kw = *reinterpret_cast<const uint4*>(k + src);
+        uint32_t* kd = reinterpret_cast<uint32_t*>(Ks + j * kKStride) + 4 * c8;  // 4-byte aligned rows (odd word stride)
+        kd[0] = kw.x;
+        kd[1] = kw.y;
+        kd[2] = kw.z;
+        kd[3] = kw.w;
+        *reinterpret_cast<uint4*>(Vs + j * kDMax + 8 * c8) = *reinterpret_cast<const uint4*>(v + src);
+      }
+    } else {
+      for (int e = threadIdx.x; e < nk * (D / 2); e += kAttnThreads) {
+        const int j = e / (D / 2), d2 = e % (D / 2);
+        const int64_t src = (krow0 + t0 + j) * kvstride + static_cast<int64_t>(kh) * D + 2 * d2;
+        const uint32_t kw = static_cast<uint32_t>(k[src]) | (static_cast<uint32_t>(k[src + 1]) << 16);
+        const uint32_t vw = static_cast<uint32_t>(v[src]) | (static_cast<uint32_t>(v[src + 1]) << 16);
+        reinterpret_cast<uint32_t*>(Ks + j * kKStride)[d2] = kw;
+        reinterpret_cast<uint32_t*>(Vs + j * kDMax)[d2] = vw;
+      }
     }
     __syncthreads();
     if (!active) continue;
@@ -300,12 +316,14 @@ std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tens
   at::Tensor lse = at::empty({m.Tq, m.Hq}, q.options().dtype(at::kFloat));
   if (m.Tq == 0) return {out, lse};
   const int64_t G = m.Hq / m.Hkv;
+  const bool vec = m.D % 8 == 0 && reinterpret_cast<uintptr_t>(k.data_ptr()) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(v.data_ptr()) % 16 == 0;
   const dim3 grid(static_cast<unsigned>(m.Tq), static_cast<unsigned>(m.Hkv),
                   static_cast<unsigned>(ceil_div(G, ws1cu::kAttnWarps)));
   ws1cu::attention_fwd_kernel<<<grid, ws1cu::kAttnThreads, 0, stream()>>>(
       bf16_in(q), bf16_in(k), bf16_in(v), cu_seqlens_q.data_ptr<int64_t>(), cu_seqlens_k.data_ptr<int64_t>(),
       q_pos.data_ptr<int64_t>(), m.B, static_cast<int>(m.Hq), static_cast<int>(m.Hkv), static_cast<int>(m.D),
-      static_cast<float>(scale), bf16_out(out), lse.data_ptr<float>());
+      static_cast<float>(scale), vec, bf16_out(out), lse.data_ptr<float>());
   check_launch(op);
   return {out, lse};
 }
