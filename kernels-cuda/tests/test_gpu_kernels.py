@@ -203,3 +203,23 @@ def test_calls_count_what_ran():
     with pytest.raises(RuntimeError, match="K mismatch"):  # an entry point that raised is not counted
         K().det_gemm(torch.zeros(2, 8, dtype=BF, device=DEV), torch.zeros(4, 9, dtype=BF, device=DEV))
     assert json.loads(K().calls()).get("ws1_cuda::det_gemm") == after.get("ws1_cuda::det_gemm")
+
+
+def test_attention_tile_loaders_give_the_same_bits():
+    """K/V 16-byte aligned take the 16-byte tile loads; the same data 2 bytes off alignment (contiguous) takes
+    the 16-bit loads: the outputs must be bitwise the same."""
+    Hq, Hkv, D, S = 8, 2, 128, 45
+    q, k, v = rnd(S, Hq, D, seed=30), rnd(S, Hkv, D, seed=31), rnd(S, Hkv, D, seed=32)
+
+    def off(t):
+        buf = torch.empty(t.numel() + 1, dtype=BF, device=DEV)
+        view = buf[1:].view(t.shape)
+        view.copy_(t)
+        assert view.is_contiguous() and view.data_ptr() % 16 != 0
+        return view
+
+    pos = torch.arange(S, device=DEV)
+    a = _attn(q, k, v, [S], [S], pos, D ** -0.5)
+    b = _attn(q, off(k), off(v), [S], [S], pos, D ** -0.5)
+    same(a[0], b[0], "attention out, 16-byte vs 16-bit loads")
+    same(a[1], b[1], "attention lse, 16-byte vs 16-bit loads")
