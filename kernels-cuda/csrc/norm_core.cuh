@@ -123,8 +123,11 @@ inline Rows check(const at::Tensor& x, const at::Tensor& w, const char* op, bool
   check_float(w, op, "weight");
   check_contig(x, op, "x");
   check_contig(w, op, "weight");
-  if (qk) TORCH_CHECK(x.dim() == 3, op, ": x must have rank 3 [T, n_heads, D], got shape ", x.sizes());
-  else TORCH_CHECK(x.dim() >= 1, op, ": x must have rank >= 1, got shape ", x.sizes());
+  if (qk) {
+    TORCH_CHECK(x.dim() == 3, op, ": x must have rank 3 [T, n_heads, D], got shape ", x.sizes());
+  } else {
+    TORCH_CHECK(x.dim() >= 1, op, ": x must have rank >= 1, got shape ", x.sizes());
+  }
   TORCH_CHECK(w.dim() == 1 && w.size(0) == x.size(-1), op, ": weight must have shape [", x.size(-1), "], got ",
               w.sizes());
   const int64_t H = x.size(-1);
