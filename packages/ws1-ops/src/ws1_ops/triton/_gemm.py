@@ -59,11 +59,12 @@ class GemmConfig:
 # another configuration (docs/design.md §7b rule 4): the trade-off is measured by benchmarks/bench_triton.py.
 BF16_CONFIG = GemmConfig(BM=64, BN=128, BK=64, GROUP_M=8, num_warps=4, num_stages=4)
 # An FP32 a operand (lm_head's backward: FP32 logit gradients), split into three BF16 parts
-# (SPLIT_A): the BF16 output tile with BK 32, 8 warps and 3 stages. At BK 64 the split's three
-# parts of the [64, 64] FP32 block spilled (sm_80: 255 registers, 276-576 B; sm_90a: 4 B); at BK 32
-# with 4 warps one sm_80 specialization sat at 255 registers; with 8: at most 166 registers on
-# sm_90a (wgmma) and 187 on sm_80 (mma.sync), no spill (python -m ws1_matrix triton-aot).
-F32_CONFIG = GemmConfig(BM=64, BN=128, BK=32, GROUP_M=8, num_warps=8, num_stages=3)
+# (SPLIT_A): 64x64 output tiles, BK 64, 8 warps, 3 stages. The split holds three BF16 copies of the
+# a-block in registers; the BF16 tile (64x128, 4 warps) spilled with it (sm_80: 255 registers,
+# 276-576 B), and 64x128 tiles with BK 32 spilled 24 B on sm_80 under Triton 3.6 (the H200 image's)
+# though not under 3.9. This one spills under neither, for sm_90a (wgmma) and sm_80 (mma.sync):
+# python -m ws1_matrix triton-aot, with either Triton.
+F32_CONFIG = GemmConfig(BM=64, BN=64, BK=64, GROUP_M=8, num_warps=8, num_stages=3)
 
 
 def config_for(*operands: torch.Tensor) -> GemmConfig:
