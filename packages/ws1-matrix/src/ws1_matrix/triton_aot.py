@@ -220,7 +220,7 @@ def specialize(rec: dict, arch: int):
     bound, spec, opts = binder(*args, **kwargs)
     if hasattr(fn, "_pack_args"):
         options, signature, constexprs, attrs = fn._pack_args(backend, opts, bound, spec, opts)
-    else:                                       # Triton 3.6 (the H200 image): inline in JITFunction.run
+    else:                                       # a Triton without _pack_args: inline in its JITFunction.run
         from triton._utils import find_paths_if, get_iterable_path
 
         options = backend.parse_options(opts)
