@@ -23,16 +23,21 @@ if [ "$(cat "$stamp_dir/requirements" 2>/dev/null)" != "$req_hash" ]; then
 fi
 
 # Dependency order: ws1-accel <- ws1-contract <- ws1-ops <- ws1-kv <- ws1-qwen3; ws1-matrix; kernels.
-PKGS="packages/ws1-accel packages/ws1-contract kernels-cpu packages/ws1-ops packages/ws1-kv packages/ws1-qwen3 packages/ws1-matrix"
+PKGS="packages/ws1-accel packages/ws1-contract kernels-cpu kernels-ascend/emu packages/ws1-ops packages/ws1-kv packages/ws1-qwen3 packages/ws1-matrix"
 for pkg in $PKGS; do
   [ -f "$pkg/pyproject.toml" ] || continue
   name=$(basename "$pkg")
-  h=$(find "$pkg" -type f \( -name '*.py' -o -name '*.toml' -o -name '*.cpp' -o -name '*.h' \) \
+  srcs="$pkg"
+  # the Ascend emulator package compiles the .asc kernels of kernels-ascend/csrc (outside its directory)
+  [ "$pkg" = kernels-ascend/emu ] && name=kernels-ascend-emu && srcs="$pkg kernels-ascend/csrc"
+  # shellcheck disable=SC2086
+  h=$(find $srcs -type f \( -name '*.py' -o -name '*.toml' -o -name '*.cpp' -o -name '*.h' -o -name '*.asc' \) \
         -not -path '*/tests/*' -not -path '*/build/*' -not -path '*.egg-info*' -print0 \
       | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
   if [ "$(cat "$stamp_dir/$name" 2>/dev/null)" != "$h" ]; then
     case "$name" in
       kernels-cpu) step "building $name (C++ torch extension; ~4-5 min the first time on 2 cores)";;
+      kernels-ascend-emu) step "building $name (the Ascend C kernels on the host emulator; ~1.5 min on 2 cores)";;
       *) step "installing $name";;
     esac
     # --no-build-isolation: the build must see this venv's torch, not download another one.
