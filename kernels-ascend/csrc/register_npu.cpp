@@ -69,6 +69,12 @@ std::tuple<at::Tensor, at::Tensor> m_attention(const at::Tensor& q, const at::Te
                                                const at::Tensor&, const at::Tensor&, const at::Tensor&, double) {
   return {m_like(q, q.scalar_type()), at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat))};
 }
+std::tuple<at::Tensor, at::Tensor, at::Tensor> m_attention_bwd(const at::Tensor&, const at::Tensor& q, const at::Tensor& k,
+                                                                const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                                const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                                double) {
+  return {m_like(q, at::kFloat), m_like(k, at::kFloat), m_like(k, at::kFloat)};
+}
 }  // namespace
 
 TORCH_LIBRARY(ws1_ascend, m) { WS1A_DEFINE_LIBRARY(m); }
@@ -93,6 +99,7 @@ TORCH_LIBRARY_IMPL(ws1_ascend, Meta, m) {
   m.impl("logprob_bwd", &m_logprob_bwd);
   m.impl("batch_invariant_logp_bwd", &m_bilp_bwd);
   m.impl("attention", &m_attention);
+  m.impl("attention_bwd", &m_attention_bwd);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}  // the ops register through TORCH_LIBRARY

@@ -410,55 +410,102 @@ inline at::Tensor batch_invariant_logp_bwd(const at::Tensor& g, const at::Tensor
 }
 
 // ---- attention ------------------------------------------------------------------------------------------
-inline std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                    const at::Tensor& cu_q, const at::Tensor& cu_k,
-                                                    const at::Tensor& q_pos, double scale) {
-  const char* op = "attention";
+// The host part of the attention tiling: shapes checked, the sequence of each query and of each key row, and
+// the workspace offsets of the backward (woff[i] = sum over earlier queries of q_pos + 1).
+struct AttnMeta {
+  int64_t Tq, Hq, D, Tk, Hkv, B, W;
+  at::Tensor seq, kseq, woff;  // on the inputs' device
+};
+inline AttnMeta attn_meta(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& cu_q, const at::Tensor& cu_k, const at::Tensor& q_pos) {
   for (auto* p : {&q, &k, &v, &cu_q, &cu_k, &q_pos}) check_dev(*p, op, "an input");
-  const int32_t f = float_code(q, op, "q");
+  float_code(q, op, "q");
   WS1A_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), op,
              ": q, k, v must have one dtype");
   WS1A_CHECK(q.dim() == 3 && k.dim() == 3 && v.sizes() == k.sizes() && q.size(2) == k.size(2), op,
              ": need q [Tq, Hq, D], k and v [Tk, Hkv, D], got ", q.sizes(), ", ", k.sizes(), ", ", v.sizes());
-  const int64_t Tq = q.size(0), Hq = q.size(1), D = q.size(2), Tk = k.size(0), Hkv = k.size(1);
-  WS1A_CHECK(Hkv > 0 && Hq % Hkv == 0, op, ": Hq (", Hq, ") must be a multiple of Hkv (", Hkv, ")");
+  AttnMeta m{q.size(0), q.size(1), q.size(2), k.size(0), k.size(1), 0, 0, {}, {}, {}};
+  WS1A_CHECK(m.Hkv > 0 && m.Hq % m.Hkv == 0, op, ": Hq (", m.Hq, ") must be a multiple of Hkv (", m.Hkv, ")");
   WS1A_CHECK(cu_q.scalar_type() == at::kLong && cu_k.scalar_type() == at::kLong && q_pos.scalar_type() == at::kLong,
              op, ": cu_seqlens_q, cu_seqlens_k and q_pos must be int64");
   WS1A_CHECK(cu_q.dim() == 1 && cu_k.sizes() == cu_q.sizes() && cu_q.numel() >= 1, op,
              ": cu_seqlens_q and cu_seqlens_k must be [B + 1]");
-  WS1A_CHECK(q_pos.numel() == Tq, op, ": q_pos must be [", Tq, "]");
-  const int64_t B = cu_q.numel() - 1;
-  // host part of the tiling: which sequence each query belongs to; every query's keys must exist
+  WS1A_CHECK(q_pos.numel() == m.Tq, op, ": q_pos must be [", m.Tq, "]");
+  m.B = cu_q.numel() - 1;
   at::Tensor cq = cu_q.cpu(), ck = cu_k.cpu(), qp = q_pos.cpu();
-  WS1A_CHECK(cq[0].item<int64_t>() == 0 && cq[B].item<int64_t>() == Tq && ck[0].item<int64_t>() == 0 &&
-                 ck[B].item<int64_t>() == Tk,
-             op, ": cu_seqlens must start at 0 and end at Tq / Tk");
-  at::Tensor seq_cpu = at::empty({Tq}, cq.options());
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t qs = cq[b].item<int64_t>(), qe = cq[b + 1].item<int64_t>(), kl = ck[b + 1].item<int64_t>() - ck[b].item<int64_t>();
-    WS1A_CHECK(qs <= qe && kl >= 0, op, ": cu_seqlens must be non-decreasing");
-    for (int64_t i = qs; i < qe; ++i) {
-      const int64_t p = qp[i].item<int64_t>();
-      WS1A_CHECK(p >= 0 && p < kl, op, ": q_pos[", i, "] = ", p, " outside its sequence's ", kl, " keys");
-      seq_cpu.data_ptr<int64_t>()[i] = b;
+  const int64_t *cqp = cq.data_ptr<int64_t>(), *ckp = ck.data_ptr<int64_t>(), *qpp = qp.data_ptr<int64_t>();
+  WS1A_CHECK(cqp[0] == 0 && cqp[m.B] == m.Tq && ckp[0] == 0 && ckp[m.B] == m.Tk, op,
+             ": cu_seqlens must start at 0 and end at Tq / Tk");
+  at::Tensor seq = at::empty({m.Tq}, cq.options()), kseq = at::empty({m.Tk}, cq.options()),
+             woff = at::empty({m.Tq}, cq.options());
+  int64_t w = 0;
+  for (int64_t b = 0; b < m.B; ++b) {
+    const int64_t kl = ckp[b + 1] - ckp[b];
+    WS1A_CHECK(cqp[b] <= cqp[b + 1] && kl >= 0, op, ": cu_seqlens must be non-decreasing");
+    for (int64_t r = ckp[b]; r < ckp[b + 1]; ++r) kseq.data_ptr<int64_t>()[r] = b;
+    for (int64_t i = cqp[b]; i < cqp[b + 1]; ++i) {
+      WS1A_CHECK(qpp[i] >= 0 && qpp[i] < kl, op, ": q_pos[", i, "] = ", qpp[i], " outside its sequence's ", kl, " keys");
+      seq.data_ptr<int64_t>()[i] = b;
+      woff.data_ptr<int64_t>()[i] = w;
+      w += qpp[i] + 1;
     }
   }
-  at::Tensor seq = seq_cpu.to(q.device());
-  at::Tensor out = at::empty(q.sizes(), q.options()), lse = at::empty({Tq, Hq}, q.options().dtype(at::kFloat));
-  if (Tq == 0 || Hq == 0) return {out, lse};
+  m.W = w * m.Hq;
+  m.seq = seq.to(q.device()), m.kseq = kseq.to(q.device()), m.woff = woff.to(q.device());
+  return m;
+}
+
+inline std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                    const at::Tensor& cu_q, const at::Tensor& cu_k,
+                                                    const at::Tensor& q_pos, double scale) {
+  const char* op = "attention";
+  AttnMeta m = attn_meta(op, q, k, v, cu_q, cu_k, q_pos);
+  const int32_t f = float_code(q, op, "q");
+  at::Tensor out = at::empty(q.sizes(), q.options()), lse = at::empty({m.Tq, m.Hq}, q.options().dtype(at::kFloat));
+  if (m.Tq == 0 || m.Hq == 0) return {out, lse};
   count(WS1A_NAME "::attention");
+  at::Tensor seq = m.seq;
   WS1A_RUN(op, [=](void* s) {
-    ws1_launch_attention(vec_blocks(), s, gm(q), gm(k), gm(v), gm(cu_k), gm(q_pos), gm(seq), gm(out),
-                         gm(lse), f, Tq, Tk, B, Hq, Hkv, D, (float)scale);
+    ws1_launch_attention(vec_blocks(), s, gm(q), gm(k), gm(v), gm(cu_k), gm(q_pos), gm(seq), gm(out), gm(lse), f, m.Tq,
+                         m.Tk, m.B, m.Hq, m.Hkv, m.D, (float)scale);
   });
   return {out, lse};
+}
+
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(
+    const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+    const at::Tensor& out_in, const at::Tensor& lse_in, const at::Tensor& cu_q, const at::Tensor& cu_k,
+    const at::Tensor& q_pos, double scale) {
+  const char* op = "attention_bwd";
+  AttnMeta m = attn_meta(op, q_in, k_in, v_in, cu_q, cu_k, q_pos);
+  WS1A_CHECK(dout_in.sizes() == q_in.sizes() && out_in.sizes() == q_in.sizes(), op,
+             ": dout and out must have q's shape ", q_in.sizes());
+  WS1A_CHECK(lse_in.numel() == m.Tq * m.Hq, op, ": lse must be [Tq, Hq]");
+  // FP32 throughout (bf16 -> fp32 is exact)
+  auto f32 = [](const at::Tensor& t) { return t.to(at::kFloat).contiguous(); };
+  at::Tensor q = f32(q_in), k = f32(k_in), v = f32(v_in), out = f32(out_in), lse = f32(lse_in), dout = f32(dout_in);
+  at::Tensor dq = at::empty(q.sizes(), q.options()), dk = at::zeros(k.sizes(), k.options()),
+             dv = at::zeros(k.sizes(), k.options());
+  if (m.Tq == 0 || m.Hq == 0) return {dq, dk, dv};
+  at::Tensor P = at::empty({std::max<int64_t>(m.W, 1)}, q.options()), DS = at::empty({std::max<int64_t>(m.W, 1)}, q.options());
+  at::Tensor seq = m.seq, kseq = m.kseq, woff = m.woff;
+  count(WS1A_NAME "::attention_bwd");
+  WS1A_RUN(op, [=](void* s) {
+    ws1_launch_attention_bwd(vec_blocks(), s, gm(q), gm(k), gm(v), gm(out), gm(lse), gm(dout), gm(cu_q), gm(cu_k),
+                             gm(q_pos), gm(seq), gm(woff), gm(P), gm(DS), gm(dq), m.Tq, m.Tk, m.B, m.Hq, m.Hkv, m.D,
+                             m.W, (float)scale);
+    ws1_launch_attention_bwd_kv(vec_blocks(), s, gm(q), gm(dout), gm(cu_q), gm(cu_k), gm(q_pos), gm(seq), gm(woff),
+                                gm(P), gm(DS), gm(kseq), gm(dk), gm(dv), m.Tq, m.Tk, m.B, m.Hq, m.Hkv, m.D, m.W,
+                                (float)scale);
+  });
+  return {dq, dk, dv};
 }
 
 inline std::string calls_op() { return calls_json(); }
 
 }  // namespace ws1a_host
 
-// The library: the same names and schemas as ws1_cpu; attention_bwd is not defined (not written yet).
+// The library: the same names and schemas as ws1_cpu (plus the two negative controls and calls()).
 #define WS1A_DEFINE_LIBRARY(m)                                                                                      \
   m.def("embedding(Tensor ids, Tensor weight) -> Tensor");                                                          \
   m.def("embedding_bwd(Tensor dy, Tensor ids, int num_embeddings) -> Tensor");                                      \
@@ -480,6 +527,8 @@ inline std::string calls_op() { return calls_json(); }
   m.def("batch_invariant_logp_bwd(Tensor g, Tensor logp) -> Tensor");                                              \
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, Tensor q_pos, "          \
         "float scale) -> (Tensor, Tensor)");                                                                        \
+  m.def("attention_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor cu_seqlens_q, "  \
+        "Tensor cu_seqlens_k, Tensor q_pos, float scale) -> (Tensor, Tensor, Tensor)");                            \
   m.def("variant_lm_head_small_k(Tensor x, Tensor weight) -> Tensor");                                             \
   m.def("variant_rms_norm_small_tile(Tensor x, Tensor weight, float eps) -> (Tensor, Tensor)");                     \
   m.def("calls() -> str", &ws1a_host::calls_op)
@@ -504,5 +553,6 @@ inline std::string calls_op() { return calls_json(); }
   m.impl("logprob_bwd", &ws1a_host::logprob_bwd);                                                                   \
   m.impl("batch_invariant_logp_bwd", &ws1a_host::batch_invariant_logp_bwd);                                         \
   m.impl("attention", &ws1a_host::attention);                                                                       \
+  m.impl("attention_bwd", &ws1a_host::attention_bwd);                                                               \
   m.impl("variant_lm_head_small_k", &ws1a_host::variant_lm_head_small_k);                                         \
   m.impl("variant_rms_norm_small_tile", &ws1a_host::variant_rms_norm_small_tile)

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-
 import ws1_kernels_ascend_emu  # noqa: F401  registers torch.ops.ws1_ascend_emu
+
 from ws1_ops import reference
 
 E = torch.ops.ws1_ascend_emu

@@ -3,7 +3,7 @@ contract's accuracy judgments (no private tolerance), and the cross-node identit
 
 import pytest
 import torch
-from emu_cases import BF16, E, EPS, F32, attention_inputs, make, same_bits
+from emu_cases import BF16, EPS, F32, E, attention_inputs, make, same_bits
 
 from ws1_contract import within_tolerance
 from ws1_contract.compare import accuracy
@@ -28,6 +28,16 @@ def test_attention_forward_accuracy(contract):
     th = contract.resolve("forward_accuracy", "attention", "bfloat16")
     r = within_tolerance(out, reference.attention(q, k, v, cu, cu, qp, 0.125), th.atol, th.rtol, "attention")
     assert r.passed, r.detail
+
+
+def test_attention_backward(contract):
+    q, k, v, cu, qp = attention_inputs([5, 40, 1, 33])
+    out, lse = E.attention(q, k, v, cu, cu, qp, 0.125)
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(9)).bfloat16()
+    dq, dk, dv = E.attention_bwd(dout, q, k, v, out, lse, cu, cu, qp, 0.125)
+    refs = _grad_ref(lambda a, b, c: reference.attention(a, b, c, cu, cu, qp, 0.125), q, k, v, dy=dout)
+    for name, got, ref in zip(("dq", "dk", "dv"), (dq, dk, dv), refs):
+        _check(contract, "attention", got, ref, f"attention {name}")
 
 
 def _grad_ref(fn, *inputs, dy):

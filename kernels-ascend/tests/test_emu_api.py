@@ -3,7 +3,7 @@ with one line naming the problem."""
 
 import pytest
 import torch
-from emu_cases import E, EPS, same_bits
+from emu_cases import EPS, E, same_bits
 
 
 def _tree64(v: torch.Tensor) -> torch.Tensor:

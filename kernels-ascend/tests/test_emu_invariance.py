@@ -5,7 +5,7 @@ the same canonical rows give the same bits whatever blockDim and whatever filler
 
 import pytest
 import torch
-from emu_cases import E, EPS, attention_inputs, make, same_bits
+from emu_cases import EPS, E, attention_inputs, make, same_bits
 
 from ws1_contract.manifest import load_manifest
 from ws1_ops.invariance import check, summarize
@@ -96,6 +96,24 @@ def test_attention_packing_chunking_decode():
     o3, _ = E.attention(q[s + 39 : s + 40], k[s : s + 40], v[s : s + 40], torch.tensor([0, 1]), torch.tensor([0, 40]),
                         qp[s + 39 : s + 40], 0.125)
     assert same_bits(o3, out[s + 39 : s + 40])
+
+
+def test_attention_backward_packing_and_blockdim(blocks):
+    # dq per query and dk/dv per key: a sequence alone == its rows of the packed backward; blockDim changes nothing
+    lens = [5, 40, 1, 33]
+    q, k, v, cu, qp = attention_inputs(lens)
+    out, lse = E.attention(q, k, v, cu, cu, qp, 0.125)
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(10)).bfloat16()
+    ref = E.attention_bwd(dout, q, k, v, out, lse, cu, cu, qp, 0.125)
+    for b, n in enumerate(lens):
+        s, e = int(cu[b]), int(cu[b + 1])
+        one = torch.tensor([0, n])
+        got = E.attention_bwd(dout[s:e], q[s:e], k[s:e], v[s:e], out[s:e], lse[s:e], one, one, qp[s:e], 0.125)
+        for name, a, r in zip(("dq", "dk", "dv"), got, ref):
+            assert same_bits(a, r[s:e]), f"sequence {b} alone: {name} differs from packed"
+    blocks(3, 0)
+    for a, r in zip(E.attention_bwd(dout, q, k, v, out, lse, cu, cu, qp, 0.125), ref):
+        assert same_bits(a, r)
 
 
 def test_attention_blockdim_invariance(blocks):

@@ -2,8 +2,7 @@
 Each must FAIL the invariance check that the real kernel passes — on every host, since the emulated bits are
 the same IEEE operations everywhere (-ffp-contract=off) — so a green invariance check means something."""
 
-import torch
-from emu_cases import E, EPS, make, same_bits
+from emu_cases import EPS, E, make, same_bits
 
 from ws1_ops.invariance import check
 

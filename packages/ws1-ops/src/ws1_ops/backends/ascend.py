@@ -8,8 +8,8 @@ never falls back. The CPU emulator build of the same .asc sources (ws1_kernels_a
 
 Same function names and signatures as backends/cpu.py; the manifest's kernel ids (``ws1_ascend::<node>``) are
 the .asc entry points (``extern "C" __global__ __aicore__ void <node>(...)`` in kernels-ascend/csrc/<node>.asc).
-attention has no backward kernel yet: its Impl names ``attention_bwd`` missing, so the node is
-missing_required (red) — never served by another family.
+A build of the package that lacks one of a node's raw kernels makes that node missing_required (red) —
+never served by another family.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import json
 import os
 
 import torch
-
 import ws1_kernels_ascend  # noqa: F401  registers torch.ops.ws1_ascend (imports torch_npu; needs CANN)
 
 from ..registry import Impl
@@ -94,7 +93,6 @@ KERNELS = {
     "det_gemm": _impl(_op("det_gemm"), _gemm_dx, ("det_gemm", "gemm"), _gemm_dw),
     "lm_head": _impl(_op("lm_head"), _gemm_dx, ("lm_head", "gemm"), _gemm_dw),
     "rope": _impl(_rope_fwd, _rope_bwd, ("rope",)),
-    # no attention backward kernel yet: "attention_bwd" is reported missing -> the node is red
     "attention": _impl(_op("attention"), _op("attention_bwd"), ("attention", "attention_bwd")),
     "swiglu": _impl(_op("swiglu"), _op("swiglu_bwd"), ("swiglu", "swiglu_bwd")),
     "silu": _impl(_op("silu"), _op("silu_bwd"), ("silu", "silu_bwd")),
