@@ -19,6 +19,10 @@ is faster), are printed and written as JSON (--json PATH). The ISA path the ws1 
 printed from their own self-report (ws1_ops record: arch_key), not from the CPU's flags.
 
     .venv/bin/python benchmarks/bench_model.py [--models tiny,qwen3-8b-L2] [--reps 5] [--decode-tokens 20] [--json PATH]
+                                               [--also-isa amx]
+
+--also-isa P,Q adds ws1 on other kernel paths (WS1_CPU_ISA) as contenders "ws1_P" in the forward and
+(interleaved) forward+backward phases, each with the arch key its kernels reported.
 """
 
 from __future__ import annotations
@@ -102,12 +106,27 @@ def ws1_arch_key(model, samples) -> str:
     return rec.arch_key()
 
 
-def bench(name: str, reps: int, decode_tokens: int, sequential: bool = False) -> dict:
+def on_path(isa: str, fn):
+    """fn run with WS1_CPU_ISA=isa (the ws1 kernels read it on every call)."""
+    def run():
+        old = os.environ.get("WS1_CPU_ISA")
+        os.environ["WS1_CPU_ISA"] = isa
+        try:
+            return fn()
+        finally:
+            if old is None:
+                os.environ.pop("WS1_CPU_ISA", None)
+            else:
+                os.environ["WS1_CPU_ISA"] = old
+    return run
+
+
+def bench(name: str, reps: int, decode_tokens: int, sequential: bool = False, also_isa=()) -> dict:
     with tempfile.TemporaryDirectory() as d:
-        return _bench(name, reps, decode_tokens, d, sequential)
+        return _bench(name, reps, decode_tokens, d, sequential, also_isa)
 
 
-def _bench(name: str, reps: int, decode_tokens: int, d: str, sequential: bool) -> dict:
+def _bench(name: str, reps: int, decode_tokens: int, d: str, sequential: bool, also_isa=()) -> dict:
     from transformers import Qwen3ForCausalLM
 
     def hf(dtype):
@@ -122,6 +141,8 @@ def _bench(name: str, reps: int, decode_tokens: int, d: str, sequential: bool) -
     inputs = hf_inputs(samples, cfg.pad_id)
     out: dict = {"model": name, "params": cfg.n_parameters(), "tokens": f"{len(samples)}x{PAD_TO}", "active_tokens": 27,
                  "ws1_isa": ws1_arch_key(ours, samples)}
+    out["also_isa"] = {f"ws1_{p}": on_path(p, lambda: ws1_arch_key(ours, samples))() for p in also_isa}
+    extra_fwd = {f"ws1_{p}": on_path(p, lambda: ws1_loss(ours, samples)) for p in also_isa}
 
     # 1. forward, four contenders interleaved
     with torch.no_grad():
@@ -130,6 +151,7 @@ def _bench(name: str, reps: int, decode_tokens: int, d: str, sequential: bool) -
             "hf_bf16": lambda: hf_loss(hf16, *inputs),
             "hf_fp32": lambda: hf_loss(hf32, *inputs),
             "plain_bf16": lambda: plain.loss(*inputs[::2], inputs[3]),
+            **extra_fwd,
         }, reps)
     out["forward_s"] = t
     out["forward_ratio"] = ratios(t)
@@ -173,7 +195,8 @@ def _bench(name: str, reps: int, decode_tokens: int, d: str, sequential: bool) -
     need = 1.5 * cfg.n_parameters() * (4 + 4 + 4 + 8)
     fb_reps = max(3, reps // 2)
     if need <= available_bytes() and not sequential:
-        fb = median_times({k: mk() for k, mk in makers.items()}, fb_reps)
+        extra_fb = {f"ws1_{p}": on_path(p, ws1_fb) for p in also_isa}
+        fb = median_times({**{k: mk() for k, mk in makers.items()}, **extra_fb}, fb_reps)
         out["forward_backward_mode"] = "interleaved"
     else:
         # each contender alone: free the others (the weights are on disk in d), rebuild one at a time
@@ -216,11 +239,13 @@ def main() -> None:
     ap.add_argument("--decode-tokens", type=int, default=20)
     ap.add_argument("--json", default="evidence/bench/model.json")
     ap.add_argument("--fb-sequential", action="store_true", help="forward+backward one contender at a time even if all fit")
+    ap.add_argument("--also-isa", default="", help="comma list of other ws1 kernel paths to time side by side, e.g. amx")
     args = ap.parse_args()
+    also = [p for p in args.also_isa.split(",") if p]
     results = []
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, {platform.processor() or platform.machine()}")
     for name in args.models.split(","):
-        r = bench(name, args.reps, args.decode_tokens, args.fb_sequential)
+        r = bench(name, args.reps, args.decode_tokens, args.fb_sequential, also)
         results.append(r)
         print(f"\n{name} ({r['params'] / 1e6:.0f}M params, {r['tokens']} tokens; ws1 kernels ran ISA path {r['ws1_isa']})")
         cols = ("ws1_bf16", *CONTENDERS)
@@ -229,6 +254,13 @@ def main() -> None:
             t, rt = r[f"{key}_s"], r[f"{key}_ratio"]
             print(f"  {phase:<18}" + "".join(f"{t[c]:14.3f}" if c in t else f"{'-':>14}" for c in cols)
                   + "".join(f"{rt['ws1_bf16/' + c]:15.2f}x" if "ws1_bf16/" + c in rt else f"{'-':>16}" for c in CONTENDERS))
+        for col, arch in r["also_isa"].items():
+            line = f"  {col} (arch key {arch}):"
+            for phase, key in (("forward", "forward"), ("forward+backward", "forward_backward")):
+                t = r[f"{key}_s"]
+                if col in t:
+                    line += f" {phase} {t[col]:.3f} s" + "".join(f", /{c} {t[col] / t[c]:.2f}x" for c in CONTENDERS if c in t) + ";"
+            print(line)
         print("  decode tok/s: " + ", ".join(f"{k} {v:.1f}" for k, v in r["decode_tok_per_s"].items()))
         print(f"  forward+backward: {r['forward_backward_mode']}")
         gc.collect()

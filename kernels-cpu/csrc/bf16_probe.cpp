@@ -153,6 +153,7 @@ void amx_tile(float* C, const uint16_t* A, const uint16_t* B) {
     cfg.rows[t] = 16;
     cfg.colsb[t] = 64;
   }
+  asm volatile("" : : "r"(&cfg) : "memory");  // LDTILECFG reads cfg: keep the stores above
   _tile_loadconfig(&cfg);
   _tile_loadd(0, C, 64);
   _tile_loadd(1, A, 64);

@@ -68,7 +68,8 @@ void gemm_core(const Operand& A, const Operand& B, int64_t M, int64_t N, int64_t
   // bf16 x bf16 runs the BF16 unit's chain (flush rules) on every path; VDPBF16PS only multiplies
   // bf16, so an FP32 operand on the avx512bf16 path takes the avx512 code (its FP32 chain).
   const bool bf16_chain = A.bf16 && B.bf16;
-  const Isa isa = (path == Isa::avx512bf16 && !bf16_chain) ? Isa::avx512 : path;
+  // the amx path's tiles serve det_gemm / lm_head only (run_gemm); here it runs the avx512 code
+  const Isa isa = ((path == Isa::avx512bf16 && !bf16_chain) || path == Isa::amx) ? Isa::avx512 : path;
   const bool pairs = isa == Isa::avx512bf16;  // packed panels hold bf16 pairs, 2 k per 32-bit unit
   if (pairs && M <= SMALL_M_MAX && B.s1 == 1) {
     vb::small_m_gemm(A, B, M, N, K, outf, outb);
@@ -200,7 +201,7 @@ void check_operand(const at::Tensor& t, const char* op, const char* name, bool a
 }
 
 at::Tensor run_gemm(const char* op, const at::Tensor& a, const at::Tensor& b, bool out_fp32,
-                    const char* an, const char* bn) {
+                    const char* an, const char* bn, bool tiles_ok = false) {
   const int64_t M = a.size(0), K = a.size(1), N = b.size(0);
   WS1_CHECK(b.size(1) == K, op, ": K mismatch: ", an, " has K=", K, " (shape ", a.sizes(), "), ", bn,
             " has K=", b.size(1), " (shape ", b.sizes(), ")");
@@ -208,6 +209,13 @@ at::Tensor run_gemm(const char* op, const at::Tensor& a, const at::Tensor& b, bo
   if (M == 0 || N == 0) return out;
   if (K == 0) return out.zero_();
   const Operand A = make_operand(a), B = make_operand(b);
+  if (tiles_ok && ::ws1::active_isa() == Isa::amx) {  // det_gemm / lm_head on AMX tiles (own bits)
+    ::ws1::dispatch_isa();
+    const at::Tensor bc = b.contiguous();
+    amx::gemm(A, ::ws1::bf16_ptr(bc), M, N, K, out_fp32 ? out.data_ptr<float>() : nullptr,
+              out_fp32 ? nullptr : bf16_ptr_mut(out));
+    return out;
+  }
   if (out_fp32) gemm_core(A, B, M, N, K, out.data_ptr<float>(), nullptr);
   else gemm_core(A, B, M, N, K, nullptr, bf16_ptr_mut(out));
   return out;
@@ -222,7 +230,7 @@ static at::Tensor det_gemm(const at::Tensor& x, const at::Tensor& weight) {
   ws1::CallScope call(op);
   ws1_gemm::check_operand(x, op, "x", false);
   ws1_gemm::check_operand(weight, op, "weight", false);
-  return ws1_gemm::run_gemm(op, x, weight, false, "x", "weight");
+  return ws1_gemm::run_gemm(op, x, weight, false, "x", "weight", true);
 }
 
 // logits = x @ weight.T in fp32 (same core, no final rounding).
@@ -231,7 +239,7 @@ static at::Tensor lm_head(const at::Tensor& x, const at::Tensor& weight) {
   ws1::CallScope call(op);
   ws1_gemm::check_operand(x, op, "x", false);
   ws1_gemm::check_operand(weight, op, "weight", false);
-  return ws1_gemm::run_gemm(op, x, weight, true, "x", "weight");
+  return ws1_gemm::run_gemm(op, x, weight, true, "x", "weight", true);
 }
 
 // C = a @ b.T; a [M,K], b [N,K], each bf16 or fp32 with arbitrary strides (transposed views ok).

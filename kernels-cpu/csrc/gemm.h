@@ -9,6 +9,7 @@
 //   gemm_uk_avx2.cpp     micro-kernel, AVX2 + FMA                     ws1_gemm::v2
 //   gemm_uk_avx512.cpp   micro-kernel and small-M path, AVX-512       ws1_gemm::v5
 //   gemm_uk_avx512bf16.cpp  pair packing, micro-kernel and small-M path on VDPBF16PS   ws1_gemm::vb
+//   gemm_amx.cpp         det_gemm / lm_head on AMX tiles (own bits, own arch key)    ws1_gemm::amx
 //
 // ISA idiom. As in the other kernels, the ISA-specific code sits in namespaces vs / v2 / v5 (here under
 // ws1_gemm), is compiled inside WS1_BEGIN_<ISA> ... WS1_END_ISA regions (ws1_isa.h), and the driver
@@ -183,6 +184,11 @@ void pack_b(const Operand& B, int64_t n0, int nv, int64_t k0, int64_t kc, uint32
 void small_m_gemm(const Operand& A, const Operand& B, int64_t M, int64_t N, int64_t K, float* outf,
                   uint16_t* outb);
 }  // namespace vb
+namespace amx {
+// det_gemm / lm_head on AMX tiles (gemm_amx.cpp; NOT the chain above: its own arch key). A bf16 with
+// any strides, W bf16 [N, K] contiguous.
+void gemm(const Operand& A, const uint16_t* W, int64_t M, int64_t N, int64_t K, float* outf, uint16_t* outb);
+}  // namespace amx
 
 }  // namespace ws1_gemm
 

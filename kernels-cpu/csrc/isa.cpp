@@ -2,12 +2,28 @@
 // self-report ws1_cpu::calls(): how often each op ran, by the ISA path it took (see ws1_cpu.h).
 #include "ws1_cpu.h"
 
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <exception>
 #include <map>
 #include <mutex>
 
 namespace ws1 {
+
+// AMX-BF16 and AMX-TILE in CPUID, and Linux's permission for the tile data state, asked for once:
+// arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA). A refusal makes the amx path unsupported.
+static bool amx_usable() {
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    if (!((d >> 22) & 1u) || !((d >> 24) & 1u)) return false;  // EDX: AMX-BF16, AMX-TILE
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+  }();
+  return ok;
+}
 
 bool isa_supported(Isa isa) {
   __builtin_cpu_init();
@@ -16,6 +32,7 @@ bool isa_supported(Isa isa) {
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
   switch (isa) {
+    case Isa::amx: return avx512 && amx_usable();
     case Isa::avx512bf16: return avx512 && __builtin_cpu_supports("avx512bf16");
     case Isa::avx512: return avx512;
     case Isa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -35,6 +52,7 @@ static Isa detect() {
 
 const char* isa_name(Isa isa) {
   switch (isa) {
+    case Isa::amx: return "amx";
     case Isa::avx512bf16: return "avx512bf16";
     case Isa::avx512: return "avx512";
     case Isa::avx2: return "avx2";
@@ -52,9 +70,11 @@ Isa active_isa() {
   else if (want == "avx2") req = Isa::avx2;
   else if (want == "avx512") req = Isa::avx512;
   else if (want == "avx512bf16") req = Isa::avx512bf16;
-  else TORCH_CHECK(false, "WS1_CPU_ISA=", want, ": unknown ISA (expected scalar, avx2, avx512 or avx512bf16)");
-  TORCH_CHECK(isa_supported(req), "WS1_CPU_ISA=", want, ": this CPU does not support it (default path here: ",
-              isa_name(detect()), ")");
+  else if (want == "amx") req = Isa::amx;
+  else TORCH_CHECK(false, "WS1_CPU_ISA=", want, ": unknown ISA (expected scalar, avx2, avx512, avx512bf16 or amx)");
+  TORCH_CHECK(isa_supported(req), "WS1_CPU_ISA=", want, req == Isa::amx
+              ? ": no AMX-BF16 here, or Linux refused the tile state (arch_prctl ARCH_REQ_XCOMP_PERM)"
+              : ": this CPU does not support it", " (default path here: ", isa_name(detect()), ")");
   return req;
 }
 

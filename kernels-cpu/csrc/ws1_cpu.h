@@ -10,7 +10,8 @@
 //   logprob.cpp     logprob, batch_invariant_logp  one lse routine, one subtraction
 //   embedding.cpp, rope.cpp, attention.cpp       one node each
 // gemm.cpp holds the GEMM entry points and driver; its packing and per-ISA micro-kernels are in
-// gemm_pack.cpp and gemm_uk_{scalar,avx2,avx512}.cpp (declared in gemm.h; they register no ops).
+// gemm_pack.cpp, gemm_uk_{scalar,avx2,avx512,avx512bf16}.cpp and gemm_amx.cpp (declared in gemm.h; they
+// register no ops); bf16_probe.cpp registers the BF16-unit probe and the GEMM's negative control.
 // isa.cpp holds the ISA selection and the self-report ops (ws1_cpu::isa, ws1_cpu::calls). A node's
 // manifest "source" is the file that registers its entry point; the table is in kernels-cpu/README.md.
 //

@@ -13,8 +13,13 @@ namespace ws1 {
 // bf16 x bf16 products on VDPBF16PS (AVX512_BF16); every other kernel runs its avx512 code. All four
 // paths give the same bits (gemm.cpp's contract; why the BF16 unit can be matched and AMX cannot:
 // docs/numerics.md "BF16 matrix units").
-enum class Isa { scalar = 0, avx2 = 1, avx512 = 2, avx512bf16 = 3 };
-constexpr int kNumIsa = 4;
+//
+// amx (only when asked for: WS1_CPU_ISA=amx) runs det_gemm and lm_head on AMX-BF16 tiles and every
+// other kernel (the backward `gemm` included) on its avx512 code. Its GEMM bits are NOT the other
+// paths' (the tile unit's accumulation is not the chain and cannot be reproduced): it is batch-invariant
+// within itself, and its records carry their own arch key, "amx" (gemm_amx.cpp).
+enum class Isa { scalar = 0, avx2 = 1, avx512 = 2, avx512bf16 = 3, amx = 4 };
+constexpr int kNumIsa = 5;
 
 // Whether this CPU can run the path.
 bool isa_supported(Isa isa);

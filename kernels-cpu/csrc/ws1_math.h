@@ -57,7 +57,8 @@ namespace ws1 {
 template <class F>
 inline F pick_isa(F scalar, F avx2, F avx512) {
   switch (dispatch_isa()) {
-    case Isa::avx512bf16:  // no BF16-unit arithmetic outside the GEMM: the avx512 code
+    case Isa::amx:         // no matrix-unit arithmetic outside the GEMM: the avx512 code
+    case Isa::avx512bf16:
     case Isa::avx512: return avx512;
     case Isa::avx2: return avx2;
     default: return scalar;

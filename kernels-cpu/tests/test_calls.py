@@ -64,7 +64,7 @@ OPS = ["det_gemm", "lm_head", "gemm", "rms_norm", "qk_norm", "qk_norm_bwd", "rms
        "embedding", "embedding_bwd", "attention", "attention_bwd"]
 
 
-@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512", "avx512bf16", None])
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512", "avx512bf16", "amx", None])
 def test_every_op_counts_its_calls_on_the_path_it_took(monkeypatch, isa):
     if isa is None:
         monkeypatch.delenv("WS1_CPU_ISA", raising=False)

@@ -524,3 +524,62 @@ def test_negative_control_kstep_chosen_by_m_is_caught():
         assert row_invariance_differs(var, x, w, [2, 7, 59], rows_to_check=tuple(range(0, 59, 2))) != []
         assert row_invariance_differs(ours, x, w, [2, 7, 59], rows_to_check=tuple(range(0, 59, 2))) == []
 
+
+
+# --------------------------------------------------------------------------------------------
+# The amx path (WS1_CPU_ISA=amx, only when asked for): det_gemm / lm_head on AMX tiles. Its bits are
+# not the chain's (see above), so it is checked for what it promises: invariance within itself.
+# --------------------------------------------------------------------------------------------
+def _amx_or_skip():
+    with use_isa("amx"):
+        try:
+            ops.isa()
+        except RuntimeError as e:
+            pytest.skip(f"the amx path is not available here: {str(e).splitlines()[0]}")
+
+
+@pytest.mark.parametrize("op", ["det_gemm", "lm_head"])
+def test_amx_batch_size_row_position_and_thread_invariance(op):
+    _amx_or_skip()
+    fn = getattr(ops, op)
+    g = gen(20)
+    # K = 1000: a padded last K-step; N = 300: a padded last n-tile
+    x, w = rand_bf16(max(INV_MS), 1000, gen=g), rand_bf16(300, 1000, gen=g)
+    with use_isa("amx"):
+        assert row_invariance_differs(fn, x, w, INV_MS, (0, 1, 15, 16, 17, 58, 200, 256)) == []
+        perm = torch.randperm(59, generator=g)
+        assert same_bits(fn(x[:59][perm], w), fn(x[:59], w)[perm])
+        with num_threads(1):
+            y1 = fn(x[:59], w)
+        with num_threads(2):
+            y2 = fn(x[:59], w)
+        assert same_bits(y1, y2)
+        # extra weight rows (N) and zero rows (M) do not change the real outputs
+        wp = torch.cat([w, rand_bf16(21, 1000, gen=g)])
+        xp = torch.cat([x[:10], torch.zeros(7, 1000, dtype=torch.bfloat16)])
+        assert same_bits(fn(xp, wp)[:10, :300], fn(x[:10], w))
+        # a non-contiguous weight gives the contiguous weight's bits
+        assert same_bits(fn(x[:5], w.t().contiguous().t()), fn(x[:5], w))
+
+
+def test_amx_is_its_own_arithmetic_and_accurate():
+    _amx_or_skip()
+    g = gen(21)
+    x, w = rand_bf16(37, 1024, gen=g), rand_bf16(96, 1024, gen=g, scale=0.05)
+    ref = x.double() @ w.double().T
+    with use_isa("amx"):
+        y32 = ops.lm_head(x, w)
+        y16 = ops.det_gemm(x, w)
+        g32 = ops.gemm(x, w, True)      # the backward GEMM keeps the chain on the amx path
+    torch.testing.assert_close(y32.double(), ref, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(y16.double(), ref, atol=5e-2, rtol=2e-2)
+    with use_isa("scalar"):
+        chain = ops.lm_head(x, w)
+    assert not same_bits(y32, chain)   # why it has its own arch key
+    assert same_bits(g32, chain)
+    # and it reports itself: the calls are counted under path "amx"
+    import json
+    before = json.loads(ops.calls()).get("ws1_cpu::lm_head", {}).get("amx", 0)
+    with use_isa("amx"):
+        ops.lm_head(x, w)
+    assert json.loads(ops.calls())["ws1_cpu::lm_head"]["amx"] == before + 1

@@ -13,6 +13,7 @@ NAMESPACE = "ws1_cpu"
 def isa() -> str:
     """The ISA path the kernels dispatch to on this host (default: ``avx512``, ``avx2`` or ``scalar``).
 
-    ``WS1_CPU_ISA=scalar|avx2|avx512|avx512bf16`` forces a path (an unsupported request raises);
-    ``avx512bf16`` runs the GEMM's bf16 products on VDPBF16PS, with the same bits as every path."""
+    ``WS1_CPU_ISA=scalar|avx2|avx512|avx512bf16|amx`` forces a path (an unsupported request raises);
+    ``avx512bf16`` runs the GEMM's bf16 products on VDPBF16PS, with the same bits as every path;
+    ``amx`` runs det_gemm / lm_head on AMX tiles, batch-invariant but with bits of its own."""
     return torch.ops.ws1_cpu.isa()
