@@ -283,6 +283,14 @@ if [ "${WS1_CUDA:-1}" != 0 ]; then
     timed cuda_build "$WORK/logs/cuda_build.log" "$tmo" env MAX_JOBS="$(nproc)" \
       "$PY" -m pip install --no-deps --no-build-isolation --no-cache-dir -e kernels-cuda
     cuda_built=$?
+    # warnings are errors; if only that failed (e.g. this host's torch headers warn under its nvcc), the
+    # step stays red and one relaxed build (WS1_CUDA_WERROR=0) lets the gates still produce evidence
+    if [ "$cuda_built" -ne 0 ] && grep -q "warning" "$WORK/logs/cuda_build.log" && tmo=$(budget 600); then
+      say "cuda_bf16: strict build failed with warnings; one relaxed build (WS1_CUDA_WERROR=0), cuda_build stays red"
+      timed cuda_build_relaxed "$WORK/logs/cuda_build_relaxed.log" "$tmo" env MAX_JOBS="$(nproc)" WS1_CUDA_WERROR=0 \
+        "$PY" -m pip install --no-deps --no-build-isolation --no-cache-dir -e kernels-cuda
+      cuda_built=$?
+    fi
   else
     step cuda_build 201 0 "not run: time budget" ""
   fi

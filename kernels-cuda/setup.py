@@ -12,6 +12,8 @@ Numerics-critical flags (docs/cuda.md):
 * ``-gencode`` for exactly sm_80 and sm_90a (no PTX JIT for other archs: a GPU outside the list fails at
   launch with "no kernel image", which the entry points report — never a JIT-compiled variant).
 * warnings are errors (nvcc ``-Werror all-warnings``, g++ ``-Wall -Werror`` on the registration file).
+  ``WS1_CUDA_WERROR=0`` drops the two ``-Werror`` (warnings stay visible): only for a host whose torch
+  headers warn under this nvcc (ci/gpu_check.sh retries with it and keeps the strict build's failure red).
 """
 import glob
 import os
@@ -38,6 +40,7 @@ if CUDA_HOME is None or not os.path.isfile(os.path.join(CUDA_HOME, "bin", "nvcc"
 
 here = os.path.dirname(os.path.abspath(__file__))
 ARCHS = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90a,code=sm_90a"]
+STRICT = os.environ.get("WS1_CUDA_WERROR", "1") != "0"
 sources = sorted(glob.glob(os.path.join("csrc", "*.cu"))) + [os.path.join("csrc", "ws1_cuda.cpp")]
 
 setup(
@@ -47,8 +50,8 @@ setup(
             sources=sources,
             include_dirs=[os.path.join(here, "csrc")],
             extra_compile_args={
-                "cxx": ["-O3", "-std=c++20", "-Wall", "-Werror"],
-                "nvcc": ["-O3", "-std=c++20", "-fmad=false", "-Werror", "all-warnings", *ARCHS],
+                "cxx": ["-O3", "-std=c++20", "-Wall", *(["-Werror"] if STRICT else [])],
+                "nvcc": ["-O3", "-std=c++20", "-fmad=false", *(["-Werror", "all-warnings"] if STRICT else []), *ARCHS],
             },
         )
     ],
