@@ -232,7 +232,8 @@ def main(argv=None) -> int:
     tg = targets(rows)
     for t in tg:
         print(f"  target {'MET ' if t['met'] else 'MISS'} {t['target']}: {t['value']:.3f}")
-    result = {"host": host, "gemm_config": "64x128x32, 3 stages, 4 warps, WMMA bf16 m16n16k16 (mma.sync)", "cases": rows,
+    gemm_config = "64x128 (M > 64) / 32x32 (M <= 64) CTA tiles, BK 32, 3 stages, 4 warps, WMMA bf16 m16n16k16 (mma.sync)"
+    result = {"host": host, "gemm_config": gemm_config, "cases": rows,
               "targets": tg, "errors": errors, "calls": json.loads(_k().calls())}
     path = args.json or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "evidence", "bench", "cuda.json")
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)

@@ -1,17 +1,25 @@
 // The tensor-core GEMM shared by det_gemm.cu and lm_head.cu: C[M, N] = A[M, K] @ W[N, K]^T, A and W BF16,
 // FP32 accumulation; det_gemm rounds C once to BF16 (RNE), lm_head keeps FP32.
 //
-// ONE fixed configuration for every M (nothing is chosen from M, no autotuning, no split-K):
-//   CTA tile BM x BN = 64 x 128, BK = 32, 3-stage cp.async pipeline, 4 warps in 2 x 2, each warp 32 x 64
-//   = 2 x 4 WMMA 16x16x16 BF16 fragments with FP32 accumulators (mma.sync on sm_80 and sm_90a).
-// Numerics of one output element c[m, n]: the accumulator starts at +0 and takes, for k-blocks kb = 0, 1, ...
-// ascending and inside each block the two k16 steps ascending, acc = mma(A[m, k16], W[n, k16], acc). The
-// sequence depends on K alone. The row's position in its tile does not matter: a tensor-core MMA computes
-// output row m from row m of A and the accumulator's row m only, with the same datapath for every row, and
-// rows past M are zeros that feed no other row. So a row's bits are the same whether M is 1, 59 or 4096,
-// wherever the row sits, and whatever fills the other rows. K is zero-padded to a multiple of 16 in shared
-// memory (adding exact zero products: the same for every row). No atomics; one CTA per output tile.
-// What is NOT done: wgmma + TMA on sm_90a (docs/cuda.md): the sm_90a image runs the same mma.sync code.
+// Numerics of one output element c[m, n] (the whole invariance argument; docs/cuda.md):
+//   the accumulator starts at +0; for k-blocks kb = 0, 1, ... ascending (BK = 32, the same for every
+//   configuration) and inside each block the two k16 steps ascending: acc = mma16x16x16(A[m16, k16],
+//   W[n16, k16], acc), where m16 / n16 are the 16-row / 16-column fragment holding (m, n), aligned to
+//   absolute row / column 0 (tiles are multiples of 16 starting at 0).
+// That sequence depends on K alone: not on M, not on the row's position in its tile, not on what fills the
+// other rows (other tokens, zero rows past M: an MMA computes output row m from row m of A and of the
+// accumulator only, with the same datapath for every row), not on which CTA computes the fragment. No
+// split-K, no atomics; K zero-padded to the k16 step identically for every row.
+//
+// Two fixed configurations (4 warps in 2 x 2, WMMA BF16 16x16x16 = mma.sync on sm_80 and sm_90a,
+// 3-stage cp.async pipeline, BK 32):
+//   Big   64 x 128 CTA tile, each warp 32 x 64 (2 x 4 fragments)   M >  kGemmSmallM
+//   Small 32 x  32 CTA tile, each warp 16 x 16 (1 fragment)        M <= kGemmSmallM (decode: 4x the CTAs
+//         per weight, so a small M streams the weight with the whole GPU instead of N/128 SMs)
+// The choice by M changes only which CTA computes a fragment, never the fragment grid (16-aligned from 0 in
+// both), the k order, the MMA instruction or the epilogue — so, by the sequence above, every element's bits
+// are the same in both; the GPU tests check rows alone (M = 1, small) against the same rows at M = 65 and 130
+// (big). What is NOT done: wgmma + TMA on sm_90a (docs/cuda.md).
 #pragma once
 
 #include <mma.h>
@@ -20,14 +28,23 @@
 
 namespace ws1cu {
 
-constexpr int kGemmBM = 64, kGemmBN = 128, kGemmBK = 32, kGemmStages = 3, kGemmThreads = 128;
-constexpr int kGemmLdS = kGemmBK + 8;   // smem row stride (BF16 elements): 80 B rows, 16-B aligned, skewed banks
-constexpr int kGemmLdC = kGemmBN + 4;   // epilogue FP32 tile stride
-constexpr int kGemmGroupM = 8;          // tile rasterization group (see mma_gemm_kernel)
-constexpr int kGemmStageElems = (kGemmBM + kGemmBN) * kGemmLdS;
-constexpr int kGemmSmemBytes = kGemmStages * kGemmStageElems * 2;
-static_assert(kGemmSmemBytes <= 48 * 1024, "static shared memory");
-static_assert(kGemmBM * kGemmLdC * 4 <= kGemmSmemBytes, "epilogue tile reuses the pipeline buffers");
+constexpr int kGemmBK = 32, kGemmStages = 3, kGemmThreads = 128;
+constexpr int kGemmLdS = kGemmBK + 8;  // smem row stride (BF16 elements): 80 B rows, 16-B aligned, skewed banks
+constexpr int kGemmGroupM = 8;         // tile rasterization group (see mma_gemm_kernel)
+constexpr int64_t kGemmSmallM = 64;    // M <= this: the small configuration (same bits, see above)
+
+// WMF x WNF fragments of 16 x 16 per warp, 2 x 2 warps per CTA.
+template <int WMF, int WNF>
+struct GemmCfg {
+  static constexpr int BM = 32 * WMF, BN = 32 * WNF;
+  static constexpr int LdC = BN + 4;  // epilogue FP32 tile stride
+  static constexpr int StageElems = (BM + BN) * kGemmLdS;
+  static constexpr int SmemElems = kGemmStages * StageElems;
+  static_assert(SmemElems * 2 <= 48 * 1024, "static shared memory");
+  static_assert(BM * LdC * 4 <= SmemElems * 2, "epilogue tile reuses the pipeline buffers");
+};
+using GemmBig = GemmCfg<2, 4>;    // 64 x 128
+using GemmSmall = GemmCfg<1, 1>;  // 32 x 32
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -59,35 +76,36 @@ __device__ __forceinline__ void load_tile(uint16_t* s, const uint16_t* __restric
   }
 }
 
-template <bool OUT_F32, bool VEC>
+template <int WMF, int WNF, bool OUT_F32, bool VEC>
 __global__ void __launch_bounds__(kGemmThreads) mma_gemm_kernel(const uint16_t* __restrict__ A, int64_t lda,
                                                                 const uint16_t* __restrict__ W, int64_t ldw,
                                                                 void* __restrict__ C, int64_t M, int64_t N, int64_t K) {
   using namespace nvcuda;
-  __shared__ __align__(128) uint16_t smem[kGemmStages * kGemmStageElems];
+  using Cfg = GemmCfg<WMF, WNF>;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN;
+  __shared__ __align__(128) uint16_t smem[Cfg::SmemElems];
   // Tile order (speed only, no effect on any bit): a 1-D grid walked in groups of kGemmGroupM row tiles,
-  // row tiles fastest, so consecutive CTAs share a weight tile while it is in L2 (a weight larger than L2
-  // is then streamed from HBM about M / (64 * kGemmGroupM) times instead of M / 64 times).
-  const int64_t mt = (M + kGemmBM - 1) / kGemmBM, nt = (N + kGemmBN - 1) / kGemmBN;
+  // row tiles fastest, so consecutive CTAs share a weight tile while it is in L2.
+  const int64_t mt = (M + BM - 1) / BM, nt = (N + BN - 1) / BN;
   const int64_t pid = blockIdx.x, per_group = kGemmGroupM * nt;
   const int64_t first_m = (pid / per_group) * kGemmGroupM;
   const int64_t gsize = mt - first_m < kGemmGroupM ? mt - first_m : kGemmGroupM;
   const int64_t m_idx = first_m + (pid % per_group) % gsize, n_idx = (pid % per_group) / gsize;
-  const int64_t n0 = n_idx * kGemmBN, m0 = m_idx * kGemmBM;
+  const int64_t n0 = n_idx * BN, m0 = m_idx * BM;
   const int warp = threadIdx.x >> 5, wm = warp >> 1, wn = warp & 1;
 
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][4];
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[WMF][WNF];
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < WMF; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+    for (int j = 0; j < WNF; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 
   const int64_t nk = (K + kGemmBK - 1) / kGemmBK;
-  auto stage_a = [&](int s) { return smem + s * kGemmStageElems; };
-  auto stage_b = [&](int s) { return smem + s * kGemmStageElems + kGemmBM * kGemmLdS; };
+  auto stage_a = [&](int s) { return smem + s * Cfg::StageElems; };
+  auto stage_b = [&](int s) { return smem + s * Cfg::StageElems + BM * kGemmLdS; };
   auto load = [&](int s, int64_t kb) {
-    load_tile<kGemmBM, VEC>(stage_a(s), A, lda, M, K, m0, kb * kGemmBK);
-    load_tile<kGemmBN, VEC>(stage_b(s), W, ldw, N, K, n0, kb * kGemmBK);
+    load_tile<BM, VEC>(stage_a(s), A, lda, M, K, m0, kb * kGemmBK);
+    load_tile<BN, VEC>(stage_b(s), W, ldw, N, K, n0, kb * kGemmBK);
   };
 
 #pragma unroll
@@ -106,18 +124,20 @@ __global__ void __launch_bounds__(kGemmThreads) mma_gemm_kernel(const uint16_t* 
     const uint16_t* Bs = stage_b(s);
 #pragma unroll
     for (int kk = 0; kk < kGemmBK; kk += 16) {  // k16 steps ascending
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a[2];
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b[4];
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a[WMF];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b[WNF];
 #pragma unroll
-      for (int i = 0; i < 2; ++i)
-        wmma::load_matrix_sync(a[i], reinterpret_cast<const __nv_bfloat16*>(As + (wm * 32 + i * 16) * kGemmLdS + kk), kGemmLdS);
+      for (int i = 0; i < WMF; ++i)
+        wmma::load_matrix_sync(a[i], reinterpret_cast<const __nv_bfloat16*>(As + (wm * 16 * WMF + i * 16) * kGemmLdS + kk),
+                               kGemmLdS);
 #pragma unroll
-      for (int j = 0; j < 4; ++j)  // W tile is [n][k]: column-major B = W^T
-        wmma::load_matrix_sync(b[j], reinterpret_cast<const __nv_bfloat16*>(Bs + (wn * 64 + j * 16) * kGemmLdS + kk), kGemmLdS);
+      for (int j = 0; j < WNF; ++j)  // W tile is [n][k]: column-major B = W^T
+        wmma::load_matrix_sync(b[j], reinterpret_cast<const __nv_bfloat16*>(Bs + (wn * 16 * WNF + j * 16) * kGemmLdS + kk),
+                               kGemmLdS);
 #pragma unroll
-      for (int i = 0; i < 2; ++i)
+      for (int i = 0; i < WMF; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+        for (int j = 0; j < WNF; ++j) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
     }
   }
   cp_async_wait<0>();
@@ -125,16 +145,17 @@ __global__ void __launch_bounds__(kGemmThreads) mma_gemm_kernel(const uint16_t* 
 
   float* Cs = reinterpret_cast<float*>(smem);
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < WMF; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      wmma::store_matrix_sync(Cs + (wm * 32 + i * 16) * kGemmLdC + wn * 64 + j * 16, acc[i][j], kGemmLdC, wmma::mem_row_major);
+    for (int j = 0; j < WNF; ++j)
+      wmma::store_matrix_sync(Cs + (wm * 16 * WMF + i * 16) * Cfg::LdC + wn * 16 * WNF + j * 16, acc[i][j], Cfg::LdC,
+                              wmma::mem_row_major);
   __syncthreads();
-  for (int idx = threadIdx.x; idx < kGemmBM * kGemmBN; idx += kGemmThreads) {
-    const int r = idx / kGemmBN, c = idx % kGemmBN;
+  for (int idx = threadIdx.x; idx < BM * BN; idx += kGemmThreads) {
+    const int r = idx / BN, c = idx % BN;
     const int64_t gm = m0 + r, gn = n0 + c;
     if (gm >= M || gn >= N) continue;
-    const float v = Cs[r * kGemmLdC + c];
+    const float v = Cs[r * Cfg::LdC + c];
     if (OUT_F32) static_cast<float*>(C)[gm * N + gn] = v;
     else static_cast<uint16_t*>(C)[gm * N + gn] = bf16_rne(v);
   }
@@ -142,11 +163,14 @@ __global__ void __launch_bounds__(kGemmThreads) mma_gemm_kernel(const uint16_t* 
 
 }  // namespace ws1cu
 
+#define WS1_MMA_GEMM_INST1(WMF, WNF, OUT_F32, VEC)                                                                 \
+  template __global__ void ws1cu::mma_gemm_kernel<WMF, WNF, OUT_F32, VEC>(const uint16_t*, int64_t, const uint16_t*, \
+                                                                          int64_t, void*, int64_t, int64_t, int64_t);
 #define WS1_MMA_GEMM_INSTANTIATE(OUT_F32)                                                                          \
-  template __global__ void ws1cu::mma_gemm_kernel<OUT_F32, true>(const uint16_t*, int64_t, const uint16_t*, int64_t, \
-                                                                 void*, int64_t, int64_t, int64_t);               \
-  template __global__ void ws1cu::mma_gemm_kernel<OUT_F32, false>(const uint16_t*, int64_t, const uint16_t*, int64_t, \
-                                                                  void*, int64_t, int64_t, int64_t);
+  WS1_MMA_GEMM_INST1(2, 4, OUT_F32, true)                                                                          \
+  WS1_MMA_GEMM_INST1(2, 4, OUT_F32, false)                                                                         \
+  WS1_MMA_GEMM_INST1(1, 1, OUT_F32, true)                                                                          \
+  WS1_MMA_GEMM_INST1(1, 1, OUT_F32, false)
 
 #ifndef WS1_DEVICE_ONLY
 #include "ws1_cuda_host.h"
@@ -171,18 +195,27 @@ inline at::Tensor run(const at::Tensor& x_in, const at::Tensor& w_in, bool out_f
   at::Tensor out = at::empty({M, N}, x.options().dtype(out_f32 ? at::kFloat : at::kBFloat16));
   if (M == 0 || N == 0) return out;
   if (K == 0) return out.zero_();
-  const int64_t mt = ceil_div(M, ws1cu::kGemmBM), nt = ceil_div(N, ws1cu::kGemmBN);
-  TORCH_CHECK(mt * nt < (int64_t{1} << 31), op, ": M or N too large for the grid (M=", M, ", N=", N, ")");
   const auto aligned = [](const at::Tensor& t) {
     return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && t.stride(0) % 8 == 0;
   };
   const bool vec = K % 8 == 0 && aligned(x) && aligned(w);
-  const dim3 grid(static_cast<unsigned>(mt * nt));  // 1-D, grouped rasterization inside the kernel
-  auto launch = [&](auto kern) {
-    kern<<<grid, ws1cu::kGemmThreads, 0, stream()>>>(bf16_in(x), x.stride(0), bf16_in(w), w.stride(0), out.data_ptr(), M, N, K);
+  // Big or small configuration by M: the same bits either way (mma_gemm.cuh), small M gets more CTAs.
+  auto launch = [&](auto cfg, auto kern) {
+    using Cfg = decltype(cfg);
+    const int64_t tiles = ceil_div(M, Cfg::BM) * ceil_div(N, Cfg::BN);
+    TORCH_CHECK(tiles < (int64_t{1} << 31), op, ": M or N too large for the grid (M=", M, ", N=", N, ")");
+    kern<<<static_cast<unsigned>(tiles), ws1cu::kGemmThreads, 0, stream()>>>(bf16_in(x), x.stride(0), bf16_in(w), w.stride(0),
+                                                                             out.data_ptr(), M, N, K);
   };
-  if (out_f32) vec ? launch(ws1cu::mma_gemm_kernel<true, true>) : launch(ws1cu::mma_gemm_kernel<true, false>);
-  else vec ? launch(ws1cu::mma_gemm_kernel<false, true>) : launch(ws1cu::mma_gemm_kernel<false, false>);
+  const bool small = M <= ws1cu::kGemmSmallM;
+  if (small && out_f32) vec ? launch(ws1cu::GemmSmall{}, ws1cu::mma_gemm_kernel<1, 1, true, true>)
+                            : launch(ws1cu::GemmSmall{}, ws1cu::mma_gemm_kernel<1, 1, true, false>);
+  else if (small) vec ? launch(ws1cu::GemmSmall{}, ws1cu::mma_gemm_kernel<1, 1, false, true>)
+                      : launch(ws1cu::GemmSmall{}, ws1cu::mma_gemm_kernel<1, 1, false, false>);
+  else if (out_f32) vec ? launch(ws1cu::GemmBig{}, ws1cu::mma_gemm_kernel<2, 4, true, true>)
+                        : launch(ws1cu::GemmBig{}, ws1cu::mma_gemm_kernel<2, 4, true, false>);
+  else vec ? launch(ws1cu::GemmBig{}, ws1cu::mma_gemm_kernel<2, 4, false, true>)
+           : launch(ws1cu::GemmBig{}, ws1cu::mma_gemm_kernel<2, 4, false, false>);
   check_launch(op);
   return out;
 }
