@@ -40,6 +40,9 @@ void ws1_launch_attention_bwd(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, uin
 void ws1_launch_attention_bwd_kv(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*,
                                  uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t, int64_t, int64_t,
                                  int64_t, int64_t, int64_t, float);
+void ws1_launch_variant_attention_buffer_tiles(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*,
+                                               uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                               int64_t, float);
 void ws1_launch_variant_lm_head_small_k(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t, int64_t);
 void ws1_launch_variant_rms_norm_small_tile(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, int32_t, int32_t,
                                             int64_t, int64_t, float);

@@ -472,6 +472,25 @@ inline std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const a
   return {out, lse};
 }
 
+// negative control: key tiles aligned to the packed buffer (see controls.asc); bf16 inputs only
+inline std::tuple<at::Tensor, at::Tensor> variant_attention_buffer_tiles(const at::Tensor& q, const at::Tensor& k,
+                                                                         const at::Tensor& v, const at::Tensor& cu_q,
+                                                                         const at::Tensor& cu_k, const at::Tensor& q_pos,
+                                                                         double scale) {
+  const char* op = "variant_attention_buffer_tiles";
+  AttnMeta m = attn_meta(op, q, k, v, cu_q, cu_k, q_pos);
+  WS1A_CHECK(q.scalar_type() == at::kBFloat16, op, ": bf16 inputs only");
+  at::Tensor out = at::empty(q.sizes(), q.options()), lse = at::empty({m.Tq, m.Hq}, q.options().dtype(at::kFloat));
+  if (m.Tq == 0 || m.Hq == 0) return {out, lse};
+  count(WS1A_NAME "::variant_attention_buffer_tiles");
+  at::Tensor seq = m.seq;
+  WS1A_RUN(op, [=](void* s) {
+    ws1_launch_variant_attention_buffer_tiles(vec_blocks(), s, gm(q), gm(k), gm(v), gm(cu_k), gm(q_pos), gm(seq),
+                                              gm(out), gm(lse), m.Tq, m.Tk, m.B, m.Hq, m.Hkv, m.D, (float)scale);
+  });
+  return {out, lse};
+}
+
 inline std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(
     const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
     const at::Tensor& out_in, const at::Tensor& lse_in, const at::Tensor& cu_q, const at::Tensor& cu_k,
@@ -531,6 +550,8 @@ inline std::string calls_op() { return calls_json(); }
         "Tensor cu_seqlens_k, Tensor q_pos, float scale) -> (Tensor, Tensor, Tensor)");                            \
   m.def("variant_lm_head_small_k(Tensor x, Tensor weight) -> Tensor");                                             \
   m.def("variant_rms_norm_small_tile(Tensor x, Tensor weight, float eps) -> (Tensor, Tensor)");                     \
+  m.def("variant_attention_buffer_tiles(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "  \
+        "Tensor q_pos, float scale) -> (Tensor, Tensor)");                                                          \
   m.def("calls() -> str", &ws1a_host::calls_op)
 
 #define WS1A_IMPL_LIBRARY(m)                                                                                        \
@@ -555,4 +576,5 @@ inline std::string calls_op() { return calls_json(); }
   m.impl("attention", &ws1a_host::attention);                                                                       \
   m.impl("attention_bwd", &ws1a_host::attention_bwd);                                                               \
   m.impl("variant_lm_head_small_k", &ws1a_host::variant_lm_head_small_k);                                         \
-  m.impl("variant_rms_norm_small_tile", &ws1a_host::variant_rms_norm_small_tile)
+  m.impl("variant_rms_norm_small_tile", &ws1a_host::variant_rms_norm_small_tile);                                   \
+  m.impl("variant_attention_buffer_tiles", &ws1a_host::variant_attention_buffer_tiles)
