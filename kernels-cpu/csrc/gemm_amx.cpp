@@ -13,7 +13,7 @@
 //  * M and N edges are padded tiles (zero rows / columns), never another instruction sequence;
 //  * parallelism over blocks of 32 output columns (n) only.
 // C^T = W . X^T: the weight [N, K] (rows contiguous in k) is in the A-tile layout (16 rows x 32 bf16)
-// already; it is copied per K block into contiguous tiles (L1), and X (M x K, small) is packed once
+// already and is read in place (edge blocks through a padded copy); X (M x K, small) is packed once
 // into the B-tile layout (pairs of k: Xv[k/2][m][2]).
 //
 // Linux grants the tile data state only after arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA);
@@ -33,8 +33,8 @@ constexpr int TM = 16;   // m per X tile
 constexpr int TN = 16;   // n per W tile
 constexpr uint16_t kPadW = 0x0000u, kPadX = 0x8000u;
 // Cache blocking (speed only; the chain per element is the same for any blocking): K blocks of
-// KSB K-steps (512 k: a block's 32 W rows as tiles, 32 KiB, stay in L1, the X panel in L2), and NBC
-// blocks of 32 columns per K sweep (their FP32 accumulators, NBC x 4 KiB per 32 rows of M).
+// KSB K-steps (512 k: a block's 32 W rows, 32 KiB, and the X panel stay in cache across the m-pairs),
+// and NBC blocks of 32 columns per K sweep (their FP32 accumulators, NBC x 4 KiB per 32 rows of M).
 constexpr int64_t KSB = 16;
 constexpr int64_t NBC = 8;
 
@@ -169,11 +169,11 @@ void gemm(const Operand& A, const uint16_t* W, int64_t M, int64_t N, int64_t K, 
           const int64_t n0 = b * 2 * TN;
           const int nrows = static_cast<int>(std::min<int64_t>(2 * TN, N - n0));
           const int nn = nrows > TN ? 2 : 1;
-          // W tiles: read in place when M is small (each tile is used by <= 2 m-pairs, a copy would
-          // cost more than it saves) and the block is inside W; otherwise copied as contiguous tiles,
-          // wpanel[tile][step][16 rows][32 k], +0 beyond N and kPadW beyond K (W's rows are K apart, and
-          // 16 lines 8 KiB apart share one L1 set). The tile values are the same either way.
-          const bool in_place = mpairs <= 2 && n0 + 2 * TN <= N && (s0 + ns) * TK <= K;
+          // W tiles: read in place (rows K apart) when the block lies inside W; an edge block (last
+          // n-tiles when N % 32, last K-step when K % 32) is copied first as contiguous tiles,
+          // wpanel[tile][step][16 rows][32 k], +0 beyond N and kPadW beyond K. The tile values are the
+          // same either way. (Copying every block into L1-resident tiles was measured slower at M=256.)
+          const bool in_place = n0 + 2 * TN <= N && (s0 + ns) * TK <= K;
           const uint16_t* wt0 = W + n0 * K + s0 * TK;
           const uint16_t* wt1 = wt0 + TN * K;
           int64_t wstep = TK, wstride = K * 2;
