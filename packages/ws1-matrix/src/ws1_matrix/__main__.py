@@ -24,9 +24,13 @@ or the command line names an unknown gate, op or profile — always one line on 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
-from ws1_contract.errors import EvidenceError
+# before torch's first allocation: huge pages for the gates' vocabulary-sized tensors (see noxfile.py)
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+
+from ws1_contract.errors import EvidenceError  # noqa: E402
 
 EXIT_BAD_ARGS = 2
 
