@@ -84,3 +84,35 @@ def test_parameter_gradient_without_row_keys_is_an_error(cpu, op):
     ww = w.clone().requires_grad_()
     call(x, ww, ws1_ops.logical_keys(torch.zeros(3, dtype=torch.int64), torch.arange(3))).float().sum().backward()
     assert ww.grad is not None
+
+
+def test_cast_once_casts_a_master_once_per_version_with_the_same_bits():
+    """Inside ws1_ops.cast_once() every call executing one FP32 master shares one BF16 copy; an
+    in-place update makes a new one; outputs and gradients are bitwise those without the scope."""
+    from ws1_ops.ops._common import exec_dtype
+
+    g = torch.Generator().manual_seed(5)
+    w = torch.randn(64, 32, generator=g).bfloat16().float().requires_grad_()
+    x = torch.randn(6, 32, generator=g).bfloat16()
+    with ws1_ops.cast_once():
+        a, b = exec_dtype(w), exec_dtype(w)
+        assert a is b and a.dtype == torch.bfloat16 and torch.equal(a.float(), w.detach())
+        with torch.no_grad():
+            w.mul_(2)
+        c = exec_dtype(w)
+        assert c is not a and torch.equal(c.float(), w.detach())
+    assert exec_dtype(w) is not exec_dtype(w)  # no scope: a fresh cast per call
+
+    def run(scope):
+        p = w.detach().clone().requires_grad_()
+        keys = torch.arange(6)
+        with ws1_ops.use_profile("cpu_bf16"), scope:
+            y = ws1_ops.det_gemm(x[:3], p, keys[:3]).float().sum() + ws1_ops.det_gemm(x[3:], p, keys[3:]).float().sum()
+            with ws1_ops.canonical_grads():
+                y.backward()
+        return y.detach(), p.grad
+
+    import contextlib
+    y0, g0 = run(contextlib.nullcontext())
+    y1, g1 = run(ws1_ops.cast_once())
+    assert bitwise(y1, y0).passed and bitwise(g1, g0).passed

@@ -19,6 +19,7 @@ from . import reference
 from .canonical import canonical_order, expand_rows, logical_keys
 from .errors import OpInputError
 from .grads import CanonicalGrads, canonical_grads
+from .ops._common import cast_once
 from .ops.pack import cu_seqlens_from_lengths, pack, padded_segments, unpack
 from .registry import (
     Kernel,
@@ -58,7 +59,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "REQUIRED_NODES", "CanonicalGrads", "canonical_grads",
+    "REQUIRED_NODES", "CanonicalGrads", "canonical_grads", "cast_once",
     "Kernel", "KernelUnavailable", "NoProfile", "OpInputError", "Recorder", "active", "canonical_order",
     "cu_seqlens_from_lengths", "expand_rows", "family_available", "kernels_for", "logical_keys", "pack", "padded_segments",
     "record", "reference", "unpack", "use_candidate", "use_profile",
