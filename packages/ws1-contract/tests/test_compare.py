@@ -151,3 +151,43 @@ def test_norm_stats_over_blocks_is_the_whole_tensor_rule():
     assert math.isclose(blocked.rel_l2, whole.rel_l2, rel_tol=1e-9) and math.isclose(blocked.cosine, whole.cosine, rel_tol=1e-9)
     # each block alone but the zeroed one would pass: the rule must not be a per-block AND
     assert all(within_norm(cand[lo:lo + 10], ref[lo:lo + 10], 0.1, 0.99).passed for lo in (0, 10, 20))
+
+
+def test_the_nonfinite_screen_finds_one_bad_value_in_any_block(monkeypatch):
+    """_nonfinite screens each block with aminmax before the mask: a single NaN, +Inf or -Inf in
+    the middle of an otherwise finite block (or in the last, short block) is still found and located."""
+    from ws1_contract import compare
+
+    monkeypatch.setattr(compare, "BLOCK", 1000)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        for dtype in (torch.float32, torch.bfloat16):
+            for where in (1500, 4321):
+                t = torch.randn(4400).to(dtype)
+                t[where] = bad
+                assert compare._nonfinite(t) == (1, where)
+                c = within_tolerance(torch.zeros(4400), t.float(), 1.0, 0.0, "x")
+                assert not c.passed and "non-finite" in c.detail
+    assert compare._nonfinite(torch.randn(4400)) == (0, None)
+
+
+def test_equal_blocks_take_the_short_path_with_the_same_numbers(monkeypatch):
+    """Blocks whose values are equal skip the error arithmetic; the verdict and every number are those
+    of the general path (which a one-ulp change in one block still takes)."""
+    from ws1_contract import compare
+
+    monkeypatch.setattr(compare, "BLOCK", 1000)
+    r = torch.randn(4400, generator=torch.Generator().manual_seed(3))
+    s = compare.NormStats()
+    s.add(r.clone(), r)
+    r64 = r.double()
+    want = float(torch.dot(r64[:1000], r64[:1000]))
+    for lo in range(1000, 4400, 1000):
+        want += float(torch.dot(r64[lo:lo + 1000], r64[lo:lo + 1000]))
+    assert (s.err2, s.ref2, s.cand2, s.dot, s.n) == (0.0, want, want, want, 4400)
+    c = r.clone()
+    c[2500] = torch.nextafter(c[2500], torch.tensor(math.inf))
+    tol = within_tolerance(c, r, 0.0, 0.0, "x")
+    assert not tol.passed and tol.n_diff == 1 and tol.max_abs > 0
+    s2 = compare.NormStats()
+    s2.add(c, r)
+    assert s2.err2 > 0 and s2.cand2 != s2.ref2

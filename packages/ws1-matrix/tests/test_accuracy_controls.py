@@ -89,7 +89,7 @@ def test_blockwise_reference_path_accumulates_the_norm_rule(small_env, monkeypat
     """The path of the vocabulary-sized gradients (reference block by block): one norm verdict over
     the whole tensor, equal to the unblocked one; a halved dW is red there too."""
     plain = _cells(["lm_head", "embedding"])
-    monkeypatch.setattr(rows, "DIGEST_ABOVE", 100)
+    monkeypatch.setattr(rows, "BLOCKWISE_REF_ABOVE", 100)
     monkeypatch.setattr(compare, "BLOCK_ELEMENTS", 4096)
     blocked = _cells(["lm_head", "embedding"])
     for op in ("lm_head", "embedding"):

@@ -179,6 +179,7 @@ def test_digest_path_green_and_caught(small_env, monkeypatch):
     """The path the real vocabulary-sized gradients take (canonical kept as sha256 digests per row
     block, reference gradient computed block by block), forced onto small tensors."""
     monkeypatch.setattr(rows, "DIGEST_ABOVE", 100)
+    monkeypatch.setattr(rows, "BLOCKWISE_REF_ABOVE", 100)
     monkeypatch.setattr(compare, "BLOCK_ELEMENTS", 4096)
     run = make_run("c4_gradient")
     c34.c4_gradient(run, args(op=["lm_head", "embedding"]))

@@ -65,12 +65,22 @@ def _nonfinite_mask(b: torch.Tensor) -> torch.Tensor:
     return ~torch.isfinite(b)
 
 
+def _all_finite(b: torch.Tensor) -> bool:
+    """True when a block has no NaN/Inf: min and max are finite (aminmax propagates NaN, and an Inf
+    is the min or the max). One pass without a temporary, ~20x faster than the mask; the mask runs
+    only on a block this screen flags, to count and locate."""
+    mn, mx = torch.aminmax(b)
+    return bool(torch.isfinite(mn)) and bool(torch.isfinite(mx))
+
+
 def _nonfinite(t: torch.Tensor) -> tuple[int, int | None]:
     """(count, first flat index) of NaN/Inf elements."""
     if not t.is_floating_point():
         return 0, None
     n, first = 0, None
     for off, (b,) in _blocks(t):
+        if b.numel() and _all_finite(b):
+            continue
         bad = _nonfinite_mask(b)
         if not bool(bad.any()):
             continue
@@ -143,6 +153,8 @@ def within_tolerance(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: f
     n, first, max_abs, max_rel = 0, None, 0.0, 0.0
     for off, (cb, rb) in _blocks(cand, ref):
         c, r = cb.float(), rb.float()
+        if torch.equal(c, r):   # equal values (both finite, checked above): every error here is 0
+            continue
         err = (c - r).abs()
         over = err > atol + rtol * r.abs()
         k = int(over.sum())
@@ -179,6 +191,15 @@ class NormStats:
 
     def add(self, cand: torch.Tensor, ref: torch.Tensor) -> None:
         for _, (cb, rb) in _blocks(cand, ref):
+            if cb.dtype == rb.dtype and torch.equal(cb, rb):
+                # equal values: the same sums the general path forms from two equal tensors, bit for bit
+                r = rb.double()
+                r2 = float(torch.dot(r, r))
+                self.ref2 += r2
+                self.cand2 += r2
+                self.dot += r2
+                self.n += r.numel()
+                continue
             c, r = cb.double(), rb.double()   # FP64: squares of tiny gradients must not underflow
             d = c - r
             self.err2 += float(torch.dot(d, d))

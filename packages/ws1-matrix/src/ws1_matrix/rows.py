@@ -123,7 +123,7 @@ def run(tc: TokenCase, tr: Transform, dev: torch.device, fill: list[torch.Tensor
     grad = up is not None
     ps = [p.detach().requires_grad_(grad and p.dtype == torch.float32) for p in params]
     outs, leaves = [], []
-    with num_threads(tr.threads), (contextlib.nullcontext() if grad else torch.no_grad()):
+    with num_threads(tr.threads), ws1_ops.cast_once(), (contextlib.nullcontext() if grad else torch.no_grad()):
         for lay in tr.calls:
             xs = [place(x, lay.rows, f).to(dev).requires_grad_(grad and x.is_floating_point()) for x, f in zip(tc.inputs, fill)]
             outs.append(tc.call(*xs, *ps, row_keys=tc.rows.keys(lay.rows).to(dev)))
@@ -191,7 +191,15 @@ class Verdict:
                 **({"note": self.note} if self.note else {})}
 
 
-DIGEST_ABOVE = 1 << 26  # elements (256 MB FP32): above this a canonical gradient is kept as digests
+# Above DIGEST_ABOVE elements a canonical parameter gradient is kept as sha256 digests per row block
+# instead of whole. The vocabulary-sized ones (dE, lm_head's dW: 622M elements, 2.5 GB FP32) stay
+# below it: kept whole, each transform's gradient is compared by torch.equal at memory speed, where
+# sha256 (~1 GB/s on one core) took 25 s of C4's lm_head cells on a 2-core host. Peak memory of such
+# a cell: FP32 master + its BF16 copy + the canonical and one transform's gradient, ~9 GB.
+DIGEST_ABOVE = 1 << 30  # elements (4 GB FP32)
+# Above BLOCKWISE_REF_ABOVE elements gradient_accuracy's FP32 reference of a weight is formed block
+# by block over the weight's rows (no second vocabulary-sized FP32 gradient alive at once).
+BLOCKWISE_REF_ABOVE = 1 << 26  # elements (256 MB FP32)
 
 
 def _bf16(params: list[torch.Tensor], dev: torch.device) -> list[torch.Tensor]:
@@ -225,9 +233,9 @@ def _digest_mismatch(tc, dev, fill, params, up, name: str, label: str, got_block
 def gradient_invariance(tc: TokenCase, dev: torch.device, seed: int = 0) -> list[Verdict]:
     """Input gradients row by row, parameter gradients whole, from the FP32 masters (the trainer's
     layout: the kernels' FP32 accumulation judged without a BF16 rounding that could hide a
-    low-bit change). A canonical parameter gradient above DIGEST_ABOVE elements (dE and lm_head's dW
-    are [151936, 4096]) is kept as sha256 digests per row block, not as a second 2.5 GB tensor; a
-    differing block is then explained against a rerun of the canonical config.
+    low-bit change). A canonical parameter gradient above DIGEST_ABOVE elements is kept as sha256
+    digests per row block, not as a second tensor of that size; a differing block is then explained
+    against a rerun of the canonical config.
 
     Transforms without every row (M=m, a row alone) compare only per-row input gradients, so they run
     first, on BF16 weight constants (the same values: dx does not change), and no master gradient
@@ -322,7 +330,7 @@ def gradient_accuracy(tc: TokenCase, dev: torch.device, seed: int = 0) -> list[t
     wanted = [n for n, t in zip(names, xs + ps) if t.requires_grad]
     del xs, ps
     rx = [x.detach().float().requires_grad_() if x.is_floating_point() else x for x in tc.inputs]
-    big = tc.ref_block is not None and any(p.numel() > DIGEST_ABOVE for p in tc.params)
+    big = tc.ref_block is not None and any(p.numel() > BLOCKWISE_REF_ABOVE for p in tc.params)
     if not big:
         rp = [p.detach().requires_grad_() for p in tc.params]
         tc.ref(*rx, *rp).backward(up.dy.float())
