@@ -9,8 +9,9 @@
 
 namespace ws1 {
 
-// avx512bf16 (only when asked for: WS1_CPU_ISA=avx512bf16) is the avx512 path with the GEMM family's
-// bf16 x bf16 products on VDPBF16PS (AVX512_BF16); every other kernel runs its avx512 code. All four
+// avx512bf16 (the default on AMD CPUs that have AVX512_BF16, else WS1_CPU_ISA=avx512bf16; isa.cpp
+// detect() says why) is the avx512 path with the GEMM family's bf16 x bf16 products on VDPBF16PS;
+// every other kernel runs its avx512 code. All four
 // paths give the same bits (gemm.cpp's contract; why the BF16 unit can be matched and AMX cannot:
 // docs/numerics.md "BF16 matrix units").
 //
@@ -24,7 +25,7 @@ constexpr int kNumIsa = 5;
 // Whether this CPU can run the path.
 bool isa_supported(Isa isa);
 
-// The ISA path to use: the default (avx512, avx2 or scalar: the best the CPU supports), or WS1_CPU_ISA
+// The ISA path to use: the default (avx512bf16 on AMD, avx512, avx2 or scalar: the fastest the CPU supports), or WS1_CPU_ISA
 // if set (an unsupported request is an error, never a silent downgrade).
 Isa active_isa();
 const char* isa_name(Isa isa);
