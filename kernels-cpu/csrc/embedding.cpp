@@ -46,7 +46,7 @@ at::Tensor embedding_bwd(const at::Tensor& dy_in, const at::Tensor& ids, int64_t
   WS1_CHECK(dy_in.size(0) == ids.numel(), "embedding_bwd: dy has ", dy_in.size(0), " rows, ids ", ids.numel());
   at::Tensor dy = dy_in.to(at::kFloat).contiguous();  // bf16 -> fp32 is exact
   const int64_t T = dy.size(0), H = dy.size(1);
-  at::Tensor dE = at::zeros({num_embeddings, H}, dy.options());
+  at::Tensor dE = ws1::empty_output({num_embeddings, H}, dy.options()).zero_();
   const int64_t* ip = ids.data_ptr<int64_t>();
   const float* g = dy.data_ptr<float>();
   float* out = dE.data_ptr<float>();

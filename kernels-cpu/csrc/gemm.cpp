@@ -205,7 +205,7 @@ at::Tensor run_gemm(const char* op, const at::Tensor& a, const at::Tensor& b, bo
   const int64_t M = a.size(0), K = a.size(1), N = b.size(0);
   WS1_CHECK(b.size(1) == K, op, ": K mismatch: ", an, " has K=", K, " (shape ", a.sizes(), "), ", bn,
             " has K=", b.size(1), " (shape ", b.sizes(), ")");
-  at::Tensor out = at::empty({M, N}, a.options().dtype(out_fp32 ? at::kFloat : at::kBFloat16));
+  at::Tensor out = ::ws1::empty_output({M, N}, a.options().dtype(out_fp32 ? at::kFloat : at::kBFloat16));
   if (M == 0 || N == 0) return out;
   if (K == 0) return out.zero_();
   const Operand A = make_operand(a), B = make_operand(b);
