@@ -126,6 +126,25 @@ def bench(name: str, reps: int, decode_tokens: int, sequential: bool = False, al
         return _bench(name, reps, decode_tokens, d, sequential, also_isa)
 
 
+def _decode(out: dict, ours, hf16, hf32, samples, cfg, decode_tokens: int, reps: int) -> None:
+    """4 requests, greedy, ``decode_tokens`` new tokens each: ws1 generate() vs transformers, interleaved."""
+    prompts = [s.tokens[:s.n_prompt] for s in samples]
+    reqs = [Request(prompt=p, max_new_tokens=decode_tokens, temperature=0.0, request_id=f"r{i}") for i, p in enumerate(prompts)]
+    ids = torch.tensor(prompts)                    # equal-length prompts: no padding needed
+    def hf_gen(m):
+        return lambda: m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=decode_tokens,
+                                  min_new_tokens=decode_tokens, do_sample=False, pad_token_id=cfg.pad_id)
+
+    with torch.no_grad():
+        t = median_times({"ws1_bf16": lambda: generate(ours, reqs), "hf_bf16": hf_gen(hf16), "hf_fp32": hf_gen(hf32)},
+                         max(3, reps // 2))
+    n = len(reqs) * decode_tokens
+    out["decode_tokens"] = n
+    out["decode_s"] = t
+    out["decode_tok_per_s"] = {k: n / v for k, v in t.items()}
+    out["decode_ratio"] = ratios(t)
+
+
 def _bench(name: str, reps: int, decode_tokens: int, d: str, sequential: bool, also_isa=()) -> dict:
     from transformers import Qwen3ForCausalLM
 
@@ -156,22 +175,9 @@ def _bench(name: str, reps: int, decode_tokens: int, d: str, sequential: bool, a
     out["forward_s"] = t
     out["forward_ratio"] = ratios(t)
 
-    # 2. decode, interleaved
-    prompts = [s.tokens[:s.n_prompt] for s in samples]
-    reqs = [Request(prompt=p, max_new_tokens=decode_tokens, temperature=0.0, request_id=f"r{i}") for i, p in enumerate(prompts)]
-    ids = torch.tensor(prompts)                    # equal-length prompts: no padding needed
-    def hf_gen(m):
-        return lambda: m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=decode_tokens,
-                                  min_new_tokens=decode_tokens, do_sample=False, pad_token_id=cfg.pad_id)
-
-    with torch.no_grad():
-        t = median_times({"ws1_bf16": lambda: generate(ours, reqs), "hf_bf16": hf_gen(hf16), "hf_fp32": hf_gen(hf32)},
-                         max(3, reps // 2))
-    n = len(reqs) * decode_tokens
-    out["decode_tokens"] = n
-    out["decode_s"] = t
-    out["decode_tok_per_s"] = {k: n / v for k, v in t.items()}
-    out["decode_ratio"] = ratios(t)
+    # 2. decode, interleaved (--decode-tokens 0: skipped)
+    if decode_tokens > 0:
+        _decode(out, ours, hf16, hf32, samples, cfg, decode_tokens, reps)
 
     # 3. forward+backward: interleaved if all four contenders and their gradients fit together
     # (weights + gradients: 2+2 bytes per parameter for each BF16 model, 4+4 for FP32, x1.5 for
@@ -251,6 +257,8 @@ def main() -> None:
         cols = ("ws1_bf16", *CONTENDERS)
         print(f"  {'phase':<18}" + "".join(f"{c + ' s':>14}" for c in cols) + "".join(f"{'ws1/' + c:>16}" for c in CONTENDERS))
         for phase, key in (("forward", "forward"), ("forward+backward", "forward_backward"), ("decode", "decode")):
+            if f"{key}_s" not in r:
+                continue   # decode with --decode-tokens 0
             t, rt = r[f"{key}_s"], r[f"{key}_ratio"]
             print(f"  {phase:<18}" + "".join(f"{t[c]:14.3f}" if c in t else f"{'-':>14}" for c in cols)
                   + "".join(f"{rt['ws1_bf16/' + c]:15.2f}x" if "ws1_bf16/" + c in rt else f"{'-':>16}" for c in CONTENDERS))
@@ -261,7 +269,8 @@ def main() -> None:
                 if col in t:
                     line += f" {phase} {t[col]:.3f} s" + "".join(f", /{c} {t[col] / t[c]:.2f}x" for c in CONTENDERS if c in t) + ";"
             print(line)
-        print("  decode tok/s: " + ", ".join(f"{k} {v:.1f}" for k, v in r["decode_tok_per_s"].items()))
+        if "decode_tok_per_s" in r:
+            print("  decode tok/s: " + ", ".join(f"{k} {v:.1f}" for k, v in r["decode_tok_per_s"].items()))
         print(f"  forward+backward: {r['forward_backward_mode']}")
         gc.collect()
     path = Path(args.json)
