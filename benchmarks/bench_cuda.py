@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_triton import BF, HKV, HQ, L2_BYTES, V_FULL, Clock, D, _cu, _modes, _row, compare  # noqa: E402
+from bench_triton import BF, HKV, HQ, L2_BYTES, V_FULL, Clock, D, _cu, _modes, _row, chain_phases, compare  # noqa: E402
 
 
 def _k():
@@ -144,10 +144,8 @@ def logprob_cases(clock, dev, args) -> list[dict]:
 
 def chain_cases(clock, dev, args) -> list[dict]:
     """cuda_bf16 vs plain PyTorch BF16 on the synthetic qwen3-8b-L2 model, the 4 fixture samples."""
-    from bench_model import PAD_TO, hf_inputs
     from plain_qwen3 import PlainQwen3
 
-    import ws1_ops
     import ws1_qwen3
 
     t0 = time.perf_counter()
@@ -155,28 +153,9 @@ def chain_cases(clock, dev, args) -> list[dict]:
     plain = PlainQwen3(model, device=dev)
     print(f"  chain: qwen3-8b-L2 built in {time.perf_counter() - t0:.1f} s", flush=True)
     samples = ws1_qwen3.fixture_samples()
-    ids, _mask, rows_, tgt = (t.to(dev) for t in hf_inputs(samples, model.config.pad_id))
-
-    def fwd():
-        with torch.no_grad():
-            ws1_qwen3.teacher_forcing(model, samples, layout="padded_right", padded_length=PAD_TO)
-
-    def fwd_bwd():
-        model.zero_grad(set_to_none=True)
-        tf = ws1_qwen3.teacher_forcing(model, samples, layout="padded_right", padded_length=PAD_TO, grad=True)
-        with ws1_ops.canonical_grads():
-            tf.loss.backward()
-
-    def plain_fwd():
-        with torch.no_grad():
-            plain.loss(ids, rows_, tgt)
-
-    def plain_fwd_bwd():
-        plain.zero_grad(set_to_none=True)
-        plain.loss(ids, rows_, tgt).backward()
-
+    phases = chain_phases(model, plain, samples, dev)
     rows = []
-    for name, fn, ref in (("forward", fwd, plain_fwd), ("forward+backward", fwd_bwd, plain_fwd_bwd)):
+    for name, fn, ref in phases:
         res = compare(clock, {"ws1": fn, "torch": ref}, max(3, args.reps // 3), 1, False)
         rows.append(_row(f"chain qwen3-8b-L2 fixture {name}", "eager", res,
                          {"contenders": ["cuda_bf16", "plain PyTorch BF16 (plain_qwen3.py)"]}))

@@ -253,26 +253,15 @@ def _logprob_case(clock, dev, args, g, T, V) -> list[dict]:
     return rows
 
 
-def chain_cases(clock, dev, args) -> list[dict]:
-    """The model chain on the fixture: triton_cuda_bf16 vs plain PyTorch BF16 (same weights, same
-    loss over the 27 completion tokens of the 4 x 20 right-padded batch).
+def chain_phases(model, plain, samples, dev) -> list[tuple[str, Callable, Callable]]:
+    """(phase, ws1 run, plain PyTorch run) for the chain benchmarks: teacher forcing of the fixture
+    samples (4 x 20 right-padded, loss over the 27 completion tokens), forward and forward+backward
+    (ws1 inside canonical_grads(), as the trainer runs it)."""
+    from bench_model import PAD_TO, hf_inputs
 
-    Without a GPU (the --quick logic check) the ws1 side is cpu_bf16 on the CPU: it checks the
-    plumbing, and its ratio means nothing (marked ``logic_check_only``)."""
     import ws1_ops
     import ws1_qwen3
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench_model import PAD_TO, hf_inputs
-    from plain_qwen3 import PlainQwen3
-
-    preset = "tiny" if args.quick else "qwen3-8b-L2"
-    ws1_profile = "triton_cuda_bf16" if clock.cuda else "cpu_bf16"
-    t0 = time.perf_counter()
-    model = ws1_qwen3.synthetic(preset, ws1_profile, device=dev if clock.cuda else None)
-    plain = PlainQwen3(model, device=dev)
-    print(f"  chain: {preset} built in {time.perf_counter() - t0:.1f} s", flush=True)
-    samples = ws1_qwen3.fixture_samples()
     ids, _mask, rows_, tgt = (t.to(dev) for t in hf_inputs(samples, model.config.pad_id))
 
     def fwd():
@@ -293,8 +282,30 @@ def chain_cases(clock, dev, args) -> list[dict]:
         plain.zero_grad(set_to_none=True)
         plain.loss(ids, rows_, tgt).backward()
 
+    return [("forward", fwd, plain_fwd), ("forward+backward", fwd_bwd, plain_fwd_bwd)]
+
+
+def chain_cases(clock, dev, args) -> list[dict]:
+    """The model chain on the fixture: triton_cuda_bf16 vs plain PyTorch BF16 (same weights, same
+    loss over the 27 completion tokens of the 4 x 20 right-padded batch).
+
+    Without a GPU (the --quick logic check) the ws1 side is cpu_bf16 on the CPU: it checks the
+    plumbing, and its ratio means nothing (marked ``logic_check_only``)."""
+    import ws1_qwen3
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from plain_qwen3 import PlainQwen3
+
+    preset = "tiny" if args.quick else "qwen3-8b-L2"
+    ws1_profile = "triton_cuda_bf16" if clock.cuda else "cpu_bf16"
+    t0 = time.perf_counter()
+    model = ws1_qwen3.synthetic(preset, ws1_profile, device=dev if clock.cuda else None)
+    plain = PlainQwen3(model, device=dev)
+    print(f"  chain: {preset} built in {time.perf_counter() - t0:.1f} s", flush=True)
+    samples = ws1_qwen3.fixture_samples()
+    phases = chain_phases(model, plain, samples, dev)
     rows = []
-    for name, fn, ref in (("forward", fwd, plain_fwd), ("forward+backward", fwd_bwd, plain_fwd_bwd)):
+    for name, fn, ref in phases:
         res = compare(clock, {"ws1": fn, "torch": ref}, max(3, args.reps // 4), 1, False)
         rows.append(_row(f"chain {preset} fixture {name}", "eager", res,
                          {"preset": preset, "contenders": [ws1_profile, "plain PyTorch BF16 (plain_qwen3.py)"],
