@@ -102,6 +102,10 @@ def test_cast_once_casts_a_master_once_per_version_with_the_same_bits():
         c = exec_dtype(w)
         assert c is not a and torch.equal(c.float(), w.detach())
     assert exec_dtype(w) is not exec_dtype(w)  # no scope: a fresh cast per call
+    with torch.inference_mode():
+        wi = w.detach().clone()
+    with ws1_ops.cast_once():                  # inference tensors (no version counter): cast per call
+        assert torch.equal(exec_dtype(wi).float(), wi)
 
     def run(scope):
         p = w.detach().clone().requires_grad_()

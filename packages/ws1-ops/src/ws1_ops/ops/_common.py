@@ -36,7 +36,7 @@ def exec_dtype(t: torch.Tensor) -> torch.Tensor:
     if t.dtype == torch.bfloat16:
         return t
     cache = getattr(_casts, "cache", None)
-    if cache is None:
+    if cache is None or t.is_inference():   # an inference tensor has no version counter to key on
         return t.to(torch.bfloat16)
     key = (id(t), t._version)
     hit = cache.get(key)
