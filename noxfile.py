@@ -23,13 +23,6 @@ from pathlib import Path
 
 import nox
 
-# torch's switch for 2 MB-aligned, madvise(MADV_HUGEPAGE) CPU allocations (c10 alloc_cpu, read once at
-# the first allocation): the gates allocate and touch vocabulary-sized tensors (2.5 GB FP32 gradients)
-# many times, and with 4 KB pages the kernel's page faults cost as much as the arithmetic (C4's
-# lm_head cells on a 2-core host: 160 s, 138 s of it system time; with it 118 s, 73 s). Every
-# session's subprocesses inherit it; it changes where memory lies, never a value.
-os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["c1_contract", "c2_manifest", "tests"]
 nox.options.error_on_missing_interpreters = True

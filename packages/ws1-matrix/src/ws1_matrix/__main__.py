@@ -27,7 +27,11 @@ import importlib
 import os
 import sys
 
-# before torch's first allocation: huge pages for the gates' vocabulary-sized tensors (see noxfile.py)
+# torch's switch for 2 MB-aligned, madvise(MADV_HUGEPAGE) CPU allocations (c10 alloc_cpu), read once
+# at the first allocation, so set before torch is imported. The gates (C3-C10 all run through here)
+# allocate and touch vocabulary-sized tensors (2.5 GB FP32 gradients) many times, and with 4 KB pages
+# the kernel's page faults cost as much as the arithmetic (C4's lm_head cells on a 2-core host: 160 s,
+# 138 s of it system time; with it 118 s, 73 s). It changes where memory lies, never a value.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 from ws1_contract.errors import EvidenceError  # noqa: E402
