@@ -11,9 +11,8 @@ namespace ws1 {
 
 // avx512bf16 (the default on AMD CPUs that have AVX512_BF16, else WS1_CPU_ISA=avx512bf16; isa.cpp
 // detect() says why) is the avx512 path with the GEMM family's bf16 x bf16 products on VDPBF16PS;
-// every other kernel runs its avx512 code. All four
-// paths give the same bits (gemm.cpp's contract; why the BF16 unit can be matched and AMX cannot:
-// docs/numerics.md "BF16 matrix units").
+// every other kernel runs its avx512 code. All four paths give the same bits (gemm.cpp's contract;
+// why the BF16 unit can be matched and AMX cannot: docs/numerics.md "BF16 matrix units").
 //
 // amx (only when asked for: WS1_CPU_ISA=amx) runs det_gemm and lm_head on AMX-BF16 tiles and every
 // other kernel (the backward `gemm` included) on its avx512 code. Its GEMM bits are NOT the other
@@ -25,8 +24,8 @@ constexpr int kNumIsa = 5;
 // Whether this CPU can run the path.
 bool isa_supported(Isa isa);
 
-// The ISA path to use: the default (avx512bf16 on AMD, avx512, avx2 or scalar: the fastest the CPU supports), or WS1_CPU_ISA
-// if set (an unsupported request is an error, never a silent downgrade).
+// The ISA path to use: the default (avx512bf16 on AMD, else avx512, avx2 or scalar: the fastest the
+// CPU supports), or WS1_CPU_ISA if set (an unsupported request is an error, never a silent downgrade).
 Isa active_isa();
 const char* isa_name(Isa isa);
 
