@@ -92,3 +92,34 @@ def test_a_call_that_raises_is_not_counted():
     assert delta(before, calls()) == {}
     K.det_gemm(torch.zeros(2, 8, dtype=BF), torch.zeros(4, 8, dtype=BF))
     assert list(delta(before, calls())) == ["ws1_cpu::det_gemm"]
+
+
+def _cpu_vendor_and_flags() -> tuple[str, set[str]]:
+    vendor, flags = "", set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("vendor_id") and not vendor:
+                vendor = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    return vendor, flags
+
+
+def test_the_default_path_is_the_documented_one(monkeypatch):
+    """isa.cpp detect(): avx512bf16 on AMD CPUs with AVX512_BF16 (faster there, same bits), else
+    avx512 where AVX-512F/BW/VL + FMA exist, else avx2, else scalar — read here from /proc/cpuinfo."""
+    try:
+        vendor, flags = _cpu_vendor_and_flags()
+    except OSError:
+        pytest.skip("no /proc/cpuinfo (not Linux)")
+    monkeypatch.delenv("WS1_CPU_ISA", raising=False)
+    avx512 = {"avx512f", "avx512bw", "avx512vl", "fma"} <= flags
+    if vendor == "AuthenticAMD" and avx512 and "avx512_bf16" in flags:
+        want = "avx512bf16"
+    elif avx512:
+        want = "avx512"
+    elif {"avx2", "fma"} <= flags:
+        want = "avx2"
+    else:
+        want = "scalar"
+    assert K.isa() == want

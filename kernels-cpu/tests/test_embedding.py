@@ -83,3 +83,15 @@ def test_embedding_nan():
     dy[1, 2] = float("nan")
     dE = OPS.embedding_bwd(dy, torch.tensor([3, 4]), 10)
     assert torch.isnan(dE[4, 2]) and int(torch.isnan(dE).sum()) == 1
+
+
+def test_embedding_bwd_of_16_mib_and_more_keeps_its_bits():
+    """dE >= 16 MiB is allocated through empty_output (huge pages asked for before the zero fill):
+    its used rows equal a small table's bitwise and every other row is +0."""
+    g = torch.Generator().manual_seed(12)
+    ids = torch.randint(0, 100, (40,), generator=g)
+    dy = torch.randn(40, 64, generator=g)
+    big = torch.ops.ws1_cpu.embedding_bwd(dy, ids, 1 << 16)       # 65536 x 64 fp32 = 16 MiB
+    small = torch.ops.ws1_cpu.embedding_bwd(dy, ids, 100)
+    assert torch.equal(big[:100].view(torch.int32), small.view(torch.int32))
+    assert not big[100:].view(torch.int32).any()

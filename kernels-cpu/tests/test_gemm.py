@@ -583,3 +583,20 @@ def test_amx_is_its_own_arithmetic_and_accurate():
     with use_isa("amx"):
         ops.lm_head(x, w)
     assert json.loads(ops.calls())["ws1_cpu::lm_head"]["amx"] == before + 1
+
+
+def test_outputs_of_16_mib_and_more_keep_their_bits():
+    """Outputs >= 16 MiB are allocated through empty_output (huge pages asked for before the first
+    touch): every column of such a call equals the same columns from a small call, bitwise, for the
+    bf16-out, fp32-out and strided backward GEMMs."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(64, 32, generator=g).bfloat16()
+    w = torch.randn(1 << 17, 32, generator=g).bfloat16()          # det_gemm out 64 x 131072 bf16 = 16 MiB
+    big = ops.det_gemm(x, w)
+    assert big.numel() * big.element_size() >= 16 << 20
+    assert torch.equal(big[:, :1000].view(torch.int16), ops.det_gemm(x, w[:1000]).view(torch.int16))
+    big = ops.lm_head(x, w[: 1 << 16])                              # fp32 out 64 x 65536 = 16 MiB
+    assert torch.equal(big[:, -1000:].view(torch.int32), ops.lm_head(x, w[(1 << 16) - 1000: 1 << 16]).view(torch.int32))
+    dy = torch.randn(64, 1 << 17, generator=g).bfloat16()
+    big = ops.gemm(dy.t(), x.t(), True)                             # dW-shaped, strided: 131072 x 32 fp32 = 16 MiB
+    assert torch.equal(big[:1000].view(torch.int32), ops.gemm(dy[:, :1000].t(), x.t(), True).view(torch.int32))
