@@ -38,11 +38,12 @@ def exec_dtype(t: torch.Tensor) -> torch.Tensor:
     cache = getattr(_casts, "cache", None)
     if cache is None or t.is_inference():   # an inference tensor has no version counter to key on
         return t.to(torch.bfloat16)
-    key = (id(t), t._version)
-    hit = cache.get(key)
-    if hit is None or hit[0] is not t:   # the entry holds t itself, so its id cannot be reused meanwhile
-        hit = cache[key] = (t, t.to(torch.bfloat16))
-    return hit[1]
+    # one entry per tensor: it holds t itself (so the id is not reused while cached) and is replaced,
+    # old copy freed, when an in-place update has moved the version counter on
+    hit = cache.get(id(t))
+    if hit is None or hit[1] != t._version:
+        hit = cache[id(t)] = (t, t._version, t.to(torch.bfloat16))
+    return hit[2]
 
 
 def start(op: str, *tensors: torch.Tensor) -> registry.Kernel:
