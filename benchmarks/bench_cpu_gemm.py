@@ -62,8 +62,8 @@ def bits(t):
 
 def bench_shape(m, k, n, reps, warmup, ws1_op, rounds_bf16, also_isa=()):
     g = torch.Generator().manual_seed(m * 7 + n)
-    x = torch.randn(m, k, generator=g).bfloat16()
-    w = (torch.randn(n, k, generator=g) * 0.02).bfloat16()
+    x = torch.randn(m, k, generator=g, device="cpu").bfloat16()
+    w = (torch.randn(n, k, generator=g, device="cpu") * 0.02).bfloat16()
     xf, wf = x.float(), w.float()
     ws1 = getattr(torch.ops.ws1_cpu, ws1_op)
     cands = {"ws1": on_path(None, lambda: ws1(x, w))}

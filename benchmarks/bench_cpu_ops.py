@@ -41,8 +41,8 @@ def rotate_half(x):
 
 
 def case_rms_norm(g):
-    x = torch.randn(59, 4096, generator=g)
-    w = (1 + 0.1 * torch.randn(4096, generator=g)).bfloat16()
+    x = torch.randn(59, 4096, generator=g, device="cpu")
+    w = (1 + 0.1 * torch.randn(4096, generator=g, device="cpu")).bfloat16()
 
     def ref():
         r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS)
@@ -52,15 +52,15 @@ def case_rms_norm(g):
 
 
 def case_swiglu(g):
-    a = torch.randn(59, 12288, generator=g).bfloat16()
-    b = torch.randn(59, 12288, generator=g).bfloat16()
+    a = torch.randn(59, 12288, generator=g, device="cpu").bfloat16()
+    b = torch.randn(59, 12288, generator=g, device="cpu").bfloat16()
     return "swiglu T59 F12288", lambda: OPS.swiglu(a, b), lambda: F.silu(a) * b
 
 
 def case_rope(g):
-    x = torch.randn(59, 32, 128, generator=g).bfloat16()
-    pos = torch.arange(59)
-    inv = 1.0 / (THETA ** (torch.arange(0, 128, 2, dtype=torch.float32) / 128))
+    x = torch.randn(59, 32, 128, generator=g, device="cpu").bfloat16()
+    pos = torch.arange(59, device="cpu")
+    inv = 1.0 / (THETA ** (torch.arange(0, 128, 2, dtype=torch.float32, device="cpu") / 128))
 
     def ref():  # HF Qwen3: freqs = pos x inv_freq (fp32), cos/sin cast to bf16, rotate_half
         fr = pos[:, None].float() * inv[None, :]
@@ -72,12 +72,12 @@ def case_rope(g):
 
 
 def case_attn_prefill(g, B=4, S=19, Hq=32, Hkv=8, D=128):
-    q = torch.randn(B, S, Hq, D, generator=g).bfloat16()
-    k = torch.randn(B, S, Hkv, D, generator=g).bfloat16()
-    v = torch.randn(B, S, Hkv, D, generator=g).bfloat16()
+    q = torch.randn(B, S, Hq, D, generator=g, device="cpu").bfloat16()
+    k = torch.randn(B, S, Hkv, D, generator=g, device="cpu").bfloat16()
+    v = torch.randn(B, S, Hkv, D, generator=g, device="cpu").bfloat16()
     qp, kp, vp = (t.reshape(B * S, -1, D).contiguous() for t in (q, k, v))
-    cu = torch.arange(0, B * S + 1, S)
-    pos = torch.arange(S).repeat(B)
+    cu = torch.arange(0, B * S + 1, S, device="cpu")
+    pos = torch.arange(S, device="cpu").repeat(B)
     qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (q, k, v))
     sc = D ** -0.5
     return (f"attention prefill B{B} S{S}", lambda: OPS.attention(qp, kp, vp, cu, cu, pos, sc),
@@ -85,11 +85,11 @@ def case_attn_prefill(g, B=4, S=19, Hq=32, Hkv=8, D=128):
 
 
 def case_attn_decode(g, Skv, Hq=32, Hkv=8, D=128):
-    q = torch.randn(1, Hq, D, generator=g).bfloat16()
-    k = torch.randn(Skv, Hkv, D, generator=g).bfloat16()
-    v = torch.randn(Skv, Hkv, D, generator=g).bfloat16()
-    cuq, cuk = torch.tensor([0, 1]), torch.tensor([0, Skv])
-    pos = torch.tensor([Skv - 1])
+    q = torch.randn(1, Hq, D, generator=g, device="cpu").bfloat16()
+    k = torch.randn(Skv, Hkv, D, generator=g, device="cpu").bfloat16()
+    v = torch.randn(Skv, Hkv, D, generator=g, device="cpu").bfloat16()
+    cuq, cuk = torch.tensor([0, 1], device="cpu"), torch.tensor([0, Skv], device="cpu")
+    pos = torch.tensor([Skv - 1], device="cpu")
     qt = q.reshape(1, 1, Hq, D).transpose(1, 2).contiguous()
     kt, vt = (t.reshape(1, Skv, Hkv, D).transpose(1, 2).contiguous() for t in (k, v))
     sc = D ** -0.5
@@ -98,14 +98,14 @@ def case_attn_decode(g, Skv, Hq=32, Hkv=8, D=128):
 
 
 def case_logprob(g):
-    x = torch.randn(27, 151936, generator=g) * 3
-    t = torch.randint(0, 151936, (27,), generator=g)
+    x = torch.randn(27, 151936, generator=g, device="cpu") * 3
+    t = torch.randint(0, 151936, (27,), generator=g, device="cpu")
     return ("logprob T27 V151936", lambda: OPS.logprob(x, t),
             lambda: torch.log_softmax(x, -1).gather(-1, t[:, None]))
 
 
 def case_bilp(g):
-    x = torch.randn(27, 151936, generator=g) * 3
+    x = torch.randn(27, 151936, generator=g, device="cpu") * 3
     return "batch_invariant_logp T27 V151936", lambda: OPS.batch_invariant_logp(x), lambda: torch.log_softmax(x, -1)
 
 

@@ -49,9 +49,9 @@ def gemm_cases(clock, dev, args) -> list[dict]:
     for N in (4096, 12288):
         for M in (1, 59, 256, 4096):
             K = 4096
-            x = (torch.randn(M, K, generator=g) * 0.5).to(BF).to(dev)
+            x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
             copies = max(1, -(-2 * L2_BYTES // (N * K * 2)))
-            ws = [(torch.randn(N, K, generator=g) * 0.02).to(BF).to(dev) for _ in range(copies)]
+            ws = [(torch.randn(N, K, generator=g, device="cpu") * 0.02).to(BF).to(dev) for _ in range(copies)]
             it = {"ws1": 0, "torch": 0}
 
             def nxt(side, ws=ws, it=it, copies=copies):
@@ -84,14 +84,14 @@ def attention_cases(clock, dev, args) -> list[dict]:
     scale = D ** -0.5
 
     def r(*shape):
-        return torch.randn(*shape, generator=g).to(BF).to(dev)
+        return torch.randn(*shape, generator=g, device="cpu").to(BF).to(dev)
 
     rows = []
     for name, lengths in (("prefill fixture B4 S11/16/13/19", [11, 16, 13, 19]), ("prefill B1 S2048", [2048])):
         T, S, B = sum(lengths), max(lengths), len(lengths)
         q, k, v = r(T, HQ, D), r(T, HKV, D), r(T, HKV, D)
         cu = _cu(lengths, dev)
-        pos = torch.cat([torch.arange(n) for n in lengths]).to(dev)
+        pos = torch.cat([torch.arange(n, device="cpu") for n in lengths]).to(dev)
         qp, kp, vp = r(B, HQ, S, D), r(B, HKV, S, D), r(B, HKV, S, D)
         ws1 = lambda q=q, k=k, v=v, cu=cu, pos=pos: _k().attention(q, k, v, cu, cu, pos, scale)  # noqa: E731
         sdpa = lambda qp=qp, kp=kp, vp=vp: F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, scale=scale,  # noqa: E731
@@ -130,8 +130,8 @@ def logprob_cases(clock, dev, args) -> list[dict]:
     g = torch.Generator(device="cpu").manual_seed(2)
     rows = []
     for T in (27, 2048):
-        logits = (torch.randn(T, V_FULL, generator=g) * 3).to(dev)
-        t = torch.randint(0, V_FULL, (T,), generator=g).to(dev)
+        logits = (torch.randn(T, V_FULL, generator=g, device="cpu") * 3).to(dev)
+        t = torch.randint(0, V_FULL, (T,), generator=g, device="cpu").to(dev)
         fns = {"ws1": lambda lg=logits, t=t: _k().logprob(lg, t),
                "torch": lambda lg=logits, t=t: torch.log_softmax(lg, -1).gather(1, t[:, None]).squeeze(1)}
         fns2 = {"ws1": lambda lg=logits: _k().batch_invariant_logp(lg), "torch": lambda lg=logits: torch.log_softmax(lg, -1)}

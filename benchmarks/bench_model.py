@@ -65,16 +65,16 @@ def median_times(fns: dict, reps: int) -> dict[str, float]:
 
 
 def hf_inputs(samples, pad_id):
-    ids = torch.full((len(samples), PAD_TO), pad_id, dtype=torch.int64)
+    ids = torch.full((len(samples), PAD_TO), pad_id, dtype=torch.int64, device="cpu")
     mask = torch.zeros_like(ids)
     rows, tgt = [], []
     for b, s in enumerate(samples):
-        ids[b, :s.length] = torch.tensor(s.tokens)
+        ids[b, :s.length] = torch.tensor(s.tokens, device="cpu")
         mask[b, :s.length] = 1
         for p in range(s.n_prompt, s.length):
             rows.append(b * PAD_TO + p - 1)
             tgt.append(s.tokens[p])
-    return ids, mask, torch.tensor(rows), torch.tensor(tgt)
+    return ids, mask, torch.tensor(rows, device="cpu"), torch.tensor(tgt, device="cpu")
 
 
 def hf_loss(hf, ids, mask, rows, tgt):
@@ -130,7 +130,7 @@ def _decode(out: dict, ours, hf16, hf32, samples, cfg, decode_tokens: int, reps:
     """4 requests, greedy, ``decode_tokens`` new tokens each: ws1 generate() vs transformers, interleaved."""
     prompts = [s.tokens[:s.n_prompt] for s in samples]
     reqs = [Request(prompt=p, max_new_tokens=decode_tokens, temperature=0.0, request_id=f"r{i}") for i, p in enumerate(prompts)]
-    ids = torch.tensor(prompts)                    # equal-length prompts: no padding needed
+    ids = torch.tensor(prompts, device="cpu")                    # equal-length prompts: no padding needed
     def hf_gen(m):
         return lambda: m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=decode_tokens,
                                   min_new_tokens=decode_tokens, do_sample=False, pad_token_id=cfg.pad_id)

@@ -136,9 +136,9 @@ def gemm_cases(clock, dev, args) -> list[dict]:
 def _gemm_case(clock, dev, args, g, M, K, N) -> list[dict]:
     from ws1_ops.triton import det_gemm as tg
 
-    x = (torch.randn(M, K, generator=g) * 0.5).to(BF).to(dev)
+    x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
     copies = max(1, -(-2 * L2_BYTES // (N * K * 2))) if clock.cuda else 1
-    ws = [(torch.randn(N, K, generator=g) * 0.02).to(BF).to(dev) for _ in range(copies)]
+    ws = [(torch.randn(N, K, generator=g, device="cpu") * 0.02).to(BF).to(dev) for _ in range(copies)]
     it = {"ws1": 0, "torch": 0}
 
     def nxt(side):
@@ -158,7 +158,7 @@ def _gemm_case(clock, dev, args, g, M, K, N) -> list[dict]:
 
 
 def _cu(lengths, dev):
-    return torch.tensor([0] + list(lengths), dtype=torch.int64).cumsum(0).to(dev)
+    return torch.tensor([0] + list(lengths), dtype=torch.int64, device="cpu").cumsum(0).to(dev)
 
 
 def _modes(clock):
@@ -187,12 +187,12 @@ def _prefill_case(clock, dev, args, g, heads, name, lengths) -> list[dict]:
     scale = d ** -0.5
 
     def r(*shape):
-        return torch.randn(*shape, generator=g).to(BF).to(dev)
+        return torch.randn(*shape, generator=g, device="cpu").to(BF).to(dev)
 
     T, S, B = sum(lengths), max(lengths), len(lengths)
     q, k, v = r(T, hq, d), r(T, hkv, d), r(T, hkv, d)
     cu = _cu(lengths, dev)
-    pos = torch.cat([torch.arange(n) for n in lengths]).to(dev)
+    pos = torch.cat([torch.arange(n, device="cpu") for n in lengths]).to(dev)
     tiles = ta.plan(q, k, v, cu, cu, pos)
     # torch: the padded [B, H, S, D] layout, causal (right padding does not change the valid rows)
     qp, kp, vp = r(B, hq, S, d), r(B, hkv, S, d), r(B, hkv, S, d)
@@ -213,7 +213,7 @@ def _decode_case(clock, dev, args, g, heads, name, B, S) -> list[dict]:
     scale = d ** -0.5
 
     def r(*shape):
-        return torch.randn(*shape, generator=g).to(BF).to(dev)
+        return torch.randn(*shape, generator=g, device="cpu").to(BF).to(dev)
 
     q, k, v = r(B, hq, d), r(B * S, hkv, d), r(B * S, hkv, d)
     cu_q, cu_k = _cu([1] * B, dev), _cu([S] * B, dev)
@@ -241,8 +241,8 @@ def _logprob_case(clock, dev, args, g, T, V) -> list[dict]:
     from ws1_ops.triton import batch_invariant_logp as tb
     from ws1_ops.triton import logprob as tlp
 
-    logits = (torch.randn(T, V, generator=g) * 3).to(dev)
-    t = torch.randint(0, V, (T,), generator=g).to(dev)
+    logits = (torch.randn(T, V, generator=g, device="cpu") * 3).to(dev)
+    t = torch.randint(0, V, (T,), generator=g, device="cpu").to(dev)
     inner = 1 if args.quick else 20
     fns = {"ws1": lambda: tlp.logprob(logits, t), "torch": lambda: torch.log_softmax(logits, -1).gather(1, t[:, None]).squeeze(1)}
     fns2 = {"ws1": lambda: tb.batch_invariant_logp(logits), "torch": lambda: torch.log_softmax(logits, -1)}

@@ -109,5 +109,5 @@ def test_synthetic_is_seeded_and_marked():
     a = ws1_qwen3.synthetic("tiny", seed=1)
     b = ws1_qwen3.synthetic("tiny", seed=1)
     c = ws1_qwen3.synthetic("tiny", seed=2)
-    assert a.synthetic and a.source == "synthetic(seed=1)"
+    assert a.synthetic and a.source == "synthetic(seed=1, cpu)"
     assert content_sha256(params(a)) == content_sha256(params(b)) != content_sha256(params(c))

@@ -289,7 +289,7 @@ def aggregates(
         return AggregateResult(math.inf, math.inf, 1.0, False, -1, 0, False,
                                f"shape mismatch {tuple(lhs_logp.shape)} vs {tuple(rhs_logp.shape)}", thresholds)
     if active is None:
-        active = torch.ones(lhs_logp.shape, dtype=torch.bool)
+        active = torch.ones(lhs_logp.shape, dtype=torch.bool, device="cpu")   # judged on the host (below)
     active = active.to(torch.bool).cpu()
     lhs = lhs_logp.detach().cpu()[active]
     rhs = rhs_logp.detach().cpu()[active]

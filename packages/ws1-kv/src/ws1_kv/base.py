@@ -56,7 +56,7 @@ class Step:
 
 
 def _offsets(lengths: Sequence[int]) -> torch.Tensor:
-    return torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0)
+    return torch.tensor([0, *lengths], dtype=torch.int64, device="cpu").cumsum(0)
 
 
 class KVCache(ABC):
@@ -156,7 +156,7 @@ class KVCache(ABC):
         return Step(
             seq_ids=tuple(s for s, _, _ in plan), starts=tuple(a for _, a, _ in plan), counts=tuple(b - a for _, a, b in plan),
             write_rows=write.to(self.device), read_rows=read.to(self.device),   # index the storage where it lives
-            q_pos=torch.cat([torch.arange(a, b, dtype=torch.int64) for _, a, b in plan]),
+            q_pos=torch.cat([torch.arange(a, b, dtype=torch.int64, device="cpu") for _, a, b in plan]),
             cu_seqlens_q=_offsets([b - a for _, a, b in plan]), cu_seqlens_k=_offsets([b for _, _, b in plan]),
         )
 

@@ -41,7 +41,7 @@ class ContiguousKVCache(KVCache):
         self._free_slots.append(self._slot.pop(seq_id))
 
     def _rows(self, seq_id: Hashable, start: int, end: int) -> torch.Tensor:
-        return torch.arange(start, end, dtype=torch.int64) + self._slot[seq_id] * self.max_len
+        return torch.arange(start, end, dtype=torch.int64, device="cpu") + self._slot[seq_id] * self.max_len
 
     def slot(self, seq_id: Hashable) -> int:
         self._state(seq_id)

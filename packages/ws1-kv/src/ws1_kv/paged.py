@@ -84,8 +84,8 @@ class PagedKVCache(KVCache):
                 self._free.append(b)
 
     def _rows(self, seq_id: Hashable, start: int, end: int) -> torch.Tensor:
-        pos = torch.arange(start, end, dtype=torch.int64)
-        table = torch.tensor(self._tables[seq_id], dtype=torch.int64)
+        pos = torch.arange(start, end, dtype=torch.int64, device="cpu")
+        table = torch.tensor(self._tables[seq_id], dtype=torch.int64, device="cpu")
         return table[pos // self.block_size] * self.block_size + pos % self.block_size
 
     def block_table(self, seq_id: Hashable) -> list[int]:

@@ -16,6 +16,8 @@
 
 C1 and C2 (static) are ``python -m ws1_contract c1|c2``; C11 is ``ci/c11.py``. ``<gate> --help``
 lists a gate's options. Common: ``--json`` (records instead of tables), ``--evidence-dir DIR``.
+``WS1_STRAY_DEVICE=meta`` runs a gate with torch's default device set to ``meta``, so a tensor made
+without a device fails on a CPU host as it would on a GPU (:mod:`ws1_matrix.stray`).
 Exit codes: 0 every cell green (N/A aside; all-N/A is not green), 1 a red cell or a broken
 contract/evidence file (red wins over an absent device), 2 a requested profile's device is absent
 or the command line names an unknown gate, op or profile — always one line on stderr.
@@ -62,8 +64,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else EXIT_BAD_ARGS
     cmd, rest = argv[0], argv[1:]
     if cmd in GATES:
+        from .stray import from_env
+
         module, extra = GATES[cmd]
-        return importlib.import_module(f"ws1_matrix.{module}").main(rest, *extra)
+        with from_env():
+            return importlib.import_module(f"ws1_matrix.{module}").main(rest, *extra)
     if cmd == "report":
         from . import report
 

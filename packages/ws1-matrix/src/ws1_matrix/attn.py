@@ -65,8 +65,8 @@ class Item:
 def call(items: list[Item], dev: torch.device, chunk: int | None = None) -> list[torch.Tensor]:
     """One varlen ws1_ops.attention call over ``items``; the output split back per item.
     ``chunk``: the op's own chunked-prefill mode (forward in chunks, canonical backward)."""
-    lq = torch.tensor([it.q.shape[0] for it in items])
-    lk = torch.tensor([it.k.shape[0] for it in items])
+    lq = torch.tensor([it.q.shape[0] for it in items], device="cpu")
+    lk = torch.tensor([it.k.shape[0] for it in items], device="cpu")
     out = ws1_ops.attention(
         torch.cat([it.q for it in items]), torch.cat([it.k for it in items]), torch.cat([it.v for it in items]),
         ws1_ops.cu_seqlens_from_lengths(lq).to(dev), ws1_ops.cu_seqlens_from_lengths(lk).to(dev),
@@ -78,7 +78,7 @@ def call(items: list[Item], dev: torch.device, chunk: int | None = None) -> list
 def _filler_seqs(ac: AttnCase, lengths: list[int], seed: int) -> list[tuple[torch.Tensor, ...]]:
     g = torch.Generator().manual_seed(seed + 11)
     Hq, Hkv, D = ac.heads
-    return [tuple((torch.randn(L, h, D, generator=g) * 2).to(BF16) for h in (Hq, Hkv, Hkv)) for L in lengths]
+    return [tuple((torch.randn(L, h, D, generator=g, device="cpu") * 2).to(BF16) for h in (Hq, Hkv, Hkv)) for L in lengths]
 
 
 @dataclass
@@ -161,7 +161,7 @@ def _padded(left: bool):
         dO back) that no real row attends to."""
         ac, dev, grad = p.ac, p.dev, p.grad
         B, P = len(ac.seqs), ac.padded_length
-        valid = torch.zeros(B, P, dtype=torch.bool)
+        valid = torch.zeros(B, P, dtype=torch.bool, device="cpu")
         for b, Lb in enumerate(ac.lengths):
             if left:
                 valid[b, P - Lb:] = True
@@ -171,7 +171,7 @@ def _padded(left: bool):
         Hq, Hkv, D = ac.heads
 
         def padded(i, h):
-            t = (torch.randn(B, P, h, D, generator=g) * 3).to(BF16)  # garbage in the padding
+            t = (torch.randn(B, P, h, D, generator=g, device="cpu") * 3).to(BF16)  # garbage in the padding
             for b in range(B):
                 t[b][valid[b]] = ac.seqs[b][i]
             return t.to(dev).requires_grad_(grad)
@@ -184,7 +184,7 @@ def _padded(left: bool):
         outs = [out_pad[b][vd[b]] for b in range(B)]
         if not grad:
             return outs, None, None, None
-        dpad = (torch.randn(B, P, Hq, D, generator=g) * 5).to(BF16).to(dev)  # garbage dO in padding
+        dpad = (torch.randn(B, P, Hq, D, generator=g, device="cpu") * 5).to(BF16).to(dev)  # garbage dO in padding
         for b in range(B):
             dpad[b][vd[b]] = p.douts[b]
         out_pad.backward(dpad)
@@ -203,7 +203,7 @@ def _padded_inline(p: _Prefill):
     for b, Lb in enumerate(ac.lengths):
         parts = []
         for i, h in ((0, Hq), (1, Hkv), (2, Hkv)):
-            pad = (torch.randn(P - Lb, h, D, generator=g) * 3).to(BF16)
+            pad = (torch.randn(P - Lb, h, D, generator=g, device="cpu") * 3).to(BF16)
             parts.append(torch.cat([ac.seqs[b][i], pad]).to(dev).requires_grad_(grad))
         ext.append(parts)
     got = call([Item(q, k, v, torch.arange(P, device=dev)) for q, k, v in ext], dev)
@@ -296,7 +296,7 @@ def _threads(transform: str) -> int | None:
 
 def _douts(ac: AttnCase, seed: int) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(seed + 3)
-    return [torch.randn(q.shape, generator=g).to(BF16) for q, _, _ in ac.seqs]
+    return [torch.randn(q.shape, generator=g, device="cpu").to(BF16) for q, _, _ in ac.seqs]
 
 
 def _cmp_out(name: str, got: SeqRun, ref: SeqRun) -> list:
@@ -372,7 +372,7 @@ def forward_invariance(ac: AttnCase, dev: torch.device, seed: int = 0) -> list[V
 
 def gradient_invariance(ac: AttnCase, dev: torch.device, seed: int = 0) -> list[Verdict]:
     if ac.mode == "decode":
-        dout = torch.randn((1, *ac.seqs[0][0].shape[1:]), generator=torch.Generator().manual_seed(seed + 3)).to(BF16)
+        dout = torch.randn((1, *ac.seqs[0][0].shape[1:]), generator=torch.Generator().manual_seed(seed + 3), device="cpu").to(BF16)
         ref = _decode_run(ac, "canonical", dev, dout, seed)
         return [Verdict(tr, _cmp_grads(tr, _decode_run(ac, tr, dev, dout, seed), ref),
                         "; ".join(filter(None, ["canonical: the prefill's backward with dO on the decoded row only",
@@ -392,10 +392,11 @@ def _reference_inputs(ac: AttnCase, grad: bool):
         t = ac.decode_pos
         q, k, v = ac.seqs[0]
         return (q[t:t + 1].float().requires_grad_(grad), k[: t + 1].float().requires_grad_(grad),
-                v[: t + 1].float().requires_grad_(grad), torch.tensor([0, 1]), torch.tensor([0, t + 1]), torch.tensor([t]))
-    cu = ws1_ops.cu_seqlens_from_lengths(torch.tensor(ac.lengths))
+                v[: t + 1].float().requires_grad_(grad), torch.tensor([0, 1], device="cpu"), torch.tensor([0, t + 1], device="cpu"),
+                torch.tensor([t], device="cpu"))
+    cu = ws1_ops.cu_seqlens_from_lengths(torch.tensor(ac.lengths, device="cpu"))
     q, k, v = (torch.cat([s[i] for s in ac.seqs]).float().requires_grad_(grad) for i in range(3))
-    return q, k, v, cu, cu, torch.cat([torch.arange(L) for L in ac.lengths])
+    return q, k, v, cu, cu, torch.cat([torch.arange(L, device="cpu") for L in ac.lengths])
 
 
 def _candidate(ac: AttnCase, dev: torch.device, grad: bool):
@@ -421,7 +422,7 @@ def forward_accuracy(ac: AttnCase, dev: torch.device) -> tuple[torch.Tensor, tor
 
 def gradient_accuracy(ac: AttnCase, dev: torch.device, seed: int = 0) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     out, (Q, K, V) = _candidate(ac, dev, True)
-    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed + 3)).to(BF16)
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed + 3), device="cpu").to(BF16)
     out.backward(dout.to(dev))
 
     def cat(x):   # None when any leaf got no gradient: judged red, never skipped

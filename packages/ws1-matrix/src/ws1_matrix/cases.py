@@ -114,7 +114,7 @@ class Rows:
     def split_calls(self) -> dict[str, list[torch.Tensor]]:
         """Multi-call transforms: ``B1`` one call per sample; ``chunked7`` one call per 7-position
         chunk (every sample's rows of that chunk together). Only those with more than one call."""
-        idx = torch.arange(self.n)
+        idx = torch.arange(self.n, device="cpu")
         out: dict[str, list[torch.Tensor]] = {}
         per_sample = [idx[self.sample == s] for s in torch.unique(self.sample).tolist()]
         if len(per_sample) > 1:
@@ -145,7 +145,7 @@ def fixture_rows(manifest: Manifest, tier: str, T: int) -> Rows:
         picked, source = active, f"{tier} fixture: the {T} active (completion) tokens"
     else:
         picked, source = [(0, p, 0) for p in range(T)], f"synthetic: one sample at positions 0..{T - 1} (T={T} matches no {tier} fixture)"
-    t = torch.tensor(picked, dtype=torch.int64).reshape(-1, 3)
+    t = torch.tensor(picked, dtype=torch.int64, device="cpu").reshape(-1, 3)
     return Rows(t[:, 0].clone(), t[:, 1].clone(), t[:, 2].clone(), source)
 
 
@@ -194,14 +194,14 @@ class _Draw:
         self.rows = fixture_rows(manifest, case.tier, self.T)
 
     def r(self, *shape, scale=1.0, dtype=BF16):
-        return torch.randn(*shape, generator=self.g).mul_(scale).to(dtype)
+        return torch.randn(*shape, generator=self.g, device="cpu").mul_(scale).to(dtype)
 
     def w(self, *shape, scale=1.0):
         """A master weight: FP32 storage, BF16 values (drawn in BF16, widened exactly)."""
         return self.r(*shape, scale=scale).float()
 
     def norm_weight(self, n):
-        return (1 + 0.1 * torch.randn(n, generator=self.g)).to(BF16).float()   # ~1 +- 0.1
+        return (1 + 0.1 * torch.randn(n, generator=self.g, device="cpu")).to(BF16).float()   # ~1 +- 0.1
 
 
 def _embedding(case: Case, manifest: Manifest) -> TokenCase:
@@ -210,7 +210,7 @@ def _embedding(case: Case, manifest: Manifest) -> TokenCase:
     ids = d.rows.token % V
     # the fixture's ids are all distinct, which would leave dE's per-id row sum untested: every
     # third row repeats the id two rows up, so dE[id] sums rows in canonical order
-    rep = torch.arange(2, d.T, 3)
+    rep = torch.arange(2, d.T, 3, device="cpu")
     ids[rep] = ids[rep - 2]
 
     def emb_block(inputs, wb, v0, v1, dy):
@@ -339,7 +339,7 @@ def _attn_case(case: Case, manifest: Manifest) -> AttnCase:
         source = f"one sequence of {Skv} keys; the query at position {Skv - 1} decoded against all of them"
     else:
         raise ContractError(f"representative_cases[{case.case_id}].shape.mode", f"unknown attention mode {mode!r}")
-    seqs = [tuple(torch.randn(L, h, D, generator=g).to(BF16) for h in (Hq, Hkv, Hkv)) for L in lengths]
+    seqs = [tuple(torch.randn(L, h, D, generator=g, device="cpu").to(BF16) for h in (Hq, Hkv, Hkv)) for L in lengths]
     return AttnCase(case, mode, lengths, seqs, max(fx.padded_length, max(lengths)), decode_pos, source)
 
 
@@ -360,7 +360,7 @@ def _pack_case(case: Case, manifest: Manifest) -> PackCase:
     B, S, H = _shape(case, "B", "S", "H")
     fixture = [s.length for s in _tier_samples(manifest, case.tier)]
     lengths = fixture if len(fixture) == B and max(fixture) <= S else [S] * B
-    return PackCase(case, lengths, torch.randn(B, S, H, generator=g).to(BF16))
+    return PackCase(case, lengths, torch.randn(B, S, H, generator=g, device="cpu").to(BF16))
 
 
 # node -> its input builder (shapes from the node table's case, values from the seeded draws); a node

@@ -327,12 +327,12 @@ def reference_copy(model):
     """The FP32 reference model: the candidate's own BF16 parameters upcast to FP32 (docs/design.md §3)."""
     from ws1_qwen3.model import Qwen3ForCausalLM
 
-    ref = Qwen3ForCausalLM(model.config, REFERENCE)
+    ref = Qwen3ForCausalLM(model.config, REFERENCE, device=model.device)   # made where it runs (8B: 33 GB FP32)
     with torch.no_grad():
         src = dict(model.named_parameters())
         for name, p in ref.named_parameters():
             p.copy_(src[name].float())
-    return ref.to(model.device) if model.device.type != "cpu" else ref
+    return ref
 
 
 def run_cell_streaming(ref, plan, n_active, cand_grads, contract, run):

@@ -97,7 +97,7 @@ def _torch_item(item: str, manifest, profile: str, dev: torch.device) -> list[tu
         return t.to(dev)
 
     if item == "residual_add":
-        h, o = torch.randn(T, H, generator=g) * 4, torch.randn(T, H, generator=g).to(BF16)
+        h, o = torch.randn(T, H, generator=g, device="cpu") * 4, torch.randn(T, H, generator=g, device="cpu").to(BF16)
         def fn(a, b):
             return a + b.float()
 
@@ -105,30 +105,30 @@ def _torch_item(item: str, manifest, profile: str, dev: torch.device) -> list[tu
         out.append(("exact: round32(h + o)", bitwise(fn(on(h), on(o)).cpu(), ref, "residual add")))
         inputs = [h, o]
     elif item == "scale":
-        x32, xb = torch.randn(T, H, generator=g) * 3, torch.randn(T, H, generator=g).to(BF16)
-        s = float(torch.tensor(1 / manifest.active_tokens, dtype=F32))  # the loss' 1/active-token count, as an FP32 value
+        x32, xb = torch.randn(T, H, generator=g, device="cpu") * 3, torch.randn(T, H, generator=g, device="cpu").to(BF16)
+        s = float(torch.tensor(1 / manifest.active_tokens, dtype=F32, device="cpu"))  # the loss' 1/active-token count, as an FP32 value
         out.append(("exact FP32: round32(x * s)", bitwise((on(x32) * s).cpu(), (x32.double() * s).float(), "FP32 scale")))
         out.append(("exact BF16: round16(x * s)", bitwise((on(xb) * s).cpu(), (xb.double() * s).float().to(BF16), "BF16 scale")))
         fn, inputs = (lambda a: a * s), [x32]
     elif item == "bias":
-        x, b = torch.randn(T, F, generator=g).to(BF16), torch.randn(F, generator=g).to(BF16)
+        x, b = torch.randn(T, F, generator=g, device="cpu").to(BF16), torch.randn(F, generator=g, device="cpu").to(BF16)
         ref = (x.double() + b.double()[None, :]).float().to(BF16)
         out.append(("exact: round16(x + b)", bitwise((on(x) + on(b)[None, :]).cpu(), ref, "bias add")))
         bd = on(b)
         fn, inputs = (lambda a: a + bd[None, :]), [x]
     elif item == "mask_fill":
-        x = torch.randn(T, H, generator=g).to(BF16)
-        mask = torch.rand(T, H, generator=g) < 0.3
+        x = torch.randn(T, H, generator=g, device="cpu").to(BF16)
+        mask = torch.rand(T, H, generator=g, device="cpu") < 0.3
         for v in (0.0, -7.0):
-            want = torch.where(mask, torch.tensor(v, dtype=BF16).view(torch.int16), x.view(torch.int16)).view(BF16)
+            want = torch.where(mask, torch.tensor(v, dtype=BF16, device="cpu").view(torch.int16), x.view(torch.int16)).view(BF16)
             out.append((f"select: fill {v}", bitwise(on(x).masked_fill(on(mask), v).cpu(), want, f"masked_fill {v}")))
         # the layout check needs a mask that travels with its row: derive it from the row's values
         fn, inputs = (lambda a: a.masked_fill(a > 1.0, 0.0)), [x]
     elif item == "dtype_cast":
-        x = torch.randn(T, H, generator=g) * 3
+        x = torch.randn(T, H, generator=g, device="cpu") * 3
         # exact ties (lower 16 bits 0x8000, both parities), subnormals, values near 1 that carry
         special = torch.tensor([0x00008000, 0x00018000, 0x3F808000, 0x3F818000, 0x3F80FFFF, 0x007FFFFF, 0x00000001,
-                                0x80008000, 0xBF818000 - (1 << 32), 0x7F7F7FFF], dtype=torch.int64).to(torch.int32).view(F32)
+                                0x80008000, 0xBF818000 - (1 << 32), 0x7F7F7FFF], dtype=torch.int64, device="cpu").to(torch.int32).view(F32)
         x[0, : special.numel()] = special
         out.append(("FP32 -> BF16 == RNE on the bits", bitwise(on(x).to(BF16).cpu(), _round_bf16_bits(x), "cast to bf16")))
         xb = x.to(BF16)
@@ -155,7 +155,7 @@ def _kernel_item(item: str, ctx, families: set[str]) -> tuple[list[tuple[str, Co
             checks.append((c.id, Comparison(c.status == "green", c.detail)))
     if item == "silu":
         g = torch.Generator().manual_seed(ctx.manifest.workload_seed)
-        x = (torch.randn(ctx.manifest.total_tokens, 1024, generator=g) * 4).to(BF16).to(ctx.device)
+        x = (torch.randn(ctx.manifest.total_tokens, 1024, generator=g, device="cpu") * 4).to(BF16).to(ctx.device)
         with ctx.activate():
             checks.append(("silu(x) == swiglu(x, ones)", bitwise(ws1_ops.silu(x), ws1_ops.swiglu(x, torch.ones_like(x)),
                                                                   "silu vs swiglu(x, 1)")))

@@ -38,7 +38,7 @@ def _qkv(lengths: Sequence[int], hq: int, hkv: int, d: int, seed: int, device) -
     g = torch.Generator().manual_seed(seed)
     out = []
     for n in lengths:
-        out.append(tuple((torch.randn(n, h, d, generator=g) * 2).to(BF16).to(device) for h in (hq, hkv, hkv)))
+        out.append(tuple((torch.randn(n, h, d, generator=g, device="cpu") * 2).to(BF16).to(device) for h in (hq, hkv, hkv)))
     return out
 
 
@@ -47,14 +47,14 @@ def _prefill(seqs, layout: str, device) -> list[torch.Tensor]:
     lengths = [q.shape[0] for q, _, _ in seqs]
     if layout == "packed":
         q, k, v = (torch.cat([s[i] for s in seqs]) for i in range(3))
-        cu = ws1_ops.cu_seqlens_from_lengths(torch.tensor(lengths)).to(device)
-        pos = torch.cat([torch.arange(n) for n in lengths]).to(device)
+        cu = ws1_ops.cu_seqlens_from_lengths(torch.tensor(lengths, device="cpu")).to(device)
+        pos = torch.cat([torch.arange(n, device="cpu") for n in lengths]).to(device)
         out = ws1_ops.attention(q, k, v, cu, cu, pos)
         return list(out.split(lengths))
     # padded [B, S, H, D], garbage (seeded, ×3) in the pad rows; all B*S rows go into the kernel, each
     # sequence and each run of pad rows its own segment (pad rows are queries no real row attends to)
     B, S = len(seqs), PADDED_LENGTH
-    valid = torch.zeros(B, S, dtype=torch.bool)
+    valid = torch.zeros(B, S, dtype=torch.bool, device="cpu")
     for b, n in enumerate(lengths):
         if layout == "padded_right":
             valid[b, :n] = True
@@ -64,7 +64,7 @@ def _prefill(seqs, layout: str, device) -> list[torch.Tensor]:
     padded = []
     for i in range(3):
         h, d = seqs[0][i].shape[1:]
-        t = (torch.randn(B, S, h, d, generator=g) * 3).to(BF16)
+        t = (torch.randn(B, S, h, d, generator=g, device="cpu") * 3).to(BF16)
         for b, s in enumerate(seqs):
             t[b, valid[b]] = s[i].cpu()
         padded.append(t.flatten(0, 1).to(device))
@@ -138,9 +138,9 @@ def c6_operator_cases(*, device="cpu", seed: int = 0, cases=DECODE_CASES, **dims
 def b1_roundtrip(*, length: int = 19, hkv: int = 8, d: int = 128, hq: int = 32, seed: int = 0, device="cpu") -> list[Outcome]:
     """B1: allocate → write S−1 tokens → read back exact → cursor advanced → one decode step finite."""
     g = torch.Generator().manual_seed(seed)
-    k = (torch.randn(length, hkv, d, generator=g) * 3).to(BF16).to(device)
-    v = (torch.randn(length, hkv, d, generator=g) * 3).to(BF16).to(device)
-    q = (torch.randn(1, hq, d, generator=g) * 3).to(BF16).to(device)
+    k = (torch.randn(length, hkv, d, generator=g, device="cpu") * 3).to(BF16).to(device)
+    v = (torch.randn(length, hkv, d, generator=g, device="cpu") * 3).to(BF16).to(device)
+    q = (torch.randn(1, hq, d, generator=g, device="cpu") * 3).to(BF16).to(device)
     cache = ContiguousKVCache(1, hkv, d, max_seqs=2, max_len=length, device=device)
     cache.begin("s")
     n = length - 1

@@ -26,7 +26,7 @@ from .cases import PackCase
 
 
 def _valid(lengths: list[int], S: int, side: str, dev) -> torch.Tensor:
-    v = torch.zeros(len(lengths), S, dtype=torch.bool)
+    v = torch.zeros(len(lengths), S, dtype=torch.bool, device="cpu")
     for b, L in enumerate(lengths):
         if side == "right":
             v[b, :L] = True
@@ -47,11 +47,11 @@ def _padded(pc: PackCase, side: str, dev) -> tuple[torch.Tensor, torch.Tensor]:
 
 def check(pc: PackCase, judgment: str, dev: torch.device) -> list[Comparison]:
     out: list[Comparison] = []
-    cu_want = ws1_ops.cu_seqlens_from_lengths(torch.tensor(pc.lengths))
+    cu_want = ws1_ops.cu_seqlens_from_lengths(torch.tensor(pc.lengths, device="cpu"))
     packed_by_side, grad_by_side = {}, {}
     g = torch.Generator().manual_seed(17)
     T = sum(pc.lengths)
-    dpacked = torch.randn(T, pc.x.shape[2], generator=g).to(pc.x.dtype).to(dev)
+    dpacked = torch.randn(T, pc.x.shape[2], generator=g, device="cpu").to(pc.x.dtype).to(dev)
     for side in ("right", "left"):
         x, valid = _padded(pc, side, dev)
         if judgment.startswith("forward"):

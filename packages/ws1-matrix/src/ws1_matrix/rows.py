@@ -64,7 +64,7 @@ def token_transforms(tc: TokenCase, device_type: str, seed: int = 0) -> list[Tra
 
 
 def canonical(tc: TokenCase) -> Transform:
-    return Transform("canonical", (Layout("canonical", torch.arange(tc.n)),))
+    return Transform("canonical", (Layout("canonical", torch.arange(tc.n, device="cpu")),))
 
 
 def fillers(tc: TokenCase, seed: int = 0) -> list[torch.Tensor]:
@@ -72,16 +72,16 @@ def fillers(tc: TokenCase, seed: int = 0) -> list[torch.Tensor]:
     out = []
     for x, fill in zip(tc.inputs, tc.int_fill):
         if x.is_floating_point():
-            out.append((torch.randn(FILLER_ROWS, *x.shape[1:], generator=g) * 3).to(x.dtype))
+            out.append((torch.randn(FILLER_ROWS, *x.shape[1:], generator=g, device="cpu") * 3).to(x.dtype))
         else:
-            out.append(torch.full((FILLER_ROWS, *x.shape[1:]), int(fill), dtype=x.dtype))
+            out.append(torch.full((FILLER_ROWS, *x.shape[1:]), int(fill), dtype=x.dtype, device="cpu"))
     return out
 
 
 def place(x: torch.Tensor, rows: torch.Tensor, filler: torch.Tensor) -> torch.Tensor:
     """The transformed batch: canonical row ``rows[i]`` at position i, a filler row where rows[i] == -1."""
     picked = x.index_select(0, rows.clamp_min(0))
-    fill = filler.index_select(0, torch.arange(rows.numel()) % filler.shape[0])
+    fill = filler.index_select(0, torch.arange(rows.numel(), device="cpu") % filler.shape[0])
     mask = (rows >= 0).reshape(-1, *([1] * (x.dim() - 1)))
     return torch.where(mask, picked, fill)
 
@@ -106,8 +106,8 @@ class Upstream:
 def upstream_for(out: torch.Tensor, n: int, seed: int = 0) -> Upstream:
     g = torch.Generator().manual_seed(seed + 2)
     shape = tuple(out.shape[1:])
-    dy = torch.randn((n, *shape), generator=g).to(out.dtype)
-    return Upstream(dy, (torch.randn((FILLER_ROWS, *shape), generator=g) * 5).to(out.dtype))
+    dy = torch.randn((n, *shape), generator=g, device="cpu").to(out.dtype)
+    return Upstream(dy, (torch.randn((FILLER_ROWS, *shape), generator=g, device="cpu") * 5).to(out.dtype))
 
 
 def covers_all(tc: TokenCase, tr: Transform) -> bool:
@@ -243,7 +243,7 @@ def gradient_invariance(tc: TokenCase, dev: torch.device, seed: int = 0) -> list
     fill = fillers(tc, seed)
     masters = [p.to(dev) for p in tc.params]
     with torch.no_grad():
-        probe = tc.call(*[x.to(dev) for x in tc.inputs], *_bf16(tc.params, dev), row_keys=tc.rows.keys(torch.arange(tc.n)).to(dev))
+        probe = tc.call(*[x.to(dev) for x in tc.inputs], *_bf16(tc.params, dev), row_keys=tc.rows.keys(torch.arange(tc.n, device="cpu")).to(dev))
     up = upstream_for(probe.cpu(), tc.n, seed)
     del probe
     ref = run(tc, canonical(tc), dev, fill, masters, up)
@@ -299,7 +299,7 @@ def _grad_verdict(tc, tr, dev, fill, params, up, ref, digests, masters) -> Verdi
 def forward_accuracy(tc: TokenCase, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """(candidate, FP32 reference) outputs. The candidate runs with the BF16 weights; the reference on
     the CPU with the same values in FP32 (the masters) and the candidate's own inputs upcast."""
-    keys = tc.rows.keys(torch.arange(tc.n)).to(dev)
+    keys = tc.rows.keys(torch.arange(tc.n, device="cpu")).to(dev)
     with torch.no_grad():
         cand = tc.call(*[x.to(dev) for x in tc.inputs], *_bf16(tc.params, dev), row_keys=keys).cpu()
         ref = tc.ref(*tc.inputs, *tc.params)
@@ -315,7 +315,7 @@ def gradient_accuracy(tc: TokenCase, dev: torch.device, seed: int = 0) -> list[t
     reference runs block by block over the weight's rows — each block's gradient is that block's
     autograd through the same reference op, and the input gradient accumulates over blocks in FP32 —
     so no second [151936, 4096] FP32 gradient is ever alive."""
-    keys = tc.rows.keys(torch.arange(tc.n)).to(dev)
+    keys = tc.rows.keys(torch.arange(tc.n, device="cpu")).to(dev)
     # .detach() first: the built case's tensors are shared (cached) and must never become leaves
     xs = [x.detach().to(dev).requires_grad_(x.is_floating_point()) for x in tc.inputs]
     ps = [p.detach().to(dev).requires_grad_() for p in tc.params]

@@ -39,7 +39,7 @@ def _same(a, b, what: str) -> Comparison:
     for x, y in zip(a, b):
         if x.tokens != y.tokens:
             return Comparison(False, f"{what}: request {x.request_id} sampled {x.tokens} vs {y.tokens}")
-    lp = lambda cs: torch.tensor([v for c in cs for v in c.logprobs], dtype=torch.float32)  # noqa: E731
+    lp = lambda cs: torch.tensor([v for c in cs for v in c.logprobs], dtype=torch.float32, device="cpu")  # noqa: E731
     return bitwise(lp(a), lp(b), what)
 
 
@@ -60,7 +60,7 @@ def model_cells(model, manifest, contract):
 
     # B1: generate, then rescore two ways
     gen = generate(model, reqs, cache=contiguous())
-    lp = torch.tensor([v for c in gen for v in c.logprobs], dtype=torch.float32)
+    lp = torch.tensor([v for c in gen for v in c.logprobs], dtype=torch.float32, device="cpu")
     again = _as_samples(gen, ranks)
     tf = teacher_forcing(model, again, layout="padded_right", padded_length=max(20, longest))
     yield parity_cell("b1/generate-then-rescore-tf", parity.judge(tf.logp[tf.active], lp, contract),

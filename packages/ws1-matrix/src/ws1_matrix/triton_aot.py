@@ -73,18 +73,18 @@ def _cases(shapes: str):
     bf16, f32 = torch.bfloat16, torch.float32
     if shapes == "test":     # the interpreter tests' shapes (tests/cases.py, attention tests)
         n, H, V, NH, NKV, D, F, NOUT = 70, 256, 1000, 4, 2, 64, 512, 384
-        make = lambda *s, dtype=bf16: torch.randn(*s, generator=g).to(dtype)  # noqa: E731
+        make = lambda *s, dtype=bf16: torch.randn(*s, generator=g, device="cpu").to(dtype)  # noqa: E731
         weight = make
     else:                    # Qwen3-8B, a few rows: weights are never read (the kernels do not run)
         c = QWEN3_8B
         n, H, V, NH, NKV, D, F = 5, c["hidden"], c["vocab"], c["heads"], c["kv_heads"], c["head_dim"], c["inter"]
         NOUT = H
-        make = lambda *s, dtype=bf16: torch.randn(*s, generator=g).to(dtype)  # noqa: E731
-        weight = lambda *s, dtype=bf16: torch.empty(*s, dtype=dtype)  # noqa: E731
-    keys = ws1_ops.logical_keys(torch.zeros(n, dtype=torch.int64), torch.arange(n))
+        make = lambda *s, dtype=bf16: torch.randn(*s, generator=g, device="cpu").to(dtype)  # noqa: E731
+        weight = lambda *s, dtype=bf16: torch.empty(*s, dtype=dtype, device="cpu")  # noqa: E731
+    keys = ws1_ops.logical_keys(torch.zeros(n, dtype=torch.int64, device="cpu"), torch.arange(n, device="cpu"))
 
     def grads(out, *leaves):
-        out.backward(torch.ones_like(out) if out.dtype != bf16 else torch.full(out.shape, 0.5, dtype=bf16))
+        out.backward(torch.ones_like(out) if out.dtype != bf16 else torch.full(out.shape, 0.5, dtype=bf16, device="cpu"))
 
     def leaf(t):
         return t.requires_grad_(True)
@@ -97,8 +97,8 @@ def _cases(shapes: str):
 
     def attention():
         lens = [n - 2, 2] if n > 4 else [n]
-        cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int64)
-        pos = torch.cat([torch.arange(m) for m in lens])
+        cu = torch.tensor([0, *torch.tensor(lens, device="cpu").cumsum(0).tolist()], dtype=torch.int64, device="cpu")
+        pos = torch.cat([torch.arange(m, device="cpu") for m in lens])
         q, k, v = leaf(make(n, NH, D)), leaf(make(n, NKV, D)), leaf(make(n, NKV, D))
         grads(ws1_ops.attention(q, k, v, cu, cu, pos))
 
@@ -108,7 +108,7 @@ def _cases(shapes: str):
     out = [
         # the table's row count reaches no embedding kernel argument (only ids, H and the row plan do):
         # 1024 rows instead of 151936 keep the dE buffer (zeroed, FP32) at 16 MB instead of 2.5 GB
-        ("embedding", lambda: grads(ws1_ops.embedding(torch.randint(0, min(V, 1024), (n,), generator=g),
+        ("embedding", lambda: grads(ws1_ops.embedding(torch.randint(0, min(V, 1024), (n,), generator=g, device="cpu"),
                                                       leaf(weight(min(V, 1024), H)), keys))),
         ("rms_norm", lambda: grads(ws1_ops.rms_norm(leaf(make(n, H, dtype=f32)), leaf(make(H)), 1e-6, keys))),
         ("qk_norm", lambda: grads(ws1_ops.qk_norm(leaf(make(n, NH, D)), leaf(make(D)), 1e-6, keys))),
@@ -118,12 +118,12 @@ def _cases(shapes: str):
         ("det_gemm", gemm(F, H)),
         ("det_gemm", gemm(H, F)),
         ("lm_head", lambda: grads(ws1_ops.lm_head(leaf(make(n, H)), leaf(weight(V, H)), keys))),
-        ("rope", lambda: grads(ws1_ops.rope(leaf(make(n, NH, D)), torch.randint(0, 40960, (n,), generator=g), 1e6))),
-        ("rope", lambda: grads(ws1_ops.rope(leaf(make(n, NKV, D)), torch.randint(0, 40960, (n,), generator=g), 1e6))),
+        ("rope", lambda: grads(ws1_ops.rope(leaf(make(n, NH, D)), torch.randint(0, 40960, (n,), generator=g, device="cpu"), 1e6))),
+        ("rope", lambda: grads(ws1_ops.rope(leaf(make(n, NKV, D)), torch.randint(0, 40960, (n,), generator=g, device="cpu"), 1e6))),
         ("attention", attention),
         ("swiglu", lambda: grads(ws1_ops.swiglu(leaf(make(n, F)), leaf(make(n, F))))),
         ("silu", lambda: grads(ws1_ops.silu(leaf(make(n, F))))),
-        ("logprob", lambda: grads(ws1_ops.logprob(logits(), torch.randint(0, V, (n,), generator=g)))),
+        ("logprob", lambda: grads(ws1_ops.logprob(logits(), torch.randint(0, V, (n,), generator=g, device="cpu")))),
         ("batch_invariant_logp", lambda: grads(ws1_ops.batch_invariant_logp(logits()))),
     ]
     return out

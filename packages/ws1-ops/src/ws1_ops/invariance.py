@@ -40,19 +40,19 @@ def standard_layouts(n: int, ms: Sequence[int] = DEFAULT_MS, seed: int = 0, subs
     g = torch.Generator().manual_seed(seed)
     out: list[Layout] = []
     if subsets:
-        out += [Layout(f"M{m}", torch.arange(m)) for m in ms if m < n]
+        out += [Layout(f"M{m}", torch.arange(m, device="cpu")) for m in ms if m < n]
         for r in sorted({0, n // 2, n - 1}):
-            out.append(Layout(f"alone-row{r}", torch.tensor([r])))
-    out.append(Layout("permuted", torch.randperm(n, generator=g)))
+            out.append(Layout(f"alone-row{r}", torch.tensor([r], device="cpu")))
+    out.append(Layout("permuted", torch.randperm(n, generator=g, device="cpu")))
     extra = max(3, n // 4)
-    slots = torch.full((n + extra,), -1, dtype=torch.int64)
-    pos = torch.sort(torch.randperm(n + extra, generator=g)[:n]).values
-    slots[pos] = torch.arange(n)
+    slots = torch.full((n + extra,), -1, dtype=torch.int64, device="cpu")
+    pos = torch.sort(torch.randperm(n + extra, generator=g, device="cpu")[:n]).values
+    slots[pos] = torch.arange(n, device="cpu")
     out.append(Layout("random_positions", slots))
-    pad = torch.full((5,), -1, dtype=torch.int64)
-    out.append(Layout("padded_right", torch.cat([torch.arange(n), pad])))
-    out.append(Layout("padded_left", torch.cat([pad, torch.arange(n)])))
-    out += [Layout(f"threads{t}", torch.arange(n), threads=t) for t in thread_counts()]
+    pad = torch.full((5,), -1, dtype=torch.int64, device="cpu")
+    out.append(Layout("padded_right", torch.cat([torch.arange(n, device="cpu"), pad])))
+    out.append(Layout("padded_left", torch.cat([pad, torch.arange(n, device="cpu")])))
+    out += [Layout(f"threads{t}", torch.arange(n, device="cpu"), threads=t) for t in thread_counts()]
     return out
 
 
@@ -85,7 +85,7 @@ def _place(x: torch.Tensor, rows: torch.Tensor, filler: torch.Tensor) -> torch.T
     """Transformed batch: canonical row ``rows[i]`` at position i, a filler row where rows[i] == -1."""
     safe = rows.clamp_min(0)
     picked = x.index_select(0, safe)
-    fill = filler.index_select(0, torch.arange(rows.numel()) % filler.shape[0])
+    fill = filler.index_select(0, torch.arange(rows.numel(), device="cpu") % filler.shape[0])
     mask = (rows >= 0).reshape(-1, *([1] * (x.dim() - 1)))
     return torch.where(mask, picked, fill)
 
@@ -155,17 +155,17 @@ def check(
     n = row_inputs[0].shape[0]
     g = torch.Generator().manual_seed(seed + 1)
     fillers = [
-        (torch.randn(7, *x.shape[1:], generator=g) * 3).to(x.dtype) if x.is_floating_point()
+        (torch.randn(7, *x.shape[1:], generator=g, device="cpu") * 3).to(x.dtype) if x.is_floating_point()
         else x[:1].expand(7, *x.shape[1:]).clone()
         for x in row_inputs
     ]
     layouts = list(layouts) if layouts is not None else standard_layouts(n, seed=seed)
-    canon = Layout("canonical", torch.arange(n))
+    canon = Layout("canonical", torch.arange(n, device="cpu"))
     dy = dy_f = None
     if grad:
-        probe = fn(*row_inputs, *params, row_keys=torch.arange(n)).detach()
-        dy = torch.randn(probe.shape, generator=g).to(probe.dtype)
-        dy_f = (torch.randn((7, *probe.shape[1:]), generator=g) * 5).to(probe.dtype)
+        probe = fn(*row_inputs, *params, row_keys=torch.arange(n, device="cpu")).detach()
+        dy = torch.randn(probe.shape, generator=g, device="cpu").to(probe.dtype)
+        dy_f = (torch.randn((7, *probe.shape[1:]), generator=g, device="cpu") * 5).to(probe.dtype)
     ref = run(fn, row_inputs, params, canon, fillers, dy, dy_f)
     names = list(names) if names is not None else [f"input{i}" for i in range(len(row_inputs))] + [f"param{i}" for i in range(len(params))]
     verdicts = []

@@ -40,7 +40,9 @@ def lm_head(x, weight, row_keys=None):
 
 def rope_cos_sin(positions, dim, theta):
     """cos, sin [T, dim/2] FP32 for the rotate-half convention (HF's inv_freq formula)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).to(F32) / dim))
+    # on the positions' device: a tensor made without a device lands on the default one (the CPU), and
+    # the first GPU run died here ("Expected all tensors to be on the same device")
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64, device=positions.device).to(F32) / dim))
     ang = positions.to(F32)[:, None] * inv_freq[None, :]
     return ang.cos(), ang.sin()
 
@@ -68,7 +70,7 @@ def attention(q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos, scale=None):
         kb = k[ks:ke].repeat_interleave(group, dim=1).transpose(0, 1)    # [Hq, Sk, D]
         vb = v[ks:ke].repeat_interleave(group, dim=1).transpose(0, 1)
         s = (qb @ kb.transpose(1, 2)) * scale                           # [Hq, Sq, Sk]
-        allowed = torch.arange(ke - ks)[None, :] <= q_pos[qs:qe][:, None]
+        allowed = torch.arange(ke - ks, device=q_pos.device)[None, :] <= q_pos[qs:qe][:, None]
         s = s.masked_fill(~allowed[None], float("-inf"))
         outs.append((torch.softmax(s, dim=-1) @ vb).transpose(0, 1))
     return torch.cat(outs, 0) if outs else q.new_zeros(q.shape)

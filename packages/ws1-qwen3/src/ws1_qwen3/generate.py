@@ -53,7 +53,7 @@ def sample_token(logp: torch.Tensor, temperature: float, seed: int, step: int) -
     if temperature == 0:
         return int(torch.argmax(logp))
     g = torch.Generator().manual_seed(_noise_seed(seed, step))
-    u = torch.rand(logp.shape, generator=g, dtype=torch.float64).clamp_(1e-300, 1.0 - 1e-16)
+    u = torch.rand(logp.shape, generator=g, dtype=torch.float64, device="cpu").clamp_(1e-300, 1.0 - 1e-16)
     gumbel = -torch.log(-torch.log(u))
     return int(torch.argmax(logp.double().cpu() / temperature + gumbel))
 

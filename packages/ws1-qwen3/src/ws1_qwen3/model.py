@@ -88,46 +88,46 @@ def check_profile(profile: str) -> None:
 
 
 class _W(nn.Module):
-    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype):
+    def __init__(self, shape: tuple[int, ...], fk: dict):
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(shape, dtype=dtype))
+        self.weight = nn.Parameter(torch.empty(shape, **fk))   # fk: dtype and device, always both
 
 
 class _Attn(nn.Module):
-    def __init__(self, c: Qwen3Config, dt):
+    def __init__(self, c: Qwen3Config, fk: dict):
         super().__init__()
         H, D = c.hidden_size, c.head_dim
-        self.q_proj = _W((c.num_attention_heads * D, H), dt)
-        self.k_proj = _W((c.num_key_value_heads * D, H), dt)
-        self.v_proj = _W((c.num_key_value_heads * D, H), dt)
-        self.o_proj = _W((H, c.num_attention_heads * D), dt)
-        self.q_norm = _W((D,), dt)
-        self.k_norm = _W((D,), dt)
+        self.q_proj = _W((c.num_attention_heads * D, H), fk)
+        self.k_proj = _W((c.num_key_value_heads * D, H), fk)
+        self.v_proj = _W((c.num_key_value_heads * D, H), fk)
+        self.o_proj = _W((H, c.num_attention_heads * D), fk)
+        self.q_norm = _W((D,), fk)
+        self.k_norm = _W((D,), fk)
 
 
 class _MLP(nn.Module):
-    def __init__(self, c: Qwen3Config, dt):
+    def __init__(self, c: Qwen3Config, fk: dict):
         super().__init__()
-        self.gate_proj = _W((c.intermediate_size, c.hidden_size), dt)
-        self.up_proj = _W((c.intermediate_size, c.hidden_size), dt)
-        self.down_proj = _W((c.hidden_size, c.intermediate_size), dt)
+        self.gate_proj = _W((c.intermediate_size, c.hidden_size), fk)
+        self.up_proj = _W((c.intermediate_size, c.hidden_size), fk)
+        self.down_proj = _W((c.hidden_size, c.intermediate_size), fk)
 
 
 class _Layer(nn.Module):
-    def __init__(self, c: Qwen3Config, dt):
+    def __init__(self, c: Qwen3Config, fk: dict):
         super().__init__()
-        self.self_attn = _Attn(c, dt)
-        self.mlp = _MLP(c, dt)
-        self.input_layernorm = _W((c.hidden_size,), dt)
-        self.post_attention_layernorm = _W((c.hidden_size,), dt)
+        self.self_attn = _Attn(c, fk)
+        self.mlp = _MLP(c, fk)
+        self.input_layernorm = _W((c.hidden_size,), fk)
+        self.post_attention_layernorm = _W((c.hidden_size,), fk)
 
 
 class _Backbone(nn.Module):
-    def __init__(self, c: Qwen3Config, dt):
+    def __init__(self, c: Qwen3Config, fk: dict):
         super().__init__()
-        self.embed_tokens = _W((c.vocab_size, c.hidden_size), dt)
-        self.layers = nn.ModuleList(_Layer(c, dt) for _ in range(c.num_hidden_layers))
-        self.norm = _W((c.hidden_size,), dt)
+        self.embed_tokens = _W((c.vocab_size, c.hidden_size), fk)
+        self.layers = nn.ModuleList(_Layer(c, fk) for _ in range(c.num_hidden_layers))
+        self.norm = _W((c.hidden_size,), fk)
 
 
 # ---- batches as rows ------------------------------------------------------------------------
@@ -190,14 +190,15 @@ class Qwen3ForCausalLM(nn.Module):
         super().__init__()
         check_profile(profile)
         self.config, self.profile = config, profile
-        self.model = _Backbone(config, param_dtype(profile))
-        self.lm_head = _W((config.vocab_size, config.hidden_size), param_dtype(profile))
+        # parameters are allocated where they will live (uninitialized): an 8B model on a GPU never
+        # passes through host memory
+        fk = {"dtype": param_dtype(profile), "device": torch.device(device)}
+        self.model = _Backbone(config, fk)
+        self.lm_head = _W((config.vocab_size, config.hidden_size), fk)
         self.synthetic = False
         self.weights_sha256: str | None = None
         self.source = "empty"
         self.tracer: Tracer | None = None
-        if torch.device(device).type != "cpu":
-            self.to(device)
 
     # ---- execution context ---------------------------------------------------------------------
 
@@ -291,10 +292,10 @@ class Qwen3ForCausalLM(nn.Module):
         B, S = input_ids.shape
         if S > self.config.max_position_embeddings:
             raise ModelInputError(f"sequence length {S} exceeds max_position_embeddings {self.config.max_position_embeddings}")
-        rank = torch.arange(B).repeat_interleave(S)
-        pos = torch.arange(S).repeat(B)
+        rank = torch.arange(B, device="cpu").repeat_interleave(S)
+        pos = torch.arange(S, device="cpu").repeat(B)
         keys = ws1_ops.logical_keys(rank, pos)
-        rows = Rows(input_ids.reshape(-1).cpu(), pos, keys, torch.arange(0, B * S + 1, S))
+        rows = Rows(input_ids.reshape(-1).cpu(), pos, keys, torch.arange(0, B * S + 1, S, device="cpu"))
         with self.activate():
             logits = self.logits_of(self.hidden(rows), keys)
         return logits.view(B, S, -1)
@@ -310,8 +311,8 @@ class Qwen3ForCausalLM(nn.Module):
                 or int(cu[-1]) != input_ids.numel() or bool((cu[1:] <= cu[:-1]).any())):
             raise ModelInputError(f"cu_seqlens must be int64 [B+1], strictly increasing from 0 to T={input_ids.numel()}")
         lens = (cu[1:] - cu[:-1]).tolist()
-        rank = torch.cat([torch.full((n,), b, dtype=torch.int64) for b, n in enumerate(lens)])
-        pos = torch.cat([torch.arange(n) for n in lens])
+        rank = torch.cat([torch.full((n,), b, dtype=torch.int64, device="cpu") for b, n in enumerate(lens)])
+        pos = torch.cat([torch.arange(n, device="cpu") for n in lens])
         keys = ws1_ops.logical_keys(rank, pos)
         rows = Rows(input_ids.cpu(), pos, keys, cu)
         with self.activate():
@@ -347,15 +348,15 @@ class Qwen3ForCausalLM(nn.Module):
         for s, ts in toks.items():
             if not ts:
                 raise ModelInputError(f"sequence {s!r}: no new tokens")
-            self._check_ids(torch.tensor(ts))
+            self._check_ids(torch.tensor(ts, device="cpu"))
             if cache.length(s) + len(ts) > self.config.max_position_embeddings:
                 raise ModelInputError(f"sequence {s!r}: {cache.length(s) + len(ts)} tokens exceed max_position_embeddings "
                                       f"{self.config.max_position_embeddings}")
         st = cache.reserve({s: len(ts) for s, ts in toks.items()})
         ranks = ranks or {}
-        rank = torch.cat([torch.full((n,), ranks.get(s, i), dtype=torch.int64) for i, (s, n) in enumerate(zip(st.seq_ids, st.counts))])
+        rank = torch.cat([torch.full((n,), ranks.get(s, i), dtype=torch.int64, device="cpu") for i, (s, n) in enumerate(zip(st.seq_ids, st.counts))])
         keys = ws1_ops.logical_keys(rank, st.q_pos)
-        rows = Rows(torch.tensor([t for s in st.seq_ids for t in toks[s]], dtype=torch.int64), st.q_pos, keys,
+        rows = Rows(torch.tensor([t for s in st.seq_ids for t in toks[s]], dtype=torch.int64, device="cpu"), st.q_pos, keys,
                     st.cu_seqlens_q)
         with self.activate():
             x = self.hidden(rows, attend=lambda i, q, k, v: cached_attention(cache, i, st, q, k, v))

@@ -89,7 +89,7 @@ def mismatch_metrics(rollout_logp: torch.Tensor, trainer_logp: torch.Tensor, len
     rd, td = r.double(), t.double()
     log_ratio = td - rd
     ratio = log_ratio.exp()
-    seq = torch.split(torch.arange(n), lengths)
+    seq = torch.split(torch.arange(n, device="cpu"), lengths)
     log_ppl_diff = torch.stack([(-rd[i].mean()) - (-td[i].mean()) for i in seq])
     seq_ratio = torch.stack([log_ratio[i].sum().exp() for i in seq])
     # the raw-bit view is the contract's own train/infer aggregate (dlogp = trainer - rollout)
@@ -131,7 +131,7 @@ class CopyTask:
     stop: int = 2
 
     def prompt(self, g: torch.Generator) -> tuple[int, ...]:
-        idx = torch.randint(len(self.alphabet), (self.length,), generator=g).tolist()
+        idx = torch.randint(len(self.alphabet), (self.length,), generator=g, device="cpu").tolist()
         return (self.bos, *(self.alphabet[i] for i in idx), self.sep)
 
     def reward(self, prompt: Sequence[int], completion: Sequence[int]) -> float:
@@ -196,7 +196,7 @@ def group_advantages(rewards: Sequence[float], group_size: int, eps: float = 1e-
         raise RLInputError(f"reward of sample {bad[0]} is not finite ({rewards[bad[0]]})")
     out = []
     for g in range(0, len(rewards), group_size):
-        grp = torch.tensor(rewards[g:g + group_size], dtype=torch.float64)
+        grp = torch.tensor(rewards[g:g + group_size], dtype=torch.float64, device="cpu")
         out += ((grp - grp.mean()) / (grp.std(unbiased=False) + eps)).tolist()
     return out
 
@@ -259,7 +259,7 @@ class Trainer:
         for p in range(c.prompts_per_step):
             prompt = self.task.prompt(g)
             for k in range(c.group_size):
-                n = int(torch.randint(c.max_new_tokens[0], c.max_new_tokens[1] + 1, (1,), generator=g))
+                n = int(torch.randint(c.max_new_tokens[0], c.max_new_tokens[1] + 1, (1,), generator=g, device="cpu"))
                 reqs.append(Request(prompt, n, c.temperature, _seed("ws1-rl-sample", c.seed, step, p, k), f"s{step}-p{p}-g{k}",
                                     (self.task.stop,)))
         with torch.no_grad():
@@ -283,8 +283,8 @@ class Trainer:
             if not comp.tokens:
                 raise RLInputError(f"completion {comp.request_id} is empty")
             samples.append(Sample(rank, tuple(r.prompt) + tuple(comp.tokens), len(r.prompt), comp.request_id))
-        old = torch.tensor([lp for comp in comps for lp in comp.logprobs], dtype=F32)   # rank, then position
-        adv_tok = torch.tensor([a for a, comp in zip(adv, comps) for _ in comp.tokens], dtype=F32)
+        old = torch.tensor([lp for comp in comps for lp in comp.logprobs], dtype=F32, device="cpu")   # rank, then position
+        adv_tok = torch.tensor([a for a, comp in zip(adv, comps) for _ in comp.tokens], dtype=F32, device="cpu")
         n_tok = old.numel()
         trainer_lp, loss_total = self._backward(samples, old, adv_tok, n_tok, step)
         metrics = mismatch_metrics(old, trainer_lp, [len(comp.tokens) for comp in comps], c.clip_eps)
@@ -298,13 +298,13 @@ class Trainer:
         ``canonical_grads()`` scope (so parameter gradients reduce rows in canonical order whatever the
         pieces). Returns the trainer's log-probs in (rank, position) order and the loss."""
         c, model = self.config, self.model
-        order = torch.randperm(len(samples), generator=torch.Generator().manual_seed(_seed("ws1-rl-order", c.seed, step))).tolist()
+        order = torch.randperm(len(samples), generator=torch.Generator().manual_seed(_seed("ws1-rl-order", c.seed, step)), device="cpu").tolist()
         pieces = [order[i::c.micro_batches] for i in range(c.micro_batches)]
         offsets, o = {}, 0
         for s in samples:                      # each sample's first token index in ``old`` (rank order)
             offsets[s.rank] = o
             o += s.length - s.n_prompt
-        got = torch.empty(n_tok, dtype=F32)
+        got = torch.empty(n_tok, dtype=F32, device="cpu")
         loss_total = 0.0
         model.zero_grad(set_to_none=True)
         with ws1_ops.canonical_grads():
@@ -314,7 +314,7 @@ class Trainer:
                 sub = [samples[i] for i in piece]
                 tf = teacher_forcing(model, sub, layout=c.trainer_layout, n_active=n_tok, grad=True)
                 # tf rows: ascending logical key = (rank, position) of the pieces' samples
-                idx = torch.cat([torch.arange(offsets[s.rank], offsets[s.rank] + s.length - s.n_prompt)
+                idx = torch.cat([torch.arange(offsets[s.rank], offsets[s.rank] + s.length - s.n_prompt, device="cpu")
                                  for s in sorted(sub, key=lambda s: s.rank)])
                 lp = tf.logp[tf.active.to(tf.logp.device)]
                 ratio = torch.exp(lp - old[idx].to(lp.device))

@@ -47,6 +47,6 @@ def rollout_logp(model: Qwen3ForCausalLM, samples: Sequence[Sample], *, cache: s
                     kv.finish(r)
             # the selected log-prob, the chain point teacher forcing traces as "logprob" (ws1_qwen3.model.SAME_POINT)
             model._trace(model.config.num_hidden_layers, "batch_invariant_logp", torch.stack(sel)[:, None],
-                         torch.tensor(row_keys, dtype=torch.int64))
+                         torch.tensor(row_keys, dtype=torch.int64, device="cpu"))
             logits = model.decode(kv, feed, ranks) if feed else {}
     return torch.stack([got[k] for k in sorted(got)])

@@ -60,7 +60,7 @@ class PadGarbage(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         (pad,) = ctx.saved_tensors
-        garbage = (torch.randn(g.shape, generator=torch.Generator().manual_seed(PAD_GRAD_SEED)) * 5).to(g)
+        garbage = (torch.randn(g.shape, generator=torch.Generator().manual_seed(PAD_GRAD_SEED), device="cpu") * 5).to(g)
         return torch.where(pad, garbage, g), None
 
 
@@ -97,7 +97,7 @@ def _rows(model: Qwen3ForCausalLM, samples: Sequence[Sample], layout: str, padde
     if longest > model.config.max_position_embeddings:
         raise ModelInputError(f"a sample of {longest} tokens exceeds max_position_embeddings {model.config.max_position_embeddings}")
     ids, pos, keys, lens, first = [], [], [], [], []   # pos: packed only (padded: from the segments)
-    t = lambda x: torch.tensor(x, dtype=torch.int64)  # noqa: E731
+    t = lambda x: torch.tensor(x, dtype=torch.int64, device="cpu")  # noqa: E731  (row metadata lives on the host)
     if layout == "packed":
         for s in samples:
             first.append(len(ids))
@@ -111,8 +111,9 @@ def _rows(model: Qwen3ForCausalLM, samples: Sequence[Sample], layout: str, padde
         raise ModelInputError(f"padded_length {S} is shorter than the longest sample ({longest} tokens)")
     # pad rows carry seeded garbage token ids, not the pad id: a run of identical pad rows would
     # attend to identical values, which hands them dq = dk = 0 exactly and hides a leak through q/k
-    garbage = torch.randint(model.config.vocab_size, (len(samples), S), generator=torch.Generator().manual_seed(PAD_GRAD_SEED))
-    valid = torch.zeros(len(samples), S, dtype=torch.bool)
+    garbage = torch.randint(model.config.vocab_size, (len(samples), S), generator=torch.Generator().manual_seed(PAD_GRAD_SEED),
+                            device="cpu")
+    valid = torch.zeros(len(samples), S, dtype=torch.bool, device="cpu")
     for b, s in enumerate(samples):
         lead = S - s.length if layout == "padded_left" else 0
         first.append(b * S + lead)
@@ -157,18 +158,18 @@ def teacher_forcing(model: Qwen3ForCausalLM, samples: Sequence[Sample], *, layou
             keys.append((s.rank << 32) | p)
             row_keys.append((s.rank << 32) | (p - 1))
             act.append(p >= s.n_prompt)
-    sel_t, tgt_t, keys_t = (torch.tensor(x, dtype=torch.int64) for x in (sel, tgt, keys))
-    act_t = torch.tensor(act, dtype=torch.bool)
+    sel_t, tgt_t, keys_t = (torch.tensor(x, dtype=torch.int64, device="cpu") for x in (sel, tgt, keys))
+    act_t = torch.tensor(act, dtype=torch.bool, device="cpu")
     # lm_head and logprob rows: the selected rows and every pad row, in batch-row order
     pad_rows = torch.nonzero(rows.keys < 0).flatten()
     lm_rows, lm_order = torch.sort(torch.cat([sel_t, pad_rows]))
-    where = torch.empty_like(lm_order).index_copy_(0, lm_order, torch.arange(lm_order.numel()))
+    where = torch.empty_like(lm_order).index_copy_(0, lm_order, torch.arange(lm_order.numel(), device="cpu"))
     lm_keys = rows.keys.index_select(0, lm_rows)     # a selected row's key: position p − 1, as in a decode step
     lm_tgt = torch.cat([tgt_t, torch.full_like(pad_rows, model.config.pad_id)]).index_select(0, lm_order)
     dev = model.device
     with torch.set_grad_enabled(grad), model.activate():
         x = model.hidden(rows, chunk=chunk)
-        row_keys_t = torch.tensor(row_keys, dtype=torch.int64)
+        row_keys_t = torch.tensor(row_keys, dtype=torch.int64, device="cpu")
         logits = model.logits_of(x.index_select(0, lm_rows.to(dev)), lm_keys)
         logp = model.ops().logprob(logits, lm_tgt.to(dev))
         if grad and model.profile != REFERENCE:

@@ -124,12 +124,12 @@ def build(config: Qwen3Config, tensors: dict[str, torch.Tensor], profile: str, d
     """A model of ``profile`` holding ``tensors`` in the profile's parameter dtype (BF16 rounds to
     nearest-even once, here; the reference path keeps FP32 — an FP32 checkpoint stays exact)."""
     check_tensors(config, tensors)
-    model = Qwen3ForCausalLM(config, profile)
+    model = Qwen3ForCausalLM(config, profile, device=device)
     dt = param_dtype(profile)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            p.copy_(tensors[name].to(dt))
-    return model.to(device) if torch.device(device).type != "cpu" else model
+            p.copy_(tensors[name].to(dt))   # the rounding to BF16 happens on the host: the same bits on every device
+    return model
 
 
 def from_pretrained(path: str | Path, profile: str = "cpu_bf16", *, expected_sha256: str | None = None,
@@ -199,28 +199,35 @@ def _seed_of(seed: int, name: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little") & ((1 << 63) - 1)
 
 
-def synthetic_tensor(seed: int, name: str, shape: tuple[int, ...]) -> torch.Tensor:
-    """One tensor of seeded synthetic weights, FP32. Each tensor has its own generator (seeded by
-    the run seed and its name), so it does not depend on which other tensors exist or their order.
+def synthetic_tensor(seed: int, name: str, shape: tuple[int, ...], device: str | torch.device = "cpu") -> torch.Tensor:
+    """One tensor of seeded synthetic weights, FP32, created on ``device``. Each tensor has its own
+    generator (seeded by the run seed and its name), so it does not depend on which other tensors
+    exist or their order.
+
+    The generator is the device's own (CPU: Mersenne Twister; CUDA: Philox), so the values are a
+    function of (seed, name, device type): a model is created where it runs (an 8B model on a GPU
+    never passes through host memory), and no gate compares synthetic weights across devices.
 
     Matrices ~ N(0, 0.02²) as HF initializes Qwen3; norm weights 1 + N(0, 0.1²) so that their
     gradients and the per-channel scaling are exercised (a weight of exactly 1 hides bugs)."""
-    g = torch.Generator().manual_seed(_seed_of(seed, name))
+    device = torch.device(device)
+    g = torch.Generator(device=device).manual_seed(_seed_of(seed, name))
     if len(shape) == 1:
-        return 1.0 + 0.1 * torch.randn(shape, generator=g)
-    return 0.02 * torch.randn(shape, generator=g)
+        return 1.0 + 0.1 * torch.randn(shape, generator=g, device=device)
+    return 0.02 * torch.randn(shape, generator=g, device=device)
 
 
 def synthetic(config: Qwen3Config | str, profile: str = "cpu_bf16", *, seed: int = 20260812,
               device: str | torch.device | None = None, progress: bool = False) -> Qwen3ForCausalLM:
-    """A model with seeded synthetic weights (``model.synthetic`` is True: never the formal gate)."""
+    """A model with seeded synthetic weights (``model.synthetic`` is True: never the formal gate),
+    created on the profile's device (:func:`synthetic_tensor`)."""
     from .config import preset
     from .model import check_profile
 
     c = preset(config) if isinstance(config, str) else config
     check_profile(profile)
     dev = _device_for(profile, device)
-    model = Qwen3ForCausalLM(c, profile)
+    model = Qwen3ForCausalLM(c, profile, device=dev)
     dt = param_dtype(profile)
     named = list(model.named_parameters())
     it: Iterable = named
@@ -230,6 +237,6 @@ def synthetic(config: Qwen3Config | str, profile: str = "cpu_bf16", *, seed: int
         it = tqdm(named, desc=f"synthetic weights ({c.name})", unit="tensor", leave=False)
     with torch.no_grad():
         for name, p in it:
-            p.copy_(synthetic_tensor(seed, name, tuple(p.shape)).to(dt))
-    model.synthetic, model.source = True, f"synthetic(seed={seed})"
-    return model.to(dev) if dev.type != "cpu" else model
+            p.copy_(synthetic_tensor(seed, name, tuple(p.shape), dev).to(dt))
+    model.synthetic, model.source = True, f"synthetic(seed={seed}, {dev.type})"
+    return model

@@ -68,7 +68,7 @@ def _split_k(a: torch.Tensor, b: torch.Tensor, parts: int) -> torch.Tensor:
     partials then added left to right in FP32. An FP32-only regrouping would hide behind the final
     BF16 rounding on most elements; the BF16 partials make most output elements differ by an ulp or
     so — within accuracy, visibly other bits."""
-    cuts = torch.linspace(0, a.shape[1], parts + 1).round().long().tolist()
+    cuts = torch.linspace(0, a.shape[1], parts + 1, device="cpu").round().long().tolist()
     out = None
     for lo, hi in zip(cuts, cuts[1:]):
         part = _cpu().gemm(a[:, lo:hi].contiguous(), b[:, lo:hi], True).to(BF16).float()
@@ -195,12 +195,12 @@ def _attn_rotating(k: Kernel, start_of: Callable[[int, int, torch.Tensor], int])
                 p = int(q_pos[i])
                 if 0 < s <= p:
                     rows.append(i)
-                    keys += [torch.arange(k0 + s, k0 + p + 1), torch.arange(k0, k0 + s)]
+                    keys += [torch.arange(k0 + s, k0 + p + 1, device="cpu"), torch.arange(k0, k0 + s, device="cpu")]
                     lens.append(p + 1)
         if not rows:
             return out, lse
-        idx, kidx = torch.tensor(rows), torch.cat(keys).to(kk.device)
-        cu = torch.tensor([0, *lens]).cumsum(0).to(cu_q.device)
+        idx, kidx = torch.tensor(rows, device="cpu"), torch.cat(keys).to(kk.device)
+        cu = torch.tensor([0, *lens], device="cpu").cumsum(0).to(cu_q.device)
         o, ls = k.fwd(q.index_select(0, idx.to(q.device)), kk.index_select(0, kidx), v.index_select(0, kidx),
                       torch.arange(len(rows) + 1, device=cu_q.device), cu, (cu[1:] - cu[:-1] - 1).to(q_pos.device), scale)
         out, lse = out.clone(), lse.clone()

@@ -54,7 +54,7 @@ def padded_segments(valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         for _, n in runs:
             lengths.append(n)
             pos += range(n)
-    return cu_seqlens_from_lengths(torch.tensor(lengths, dtype=torch.int64)), torch.tensor(pos, dtype=torch.int64)
+    return cu_seqlens_from_lengths(torch.tensor(lengths, dtype=torch.int64, device="cpu")), torch.tensor(pos, dtype=torch.int64, device="cpu")
 
 
 def unpack(packed: torch.Tensor, valid: torch.Tensor, pad_value: float | int = 0) -> torch.Tensor:

@@ -137,7 +137,7 @@ def inv_freq(D: int, theta: float, device) -> torch.Tensor:
     key = (D, float(theta), str(device))
     if key not in _INV_FREQ:
         vals = [1.0 / math.pow(theta, (2 * i) / D) for i in range(D // 2)]
-        _INV_FREQ[key] = torch.tensor(vals, dtype=torch.float64).to(torch.float32).to(device)
+        _INV_FREQ[key] = torch.tensor(vals, dtype=torch.float64, device="cpu").to(torch.float32).to(device)
     return _INV_FREQ[key]
 
 
