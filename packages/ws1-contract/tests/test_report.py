@@ -28,7 +28,7 @@ def test_report_combines_gates_and_shows_the_drift(tmp_path):
     write_evidence("c10_negative_control", "cpu_bf16", [Cell(id="first_drift", judgment="chain_gate", status="red", detail="x")],
                    None, root=tmp_path, **KW,
                    extra={"mode": "synthetic", "model": "tiny", "grad_compare": "full", "first_drift": fd,
-                          "train_infer": {"max_abs_dlogp": 2e-3, "bitwise": False},
+                          "candidate": "variant_attn_decode_order", "train_infer": {"max_abs_dlogp": 2e-3, "bitwise": False},
                           "gradient_invariance": {"min_bitwise": 0, "of": 25, "cells": 7},
                           "drift_maps": [{**fd, "map": _drift_map(), "nodes": list(DRIFT_NODES)}]})
     md, html = write_report(tmp_path / "cpu_bf16")
@@ -36,10 +36,13 @@ def test_report_combines_gates_and_shows_the_drift(tmp_path):
     assert "| c7_stateful_kv | FAIL | 1 | 1 |" in text and "`bad` — paged differs" in text
     assert "| c10_negative_control | red (expected) |" in text
     assert "First-drift view — `BN/chunked`" in text
+    # the heading names the control the record holds (the first GPU run's report said "plain PyTorch ops")
+    assert "## C10 negative control (variant_attn_decode_order: must be red)" in text and "plain PyTorch" not in text
     before = DRIFT_NODES.index("rope_k")     # empty cells of layer 0 before rope_k (the map has no entry there)
     assert "| layer 0 | " + " | " * before + "0/59 | **16**/59 |" in text and "| head |" in text
     h = html.read_text()
     assert "<td class='hot first'>16/59</td>" in h and h.count("<details") == 2
+    assert "<h2>C10 negative control (variant_attn_decode_order: must be red)</h2>" in h
     assert "Warning" not in text
 
 

@@ -142,7 +142,11 @@ def _key(k) -> str:
 
 
 def _c10_title(r: dict) -> str:
-    return "C10 negative control (plain PyTorch ops: must be red)" if r["gate"] == "c10_negative_control" else "C10 chain gate"
+    """The section's heading names the control the record holds (``candidate``): the C11 flow runs one of
+    our variant kernels, not plain PyTorch ops, and a heading that guessed said the wrong one."""
+    if r["gate"] != "c10_negative_control":
+        return "C10 chain gate"
+    return f"C10 negative control ({r.get('candidate') or 'candidate not recorded'}: must be red)"
 
 
 def _c10_md(r: dict) -> list[str]:
