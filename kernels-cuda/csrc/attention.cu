@@ -68,7 +68,7 @@ __device__ __forceinline__ float dot_global(const TA* __restrict__ a, const uint
 __global__ void __launch_bounds__(kAttnThreads) attention_fwd_kernel(
     const uint16_t* __restrict__ q, const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
     const int64_t* __restrict__ cu_q, const int64_t* __restrict__ cu_k, const int64_t* __restrict__ q_pos, int64_t B,
-    int Hq, int Hkv, int D, float scale, bool vec, uint16_t* __restrict__ out, float* __restrict__ lse) {
+    int64_t Tk, int Hq, int Hkv, int D, float scale, bool vec, uint16_t* __restrict__ out, float* __restrict__ lse) {
   __shared__ __align__(16) uint16_t Ks[kKT * kKStride];
   __shared__ __align__(16) uint16_t Vs[kKT * kDMax];  // 512-byte rows: 16-byte stores
   __shared__ float Qs[kAttnWarps][kDMax];
@@ -79,6 +79,16 @@ __global__ void __launch_bounds__(kAttnThreads) attention_fwd_kernel(
   const bool active = gi < G;
   const int h = kh * G + (active ? gi : 0);
   const int64_t b = seq_of(cu_q, B, i), krow0 = cu_k[b], p = q_pos[i];
+  // Inconsistent cu_seqlens / q_pos (only possible when the host check was skipped under graph capture):
+  // this query's rows become NaN and nothing outside K/V is read. Uniform over the CTA (one query).
+  if (!(cu_q[b] <= i && i < cu_q[b + 1] && krow0 >= 0 && cu_k[b + 1] <= Tk && p >= 0 && p < cu_k[b + 1] - krow0)) {
+    if (active) {
+      uint16_t* orow = out + (i * Hq + h) * static_cast<int64_t>(D);
+      for (int d = lane; d < D; d += 32) orow[d] = 0x7fc0u;
+      if (lane == 0) lse[i * Hq + h] = __int_as_float(0x7fc00000);
+    }
+    return;
+  }
   const uint16_t* qrow = q + (i * Hq + h) * static_cast<int64_t>(D);
   for (int d = lane; d < D; d += 32) Qs[w][d] = bf16_f32(qrow[d]);
 
@@ -261,9 +271,10 @@ struct Meta {
 };
 
 // One host sync: cu_seqlens and q_pos are validated as the cpu kernel does (bad input -> one-line error,
-// never an out-of-bounds read on the device).
+// never an out-of-bounds read on the device). Under graph capture (a decode step) the values are not
+// copied to the host (capturing()): the forward kernel guards itself (NaN rows); the backward refuses.
 Meta check_inputs(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_q,
-                  const at::Tensor& cu_k, const at::Tensor& q_pos) {
+                  const at::Tensor& cu_k, const at::Tensor& q_pos, bool need_qpos) {
   for (auto [t, n] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}}) {
     check_cuda(*t, op, n);
     check_same_device(q, *t, op, n);
@@ -286,6 +297,10 @@ Meta check_inputs(const char* op, const at::Tensor& q, const at::Tensor& k, cons
   TORCH_CHECK(q_pos.numel() == q.size(0), op, ": q_pos must be [", q.size(0), "]");
   Meta m{q.size(0), k.size(0), q.size(1), k.size(1), q.size(2), cu_q.numel() - 1, {}};
   TORCH_CHECK(m.Tq < (int64_t{1} << 31) && m.Hq < 65536 && m.Hkv < 65536, op, ": shape too large");
+  if (capturing()) {
+    TORCH_CHECK(!need_qpos, op, " cannot be captured into a CUDA graph: its workspace is sized from q_pos on the host");
+    return m;
+  }
   at::Tensor host = at::cat({cu_q, cu_k, q_pos}).cpu();
   const int64_t* cq = host.data_ptr<int64_t>();
   const int64_t* ck = cq + (m.B + 1);
@@ -311,7 +326,7 @@ std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tens
   const char* op = "ws1_cuda::attention";
   CallScope call(op);
   const c10::cuda::CUDAGuard guard(q.device());
-  const Meta m = check_inputs(op, q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos);
+  const Meta m = check_inputs(op, q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos, /*need_qpos=*/false);
   at::Tensor out = at::empty_like(q);
   at::Tensor lse = at::empty({m.Tq, m.Hq}, q.options().dtype(at::kFloat));
   if (m.Tq == 0) return {out, lse};
@@ -322,7 +337,7 @@ std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tens
                   static_cast<unsigned>(ceil_div(G, ws1cu::kAttnWarps)));
   ws1cu::attention_fwd_kernel<<<grid, ws1cu::kAttnThreads, 0, stream()>>>(
       bf16_in(q), bf16_in(k), bf16_in(v), cu_seqlens_q.data_ptr<int64_t>(), cu_seqlens_k.data_ptr<int64_t>(),
-      q_pos.data_ptr<int64_t>(), m.B, static_cast<int>(m.Hq), static_cast<int>(m.Hkv), static_cast<int>(m.D),
+      q_pos.data_ptr<int64_t>(), m.B, m.Tk, static_cast<int>(m.Hq), static_cast<int>(m.Hkv), static_cast<int>(m.D),
       static_cast<float>(scale), vec, bf16_out(out), lse.data_ptr<float>());
   check_launch(op);
   return {out, lse};
@@ -335,7 +350,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(const at::Tensor& d
   const char* op = "ws1_cuda::attention_bwd";
   CallScope call(op);
   const c10::cuda::CUDAGuard guard(q.device());
-  const Meta m = check_inputs(op, q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos);
+  const Meta m = check_inputs(op, q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos, /*need_qpos=*/true);
   TORCH_CHECK(dout_in.sizes() == q.sizes() && out.sizes() == q.sizes(), op, ": dout and out must have q's shape");
   TORCH_CHECK(lse.numel() == m.Tq * m.Hq, op, ": lse must be [Tq, Hq]");
   for (auto [t, n] : {std::pair{&dout_in, "dout"}, {&out, "out"}, {&lse, "lse"}}) check_same_device(q, *t, op, n);

@@ -10,12 +10,21 @@ namespace ws1cu {
 
 constexpr int kEmbThreads = 256;
 
+__device__ __forceinline__ void put_nan(uint16_t* p) { *p = 0x7fc0u; }
+__device__ __forceinline__ void put_nan(float* p) { *p = __int_as_float(0x7fc00000); }
+
+// An id outside [0, V) (only possible when the host check was skipped under graph capture) gives a NaN
+// row, never a read outside the table.
 template <class T>
 __global__ void __launch_bounds__(kEmbThreads) embedding_kernel(const int64_t* __restrict__ ids, const T* __restrict__ w,
-                                                                T* __restrict__ y, int64_t H) {
-  const int64_t t = blockIdx.x;
-  const T* src = w + ids[t] * H;
+                                                                T* __restrict__ y, int64_t V, int64_t H) {
+  const int64_t t = blockIdx.x, id = ids[t];
   T* dst = y + t * H;
+  if (id < 0 || id >= V) {
+    for (int64_t h = threadIdx.x; h < H; h += kEmbThreads) put_nan(dst + h);
+    return;
+  }
+  const T* src = w + id * H;
   for (int64_t h = threadIdx.x; h < H; h += kEmbThreads) dst[h] = src[h];
 }
 
@@ -36,8 +45,8 @@ __global__ void __launch_bounds__(kEmbThreads) embedding_bwd_kernel(const D* __r
 
 }  // namespace ws1cu
 
-template __global__ void ws1cu::embedding_kernel<uint16_t>(const int64_t*, const uint16_t*, uint16_t*, int64_t);
-template __global__ void ws1cu::embedding_kernel<float>(const int64_t*, const float*, float*, int64_t);
+template __global__ void ws1cu::embedding_kernel<uint16_t>(const int64_t*, const uint16_t*, uint16_t*, int64_t, int64_t);
+template __global__ void ws1cu::embedding_kernel<float>(const int64_t*, const float*, float*, int64_t, int64_t);
 template __global__ void ws1cu::embedding_bwd_kernel<uint16_t>(const uint16_t*, const int64_t*, const int64_t*,
                                                                const int64_t*, float*, int64_t);
 template __global__ void ws1cu::embedding_bwd_kernel<float>(const float*, const int64_t*, const int64_t*, const int64_t*,
@@ -54,7 +63,7 @@ void check_ids(const at::Tensor& ids, int64_t V, const char* op) {
   check_dtype(ids, at::kLong, op, "ids");
   check_dim(ids, 1, op, "ids");
   check_contig(ids, op, "ids");
-  if (ids.numel() == 0) return;
+  if (ids.numel() == 0 || capturing()) return;  // under capture: the kernel's guard (NaN row), see capturing()
   // one host sync: an id out of range is an error naming the range, never an out-of-bounds read
   const int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
   TORCH_CHECK(lo >= 0 && hi < V, op, ": token ids must be in [0, ", V, "), got min ", lo, " max ", hi);
@@ -78,10 +87,10 @@ at::Tensor embedding(const at::Tensor& ids, const at::Tensor& weight) {
   TORCH_CHECK(T < (int64_t{1} << 31), op, ": too many tokens");
   if (w.scalar_type() == at::kFloat)
     ws1cu::embedding_kernel<float><<<static_cast<unsigned>(T), ws1cu::kEmbThreads, 0, stream()>>>(
-        ids.data_ptr<int64_t>(), w.data_ptr<float>(), y.data_ptr<float>(), H);
+        ids.data_ptr<int64_t>(), w.data_ptr<float>(), y.data_ptr<float>(), w.size(0), H);
   else
     ws1cu::embedding_kernel<uint16_t><<<static_cast<unsigned>(T), ws1cu::kEmbThreads, 0, stream()>>>(
-        ids.data_ptr<int64_t>(), bf16_in(w), bf16_out(y), H);
+        ids.data_ptr<int64_t>(), bf16_in(w), bf16_out(y), w.size(0), H);
   check_launch(op);
   return y;
 }

@@ -24,11 +24,16 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const T* __restrict_
   const int idx = blockIdx.y * kRopeThreads + threadIdx.x;  // (head, pair) of this token
   if (idx >= NH * half) return;
   const int h = idx / half, i = idx % half;
+  const int64_t base = (t * NH + h) * static_cast<int64_t>(D);
+  if (pos[t] < 0) {  // only reachable when the host check was skipped under graph capture: NaN, never a rotation
+    st(y + base + i, __int_as_float(0x7fc00000));
+    st(y + base + half + i, __int_as_float(0x7fc00000));
+    return;
+  }
   const float inv = static_cast<float>(1.0 / pow(theta, static_cast<double>(2 * i) / D));
   const float ang = static_cast<float>(pos[t]) * inv;
   const float c = static_cast<float>(cos(static_cast<double>(ang)));
   const float s = static_cast<float>(sin(static_cast<double>(ang)));
-  const int64_t base = (t * NH + h) * static_cast<int64_t>(D);
   const float x1 = ld(x + base + i), x2 = ld(x + base + half + i);
   const float a = x1 * c, b = x2 * s, cc = x2 * c, d = x1 * s;
   st(y + base + i, inverse ? a + b : a - b);
@@ -60,7 +65,7 @@ at::Tensor rope(const at::Tensor& x, const at::Tensor& positions, double theta, 
   TORCH_CHECK(x.size(1) * x.size(2) < (int64_t{1} << 30), op, ": n_heads * head_dim too large");
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor xc = x.contiguous(), pc = positions.contiguous();
-  if (pc.numel() > 0) {  // one host sync: a negative position is an error, never a silent rotation
+  if (pc.numel() > 0 && !capturing()) {  // one host sync: a negative position is an error (capture: NaN, see capturing())
     TORCH_CHECK(pc.min().item<int64_t>() >= 0, op, ": positions must be >= 0");
   }
   at::Tensor y = at::empty_like(xc);

@@ -52,6 +52,16 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 
 inline cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream(); }
 
+// True while the current stream is being captured into a CUDA graph (a decode step, a benchmark). A
+// device -> host copy cannot be captured, so the entry points then skip their host-side VALUE checks
+// (token ids in range, positions >= 0, cu_seqlens / q_pos consistent) and rely on their kernels' own
+// guards: an out-of-range index makes that output row NaN, never an out-of-bounds read. Shape, dtype and
+// device checks need no copy and always run. Outside capture the one-line host errors stay.
+inline bool capturing() {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(stream(), &st) == cudaSuccess && st != cudaStreamCaptureStatusNone;
+}
+
 // After a launch: a launch error (bad configuration, missing sm image) is one line naming the op.
 inline void check_launch(const char* op) {
   const cudaError_t e = cudaGetLastError();
