@@ -11,6 +11,7 @@ Numerics-critical flags (docs/cuda.md):
 * no ``--use_fast_math``: IEEE division and square root, full-precision expf/logf.
 * ``-gencode`` for exactly sm_80 and sm_90a (no PTX JIT for other archs: a GPU outside the list fails at
   launch with "no kernel image", which the entry points report — never a JIT-compiled variant).
+  ``WS1_CUDA_ARCHS=90a`` builds one of them (a GPU host building for its own card: ci/gpu_check.sh).
 * warnings are errors (nvcc ``-Werror all-warnings``, g++ ``-Wall -Werror`` on the registration file).
   ``WS1_CUDA_WERROR=0`` drops the two ``-Werror`` (warnings stay visible): only for a host whose torch
   headers warn under this nvcc (ci/gpu_check.sh retries with it and keeps the strict build's failure red).
@@ -39,7 +40,21 @@ if CUDA_HOME is None or not os.path.isfile(os.path.join(CUDA_HOME, "bin", "nvcc"
     _fail("no nvcc: set CUDA_HOME to a CUDA toolkit (e.g. /usr/local/cuda-13.0) or put nvcc on PATH")
 
 here = os.path.dirname(os.path.abspath(__file__))
-ARCHS = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90a,code=sm_90a"]
+DEFAULT_ARCHS = "80,90a"
+SUPPORTED = {"80", "90a"}  # the archs the kernels are written and resource-checked for (docs/cuda.md)
+
+
+def _archs(spec: str) -> list[str]:
+    """``WS1_CUDA_ARCHS`` ("80,90a", "90a", "sm_90a"): the -gencode list. A GPU host builds for its own arch
+    alone (half the compile time); the default stays both. No PTX is embedded for any arch."""
+    want = [a.strip().lower().removeprefix("sm_").removeprefix("sm") for a in spec.replace(" ", ",").split(",") if a.strip()]
+    bad = [a for a in want if a not in SUPPORTED]
+    if not want or bad:
+        _fail(f"WS1_CUDA_ARCHS={spec!r}: expected a comma list of {sorted(SUPPORTED)} (e.g. 90a), got {bad or 'nothing'}")
+    return [f for a in dict.fromkeys(want) for f in ("-gencode", f"arch=compute_{a},code=sm_{a}")]
+
+
+ARCHS = _archs(os.environ.get("WS1_CUDA_ARCHS", DEFAULT_ARCHS))
 STRICT = os.environ.get("WS1_CUDA_WERROR", "1") != "0"
 sources = sorted(glob.glob(os.path.join("csrc", "*.cu"))) + [os.path.join("csrc", "ws1_cuda.cpp")]
 
