@@ -37,8 +37,11 @@ BLOCK = 1 << 24
 
 
 def _blocks(*ts: torch.Tensor):
-    """(offset, flat blocks of each tensor) over the tensors' flattened elements, in order."""
-    flats = [t.detach().cpu().contiguous().reshape(-1) for t in ts]
+    """(offset, flat blocks of each tensor) over the tensors' flattened elements, in order. Tensors on one
+    device are compared there (elementwise FP32 tests and min/max are exact on every device; only the FP64
+    norm sums may differ in the last bits, which the thresholds do not see); on several devices, on the host."""
+    same = len({t.device for t in ts}) == 1
+    flats = [(t.detach() if same else t.detach().cpu()).contiguous().reshape(-1) for t in ts]
     n = flats[0].numel()
     for i in range(0, n, BLOCK):
         yield i, [f[i:i + BLOCK] for f in flats]
@@ -117,7 +120,12 @@ def bitwise(lhs: torch.Tensor, rhs: torch.Tensor, name: str = "tensor") -> Compa
     bad = _structural(lhs, rhs, name, check_rhs=False)
     if bad is not None:
         return bad
-    a, b = lhs.detach().cpu().contiguous(), rhs.detach().cpu().contiguous()
+    # compared where they live (a GPU's 16 GB of 8B gradients are never copied to the host to be equal);
+    # two devices: on the host
+    a, b = lhs.detach(), rhs.detach()
+    if a.device != b.device:
+        a, b = a.cpu(), b.cpu()
+    a, b = a.contiguous(), b.contiguous()
     view = _INT_VIEW[a.element_size()] if a.is_floating_point() else None
     n, first, max_abs = 0, None, 0.0
     for off, (x, y) in _blocks(a, b):

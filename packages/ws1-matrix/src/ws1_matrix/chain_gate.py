@@ -52,7 +52,44 @@ from .modelkit import attach_provenance, build_model, log
 
 CANONICAL = "BN/full"
 PERMUTATION = (2, 0, 3, 1)
-DIGEST_ABOVE_BYTES = 6 << 30     # gradients larger than this are compared by digest
+DIGEST_ABOVE_BYTES = 6 << 30     # host memory: gradients larger than this are compared by digest
+DEVICE_HEADROOM = 2.5            # device memory: full tensors when this many gradient sets fit in what is free
+
+
+def grad_compare_mode(grad_bytes: int, dev: torch.device) -> str:
+    """'full' (tensors kept and compared where they live) or 'digest' (sha256 of the raw bits on the host).
+
+    On a GPU the canonical gradients stay on the device beside one cell's (Qwen3-8B: 2 x 16.4 GB of BF16
+    gradients beside a 16.4 GB model on a 141 GB H200) and are compared there; digests would copy and hash
+    16 GB per cell on the host. On the CPU, host memory is the limit (DIGEST_ABOVE_BYTES)."""
+    if dev.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(dev)
+        return "full" if DEVICE_HEADROOM * grad_bytes < free else "digest"
+    return "digest" if grad_bytes > DIGEST_ABOVE_BYTES else "full"
+
+
+class _CellMeter:
+    """Wall time and peak memory of one phase: the device's peak allocation (CUDA) or the process's peak
+    RSS (CPU, which only grows) — printed per cell and kept in the cell's evidence."""
+
+    def __init__(self, dev: torch.device):
+        self.dev, self.t = dev, time.perf_counter()
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+            torch.cuda.reset_peak_memory_stats(dev)
+
+    def read(self) -> dict:
+        if self.dev.type == "cuda":
+            torch.cuda.synchronize(self.dev)
+            peak = {"peak_device_gib": round(torch.cuda.max_memory_allocated(self.dev) / 2**30, 2)}
+        else:
+            peak = {"peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}
+        return {"seconds": round(time.perf_counter() - self.t, 2), **peak}
+
+    @staticmethod
+    def text(m: dict) -> str:
+        mem = f"peak device {m['peak_device_gib']:.1f} GiB" if "peak_device_gib" in m else f"peak RSS {m['peak_rss_gib']:.1f} GiB"
+        return f"{m['seconds']:.1f}s, {mem}"
 
 
 def cell_plans(samples) -> dict[str, tuple[list, dict]]:
@@ -182,17 +219,18 @@ def _start(run, args):
 
 def _canonical_cell(ch: _Chain) -> None:
     ch.bar.doing(CANONICAL)
-    t = time.perf_counter()
+    meter = _CellMeter(ch.dev)
     ch.c_logp, ch.c_active, ch.c_loss, c_grads, ch.c_trace = run_cell(ch.model, *ch.plans[CANONICAL], ch.n_active)
     # no copy needed: the next cell's zero_grad(set_to_none) gives the parameters new tensors
     ch.canon = {n: (digest(g) if ch.gmode == "digest" else g.detach()) for n, g in c_grads.items() if g is not None}
     if ch.gmode == "digest":   # the gradient-accuracy cell reads them back one at a time from disk
         ch.spill = _spill(c_grads)
     finite = bool(torch.isfinite(ch.c_logp).all() and torch.isfinite(ch.c_loss))
+    m = meter.read()
     ch.run.add(judged(f"cell/{CANONICAL}", "chain_gate", finite and len(ch.canon) == ch.summary["parameters"],
                       f"canonical: loss {float(ch.c_loss):.6f}, {int(ch.c_active.sum())} active tokens, "
-                      f"{len(ch.canon)} parameter gradients", extra={"loss": float(ch.c_loss)}))
-    log(f"{CANONICAL} in {time.perf_counter() - t:.1f}s")
+                      f"{len(ch.canon)} parameter gradients", extra={"loss": float(ch.c_loss), **m}))
+    log(f"{CANONICAL} in {_CellMeter.text(m)}")
     ch.bar.update()
 
 
@@ -203,7 +241,7 @@ def _layout_cells(ch: _Chain) -> None:
         if name == CANONICAL:
             continue
         ch.bar.doing(name)
-        t = time.perf_counter()
+        meter = _CellMeter(ch.dev)
         logp, active, loss, grads, trace = run_cell(ch.model, calls, kw, ch.n_active)
         agg = aggregates(logp, ch.c_logp, active, contract.aggregate_thresholds("bfloat16"), contract.clip_interval)
         fd = ch.drift(name, trace)
@@ -215,10 +253,11 @@ def _layout_cells(ch: _Chain) -> None:
         g = compare_grads(grads, ch.canon, ch.gmode, name)
         grads = None                        # free this cell's gradients before the next cell runs
         grad_counts.append(g.n_total - g.n_diff)
+        m = meter.read()
         ch.run.add(comparison_cell(f"cell/{name}/grads", "gradient_invariance", g, lhs="transformed_config",
-                                   rhs="canonical_config", grad_compare=ch.gmode))
+                                   rhs="canonical_config", grad_compare=ch.gmode, **m))
         log(f"{name}: logp {'bitwise' if cmp.passed else 'DIFFERS'}, {g.n_total - g.n_diff}/{g.n_total} grads bitwise "
-            f"({time.perf_counter() - t:.1f}s)")
+            f"({_CellMeter.text(m)})")
         ch.bar.update()
     ch.summary["gradient_invariance"] = {"min_bitwise": min(grad_counts), "of": len(ch.canon), "cells": len(grad_counts)}
     ch.model.zero_grad(set_to_none=True)
@@ -230,14 +269,15 @@ def _train_infer(ch: _Chain) -> None:
     worst = 0.0
     for name, together in (("B4", True), ("B1", False)):
         ch.bar.doing(f"parity/{name}")
-        t = time.perf_counter()
+        meter = _CellMeter(ch.dev)
         with tracing(ch.model) as tr:
             ro = parity.rollout_logp(ch.model, ch.samples, together=together)
         agg = parity.judge(tf_act, ro, ch.run.contract)
         fd = ch.drift(f"parity/{name}", tr)
         worst = max(worst, agg.max_abs_dlogp)
-        ch.run.add(parity_cell(f"parity/{name}", agg, parity.LHS, parity.RHS, first_drift=fd))
-        log(f"train/infer parity {name}: max|dlogp| {agg.max_abs_dlogp:.3e} ({time.perf_counter() - t:.1f}s)")
+        m = meter.read()
+        ch.run.add(parity_cell(f"parity/{name}", agg, parity.LHS, parity.RHS, first_drift=fd, **m))
+        log(f"train/infer parity {name}: max|dlogp| {agg.max_abs_dlogp:.3e} ({_CellMeter.text(m)})")
         ch.bar.update()
     ch.summary["train_infer"] = {"max_abs_dlogp": worst, "bitwise": worst == 0.0}
 
@@ -245,12 +285,12 @@ def _train_infer(ch: _Chain) -> None:
 def _decode_sweep(ch: _Chain) -> None:
     """The C6 operator cases on this model's kernels."""
     ch.bar.doing("decode sweep")
-    t = time.perf_counter()
+    meter = _CellMeter(ch.dev)
     with ch.model.activate():
         sweep = c6_operator_cases(device=ch.dev)
     for o in sweep:
         ch.run.add(comparison_cell(f"sweep/{o.name}", "decode_prefill", o, lhs="transformed_config", rhs="canonical_config"))
-    log(f"decode sweep: {sum(o.passed for o in sweep)}/{len(sweep)} bitwise ({time.perf_counter() - t:.1f}s)")
+    log(f"decode sweep: {sum(o.passed for o in sweep)}/{len(sweep)} bitwise ({_CellMeter.text(meter.read())})")
     ch.bar.update()
 
 
@@ -266,7 +306,7 @@ def _observed(ch: _Chain, rec) -> None:
 def _reference_cell(ch: _Chain) -> None:
     """The FP32 reference (last: it needs an FP32 copy of the weights, and the BF16 model goes first)."""
     run, contract = ch.run, ch.run.contract
-    t = time.perf_counter()
+    meter = _CellMeter(ch.dev)
     ref = reference_copy(ch.model)
     cand_grads = ch.canon if ch.gmode == "full" else _Spilled(ch.spill)
     ch.model = None
@@ -274,10 +314,11 @@ def _reference_cell(ch: _Chain) -> None:
     r_logp, r_active, r_loss, _, _ = run_cell_streaming(ref, ch.plans[CANONICAL], ch.n_active, cand_grads, contract, run)
     fa = contract.resolve("forward_accuracy", "logprob", "bfloat16")
     cmp = within_tolerance(ch.c_logp, r_logp, fa.atol, fa.rtol, "bf16 chain log-probs vs FP32 reference")
+    m = meter.read()
     run.add(judged("reference/forward_accuracy", "forward_accuracy", cmp.passed, cmp.detail,
                    lhs_role="bf16_candidate", rhs_role="fp32_reference", thresholds={"atol": fa.atol, "rtol": fa.rtol},
-                   max_abs_err=cmp.max_abs, extra={"loss_candidate": float(ch.c_loss), "loss_reference": float(r_loss)}))
-    log(f"FP32 reference cell ({time.perf_counter() - t:.1f}s)")
+                   max_abs_err=cmp.max_abs, extra={"loss_candidate": float(ch.c_loss), "loss_reference": float(r_loss), **m}))
+    log(f"FP32 reference cell ({_CellMeter.text(m)})")
 
 
 def _verdict(ch: _Chain, rec, t0: float) -> None:
@@ -293,7 +334,9 @@ def _verdict(ch: _Chain, rec, t0: float) -> None:
     summary["variant"] = {op: s["variant"] for op, s in rec.summary().items() if "variant" in s}  # a control's kernels
     summary.update(first_drift={k: v for k, v in fd.items() if k != "map"} if fd else None, drift_maps=drifts,
                    wall_time_s=round(time.perf_counter() - t0, 1),
-                   peak_rss_gib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2))
+                   peak_rss_gib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+                   peak_device_gib=max((c.extra.get("peak_device_gib", 0.0) for c in run.cells), default=0.0)
+                   if ch.dev.type == "cuda" else None)
     run.extra.update(summary)      # beside the gate's own facts (the TF32 switches)
 
 
@@ -306,12 +349,13 @@ def c10(run, args) -> None:
         return
     samples = fixture_samples(run.manifest)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    gmode = args.grad_compare or ("digest" if grad_bytes > DIGEST_ABOVE_BYTES else "full")
+    dev = ws1_accel.resolve_device(run.profile)
+    gmode = args.grad_compare or grad_compare_mode(grad_bytes, dev)
     summary: dict = {"mode": mode, "model": model.config.name, "synthetic": model.synthetic, "candidate": args.candidate,
                      "grad_compare": gmode, "parameters": sum(1 for _ in model.parameters())}
     plans = cell_plans(samples)
     bar = Progress(len(plans) + 3, f"c10_chain_gate {run.profile}", unit="step")   # the cells, 2 parity runs, the sweep
-    ch = _Chain(run, model, samples, plans, run.manifest.active_tokens, gmode, ws1_accel.resolve_device(run.profile), bar, summary)
+    ch = _Chain(run, model, samples, plans, run.manifest.active_tokens, gmode, dev, bar, summary)
     with ws1_ops.record() as rec, contextlib.closing(bar):
         del model                                   # the phases hold it (the reference cell drops it)
         _canonical_cell(ch)
