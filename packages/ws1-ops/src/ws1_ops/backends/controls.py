@@ -4,7 +4,9 @@ A gate that can only come out green proves nothing. Each control here is the ``c
 *one* node replaced by a variant that breaks exactly one invariance family the gates claim — a
 K-blocking chosen by M, dW reduced in batch order, pad rows leaked into dW, … — and nothing else:
 the variant stays within the accuracy thresholds and records the declared kernel id, so only the
-invariance cells that judge its family can turn red, and the tests assert exactly which.
+invariance cells that judge its family can turn red, and the tests assert exactly which. One control
+breaks accuracy instead: ``variant_logprob_lse_shift`` moves every log-prob by 1e-4, inside the BF16
+row and outside the logprob class's FP64-reference row, and stays invariant.
 
 Why the failure is certain on every host: a control is built from the cpu kernels, whose bits are
 the same on every x86-64 ISA path (scalar, AVX2, AVX-512; tested in kernels-cpu), and it is run on
@@ -36,7 +38,8 @@ class Control:
     """One negative control: ``family``'s kernels with ``overrides`` (node -> variant builder)."""
 
     name: str
-    breaks: str        # the invariance family it breaks: "batch_size", "permutation", "padding", ...
+    breaks: str        # the invariance family it breaks: "batch_size", "permutation", "padding", ...; or
+                       # "fp64_accuracy": the logprob class's accuracy row against its FP64 reference
     why: str           # what the variant does differently, in one line
     overrides: dict[str, Callable[[Kernel], Kernel]]
     family: str = "cpu"
@@ -229,6 +232,31 @@ def _attn_decode_path(k: Kernel) -> Kernel:
     return _attn_rotating(k, lambda k0, nq, pos: int(pos[0]) if nq == 1 else 0)
 
 
+# ---- accuracy at FP32 scale: the logprob class against its FP64 reference ---------------------------
+
+LSE_SHIFT = 1e-4  # what the variant adds to lse: 2x the contract's FP64-reference atol (5e-5) for the class
+
+
+def _logprob_lse_shift(k: Kernel) -> Kernel:
+    """logprob / batch_invariant_logp whose lse is ``LSE_SHIFT`` too large in every row: lse' = lse + 1e-4
+    (FP32), then the kernel's own subtraction x - lse' (one FP32 rounding), so every log-prob is ~1e-4
+    too small (1e-4 within an ulp of lse and of the output: ~2e-6 at V 151936). The accuracy control
+    of the class: red by the contract's FP64-reference row (atol 5e-5), green by its BF16 row (atol
+    6e-2), which cannot see an FP32-level error. Every row is shifted by a row-local FP32 add, so
+    the variant is as invariant as the kernel (no invariance cell turns red) and the logprob ==
+    batch_invariant_logp[t] identity still holds bit for bit. Its backward is the kernel's, from the
+    shifted lse (logprob) or the shifted output (batch_invariant_logp): the gradient of this wrong
+    log-softmax, so the gradient accuracy cells may turn red too."""
+
+    def fwd(logits, *targets):
+        _, lse = k.fwd(logits, *targets)
+        lse = lse + LSE_SHIFT
+        x = logits.gather(1, targets[0][:, None]).squeeze(1) if targets else logits
+        return (x - lse if targets else x - lse[:, None]), lse
+
+    return dataclasses.replace(k, fwd=fwd)
+
+
 CONTROLS: dict[str, Control] = {
     c.name: c
     for c in (
@@ -248,5 +276,7 @@ CONTROLS: dict[str, Control] = {
                 {"attention": _attn_tiles_from_chunk}),
         Control("variant_attn_decode_order", "decode_prefill", "attention reduces a one-query (decode) step in another order",
                 {"attention": _attn_decode_path}),
+        Control("variant_logprob_lse_shift", "fp64_accuracy", "logprob and batch_invariant_logp add 1e-4 to every row's lse",
+                {"logprob": _logprob_lse_shift, "batch_invariant_logp": _logprob_lse_shift}),
     )
 }
