@@ -44,6 +44,14 @@ TEST_DIRS = [
 # The Triton kernels' unit tests under the interpreter (TRITON_INTERPRET=1, CPU tensors). Their own
 # pytest process: Triton fixes interpreter vs GPU when a kernel is defined, once per process.
 INTERPRETER_TEST_DIRS = ["packages/ws1-ops/tests_triton"]
+# What a device host adds to CPU CI (nox -s tests_device -- PROFILE, C11's test step on a GPU/NPU host): the tests
+# that need the profile's device. Everything else is device-independent and already ran in CPU CI at the same commit
+# (closure requires every profile's C11 record from one commit).
+DEVICE_TESTS = {
+    "cuda": ["packages/ws1-ops/tests_device", "kernels-cuda/tests/test_gpu_kernels.py", "kernels-cuda/tests/test_gpu_*.py"],
+    "triton": ["packages/ws1-ops/tests_device"],
+    "ascend": ["packages/ws1-ops/tests_device"],
+}
 
 
 def _require(session: nox.Session, *modules: str) -> None:
@@ -215,6 +223,45 @@ def tests_triton(session: nox.Session) -> None:
 
     Unit tests only: the triton_cuda_bf16 profile is judged on a GPU (ci/gpu_check.sh)."""
     _interpreter_tests(session, posargs=True)
+
+
+@nox.session
+def tests_device(session: nox.Session) -> None:
+    """The tests a device host adds for ``PROFILE`` (``-- cuda_bf16``): its kernel package's device tests and the
+    ops on the device (DEVICE_TESTS). Exit 2 without the device; a skipped test is a failure here (a GPU host must
+    not pass this step by skipping), as is collecting nothing."""
+    import glob
+    import xml.etree.ElementTree as ET
+
+    _require(session, "pytest", "ws1_accel", "ws1_ops")
+    if len(session.posargs) != 1:
+        session.error("tests_device needs one profile: nox -s tests_device -- cuda_bf16")
+    profile = session.posargs[0]
+    probe = subprocess.run([PY, "-c", "import sys, ws1_accel; f = ws1_accel.family_of(sys.argv[1]); "
+                            "w = ws1_accel.unavailable_reason(sys.argv[1]); print(f); print(w or '')", profile],
+                           cwd=ROOT, capture_output=True, text=True)
+    if probe.returncode != 0:
+        session.error(f"tests_device: unknown profile {profile!r}: {probe.stderr.strip().splitlines()[-1:]}")
+    family, why = probe.stdout.splitlines()[0], "\n".join(probe.stdout.splitlines()[1:]).strip()
+    if family not in DEVICE_TESTS:
+        session.error(f"tests_device: {profile} runs on the CPU: its tests are `nox -s tests`")
+    if why:
+        session.log(f"exit 2: {profile} needs its device here: {why}")
+        sys.exit(2)
+    paths = sorted({p for pat in DEVICE_TESTS[family] for p in glob.glob(str(ROOT / pat))})
+    report = ROOT / "evidence" / "build" / f"tests_device_{profile}.xml"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [PY, "-m", "pytest", "-q", "-ra", "-m", "not slow", f"--junit-xml={report}", *paths]
+    session.log(" ".join(cmd[2:]))
+    rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "WS1_DEVICE_PROFILE": profile, "PYTHONDONTWRITEBYTECODE": "1"})
+    suites = ET.parse(report).getroot().iter("testsuite") if report.is_file() else []
+    skipped = sum(int(s.get("skipped", 0)) for s in suites)
+    if rc == 5:
+        session.error("pytest collected no tests (exit 5): treated as a failure")
+    if rc != 0:
+        session.error(f"pytest failed (exit {rc})")
+    if skipped:
+        session.error(f"{skipped} device test(s) skipped on the device host: a skip is a failure here (see -ra above)")
 
 
 @nox.session

@@ -6,7 +6,9 @@
 Per profile: static gates (C1 contract, C2 manifest; both run, any red is reported) → the
 profile's device (absent: one line, exit 2 — the flow cannot go on here; exit 1 if a static gate
 was red: red wins over absent) → build (its kernel package imports) → linkage (every required node
-registered with the manifest's kernel id) → tests (``nox -s tests``, once per run) → C2 runtime evidence → C3, C4, C5 →
+registered with the manifest's kernel id) → tests (``nox -s tests`` on a CPU host, once per run; on a GPU/NPU
+host ``nox -s tests_device -- PROFILE``: the tests that use the device, skips counted as failures — the
+device-independent suite is CPU CI's, at the same commit) → C2 runtime evidence → C3, C4, C5 →
 C6, C7, C9 → C8 (assembled from the C3/C4 evidence just written) → C10 → the C10 negative control
 (plain PyTorch ops; it must come out red). Each gate is its own process; its full output goes to
 ``evidence/<profile>/logs/<gate>.log`` while its progress and verdict lines are shown here. At the
@@ -74,10 +76,16 @@ def steps_for(profile: str, args) -> tuple[list[Step], list[Step]]:
         Step("c1_contract", "C1 contract", m + ["ws1_contract", "c1", profile] + ev, "c1_contract.json"),
         Step("c2_manifest", "C2 manifest (static)", m + ["ws1_contract", "c2", profile] + ev, "c2_manifest.json"),
     ]
+    import ws1_accel
+
+    # the test step: the whole suite on a CPU host; on a GPU/NPU host the tests that use its device (the rest is
+    # device-independent and ran in CPU CI — closure takes every profile's record from one commit)
+    tests = (Step("tests", "tests (nox -s tests)", m + ["nox", "-s", "tests"]) if ws1_accel.family_of(profile) == "cpu" else
+             Step("tests", f"tests on the device (nox -s tests_device -- {profile})", m + ["nox", "-s", "tests_device", "--", profile]))
     device = [
         Step("build", "build: the kernel package imports"),
         Step("linkage", "linkage: every required node registered"),
-        Step("tests", "tests (nox -s tests)", m + ["nox", "-s", "tests"]),
+        tests,
         Step("c2_runtime", "C2 runtime evidence", m + ["ws1_matrix", "c2-runtime", profile] + ev, "c2_runtime.json"),
         Step("c3_forward", "C3 forward", m + ["ws1_matrix", "c3", profile] + ev, "c3_forward.json"),
         Step("c4_gradient", "C4 gradient", m + ["ws1_matrix", "c4", profile] + ev, "c4_gradient.json"),
@@ -275,12 +283,12 @@ def flow(profile: str, args, tests_done: dict) -> tuple[int, list[Outcome]]:
             o = build_check(profile)
         elif s.key == "linkage":
             o = linkage_check(profile)
-        elif s.key == "tests" and "tests" in tests_done:
-            o = Outcome(s, tests_done["tests"].status, "ran once for this run: " + tests_done["tests"].detail, 0.0)
+        elif s.key == "tests" and tuple(s.cmd) in tests_done:   # one suite per run (the device suites per profile)
+            o = Outcome(s, tests_done[tuple(s.cmd)].status, "ran once for this run: " + tests_done[tuple(s.cmd)].detail, 0.0)
         else:
             o = run_gate(s, profile, args)
             if s.key == "tests":
-                tests_done["tests"] = o
+                tests_done[tuple(s.cmd)] = o
         o.step = s
         outcomes.append(o)
         tail(o)

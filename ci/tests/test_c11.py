@@ -150,3 +150,26 @@ def test_closure_requires_exactly_the_flows_steps():
         skip_tests, model, c6_models = False, "tiny", "tiny"
     static, device = c11.steps_for("cpu_bf16", A(Path(".")))
     assert tuple(s.key for s in static + device) == REQUIRED_STEPS
+
+
+@pytest.mark.parametrize("profile,cmd_tail", [
+    ("cpu_bf16", ["nox", "-s", "tests"]),
+    ("cuda_bf16", ["nox", "-s", "tests_device", "--", "cuda_bf16"]),
+    ("triton_cuda_bf16", ["nox", "-s", "tests_device", "--", "triton_cuda_bf16"]),
+    ("ascend_bf16", ["nox", "-s", "tests_device", "--", "ascend_bf16"]),
+])
+def test_the_test_step_is_the_whole_suite_on_cpu_and_the_device_tests_elsewhere(tmp_path, profile, cmd_tail):
+    class A:
+        evidence_root, model, c6_models, skip_tests = tmp_path, "tiny", "tiny", False
+
+    _static, device = c11.steps_for(profile, A)
+    tests = [s for s in device if s.key == "tests"]
+    assert len(tests) == 1 and tests[0].cmd[-len(cmd_tail):] == cmd_tail
+
+
+def test_tests_device_refuses_a_cpu_profile_and_exits_2_without_the_device():
+    nox = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "tests_device", "--"]
+    p = subprocess.run([*nox, "cpu_bf16"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert p.returncode == 1 and "runs on the CPU" in p.stderr + p.stdout
+    p = subprocess.run([*nox, "cuda_bf16"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert p.returncode == 2 and "cuda_bf16 needs its device here" in p.stderr + p.stdout
