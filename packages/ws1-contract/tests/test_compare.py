@@ -75,6 +75,18 @@ def test_within_tolerance():
     assert not within_tolerance(torch.zeros(2), torch.zeros(3), 1, 1).passed
 
 
+def test_within_tolerance_against_an_fp64_reference_is_judged_in_fp64():
+    """An FP64 reference is not rounded to FP32 first: at |x| ~ 20 an FP32 ulp is 1.9e-6, so a 5e-7 error
+    would vanish in FP32 (the reference rounds to 20.0) and is seen in FP64."""
+    cand = torch.tensor([20.0, -20.0], dtype=torch.float32)
+    ref64 = cand.double() + torch.tensor([5e-7, 0.0], dtype=torch.float64)
+    assert within_tolerance(cand, ref64.float(), 2e-7, 0).passed          # what an FP32 comparison would see
+    r = within_tolerance(cand, ref64, 2e-7, 0)
+    assert not r.passed and r.n_diff == 1 and r.first_diff["index"] == [0] and abs(r.max_abs - 5e-7) < 1e-12
+    assert within_tolerance(cand, ref64, 6e-7, 0).passed
+    assert not within_tolerance(cand, torch.tensor([float("nan"), 0.0], dtype=torch.float64), 1, 1).passed
+
+
 def test_aggregates():
     lhs = torch.tensor([-1.0, -2.0, -3.0, -4.0])
     active = torch.tensor([True, True, False, True])

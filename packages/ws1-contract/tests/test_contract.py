@@ -242,3 +242,88 @@ def test_tensor_norm_rule_structure(contract_data):
     bad = copy.deepcopy(good)
     bad["judgments"]["gradient_accuracy"]["tensor_norm"]["note"] = ""
     _expect(bad, "judgments.gradient_accuracy.tensor_norm.note", "how the limits were chosen")
+
+
+# ---- the logprob class's FP64-reference row (issue 23 item 5) ------------------------------------------
+
+def _fp64(data):
+    return data["judgments"]["forward_accuracy"]["fp64_reference"]
+
+
+def test_logprob_ops_resolve_an_fp64_reference_row_beside_their_bf16_row():
+    """One resolver: the logprob ops (values in FP32) get a second forward row, atol 5e-5 rtol 0 against
+    FP64; their BF16 row against the FP32 reference is unchanged; no other op or judgment has one."""
+    c = load_contract()
+    for op in ("logprob", "batch_invariant_logp"):
+        assert c.references("forward_accuracy", op, "float32") == ("float32", "float64")
+        th = c.resolve("forward_accuracy", op, "float32", reference="float64")
+        assert (th.atol, th.rtol, th.max_rel_l2) == (5e-5, 0.0, None)
+        assert (c.resolve("forward_accuracy", op, "bfloat16").atol, c.resolve("forward_accuracy", op, "bfloat16").rtol) == (6e-2, 0)
+        assert c.references("gradient_accuracy", op, "float32") == ("float32",)
+        assert c.references("forward_accuracy", op, "bfloat16") == ("float32",)
+    assert c.references("forward_accuracy", "det_gemm", "bfloat16") == ("float32",)
+    note = c.judgments["forward_accuracy"].fp64_reference.note   # how it was chosen: the numbers and the control
+    assert "V 151936" in note and "atol 5e-5" in note and "variant_logprob_lse_shift" in note
+
+
+@pytest.mark.parametrize("query, path", [
+    (("forward_accuracy", "det_gemm", "bfloat16"), "judgments.forward_accuracy.fp64_reference.by_op_class.reduction.bfloat16"),
+    (("forward_accuracy", "logprob", "bfloat16"), "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.bfloat16"),
+    (("gradient_accuracy", "logprob", "float32"), "judgments.gradient_accuracy.fp64_reference.by_op_class.logprob.float32"),
+])
+def test_a_missing_fp64_row_is_an_error_naming_its_path(query, path):
+    with pytest.raises(ContractError) as ei:
+        load_contract().resolve(*query, reference="float64")
+    assert ei.value.path == path and "no FP64-reference row" in ei.value.rule, str(ei.value)
+
+
+def test_unknown_reference_is_an_error():
+    with pytest.raises(ContractError, match="unknown reference 'float16'"):
+        load_contract().resolve("forward_accuracy", "logprob", "float32", reference="float16")
+
+
+def test_fp64_row_moves_the_fingerprint(raw_contract, contract_data):
+    _fp64(contract_data)["by_op_class"]["logprob"]["float32"]["atol"] = 4e-5
+    assert contract_from_dict(contract_data).fingerprint != fingerprint_of(raw_contract) == load_contract().fingerprint
+
+
+@pytest.mark.parametrize("mutate, path, rule", [
+    (lambda d: d["judgments"]["forward_accuracy"].pop("fp64_reference"), "judgments.forward_accuracy.fp64_reference",
+     "required: the logprob class is judged in float32"),
+    (lambda d: _fp64(d)["by_op_class"].pop("logprob"), "judgments.forward_accuracy.fp64_reference.by_op_class",
+     "missing op class(es) ['logprob']"),
+    (lambda d: _fp64(d)["by_op_class"]["logprob"].pop("float32"), "judgments.forward_accuracy.fp64_reference.by_op_class.logprob",
+     "missing dtype(s) ['float32']"),
+    # never a relaxation: looser than the BF16 row it is judged beside
+    (lambda d: _fp64(d)["by_op_class"]["logprob"]["float32"].update(atol=0.1),
+     "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.float32.atol", "looser than judgments.forward_accuracy"),
+    (lambda d: _fp64(d)["by_op_class"]["logprob"]["float32"].update(rtol=0.01),
+     "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.float32.rtol", "never relaxes one"),
+    (lambda d: _fp64(d)["by_op_class"]["logprob"]["float32"].update(atol=-5e-5),
+     "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.float32.atol", "finite number >= 0"),
+    (lambda d: _fp64(d)["by_op_class"]["logprob"]["float32"].update(atol=float("nan")),
+     "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.float32.atol", "finite number >= 0"),
+    (lambda d: _fp64(d)["by_op_class"]["logprob"]["float32"].update(atol="5e-5"),
+     "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.float32.atol", "expected a number, got str"),
+    (lambda d: _fp64(d)["by_op_class"]["logprob"]["float32"].pop("rtol"),
+     "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.float32.rtol", "required field missing"),
+    (lambda d: _fp64(d)["by_op_class"]["logprob"]["float32"].update(max_rel_l2=1e-5),
+     "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.float32", "atol and rtol only"),
+    (lambda d: _fp64(d)["by_op_class"]["logprob"].update(int4={"atol": 0, "rtol": 0}),
+     "judgments.forward_accuracy.fp64_reference.by_op_class.logprob", "unknown dtype(s) ['int4']"),
+    (lambda d: _fp64(d)["by_op_class"].update(softmax={"float32": {"atol": 0, "rtol": 0}}),
+     "judgments.forward_accuracy.fp64_reference.by_op_class", "unknown op class(es) ['softmax']"),
+    (lambda d: _fp64(d).update(note=""), "judgments.forward_accuracy.fp64_reference.note", "how the row was chosen"),
+    (lambda d: _fp64(d).pop("note"), "judgments.forward_accuracy.fp64_reference.note", "required field missing"),
+    (lambda d: _fp64(d).update(reference_dtype="float64"), "judgments.forward_accuracy.fp64_reference",
+     "extra fields found (reference_dtype)"),
+    (lambda d: d["judgments"]["forward_invariance"].update(fp64_reference=json.loads(json.dumps(_fp64(d)))),
+     "judgments.forward_invariance.fp64_reference", "only a tolerance judgment"),
+])
+def test_malformed_fp64_rows_are_one_line_errors_naming_the_path(contract_data, mutate, path, rule):
+    mutate(contract_data)
+    with pytest.raises(ContractError) as ei:
+        contract_from_dict(contract_data)
+    assert "\n" not in str(ei.value)
+    assert ei.value.path == path, str(ei.value)
+    assert rule in ei.value.rule, str(ei.value)

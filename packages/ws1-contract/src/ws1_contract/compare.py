@@ -153,14 +153,16 @@ def bitwise(lhs: torch.Tensor, rhs: torch.Tensor, name: str = "tensor") -> Compa
 
 
 def within_tolerance(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, name: str = "tensor") -> Comparison:
-    """``|cand - ref| <= atol + rtol * |ref|`` elementwise, in FP32 (ref is the FP32 reference)."""
+    """``|cand - ref| <= atol + rtol * |ref|`` elementwise, in FP32 (ref is the FP32 reference) — or in
+    FP64 when either side is FP64 (an FP64 reference is never rounded to FP32 before it judges)."""
     bad = _structural(cand, ref, name, sides=("the candidate", "the reference"), same_dtype=False)
     if bad is not None:
         return bad
-    tiny = torch.finfo(torch.float32).tiny
+    work = torch.float64 if torch.float64 in (cand.dtype, ref.dtype) else torch.float32
+    tiny = torch.finfo(work).tiny
     n, first, max_abs, max_rel = 0, None, 0.0, 0.0
     for off, (cb, rb) in _blocks(cand, ref):
-        c, r = cb.float(), rb.float()
+        c, r = cb.to(work), rb.to(work)
         if torch.equal(c, r):   # equal values (both finite, checked above): every error here is 0
             continue
         err = (c - r).abs()

@@ -37,6 +37,9 @@ REPORT_KINDS = {
 }
 METRICS = ("max_abs_dlogp", "approx_kl0", "clipfrac0")
 NORM_REQUIRED = ("gradient_accuracy",)   # judgments that must carry a tensor-norm rule
+# judgment -> op classes that must carry an FP64-reference row (at the class's judged dtype)
+FP64_REQUIRED = {"forward_accuracy": ("logprob",)}
+REFERENCES = ("float32", "float64")      # what Contract.resolve(..., reference=) accepts
 DTYPE_ALIASES = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16", "half": "float16", "float": "float32"}
 
 
@@ -89,10 +92,24 @@ class TensorNorm:
 
 
 @attrs.frozen
+class Fp64Reference:
+    """A second elementwise row beside a judgment's own, against an FP64 reference computed from the
+    candidate's same inputs (never in place of the FP32 reference's row: both must hold). For values
+    kept in FP32 (the logprob class is FP32 in and out) the execution dtype's row is BF16-scale and
+    cannot see an FP32-level error, and an FP32 reference is itself off by about as much as an FP32
+    kernel; against FP64 an FP32-scale atol judges the kernel, not the reference. Rows are keyed by
+    op class and the dtype the class's values are in (``Contract.judged_dtype``)."""
+
+    note: str
+    by_op_class: dict[str, dict[str, Threshold]]
+
+
+@attrs.frozen
 class Judgment:
     kind: str
     by_op_class: dict[str, dict[str, Threshold]]
     tensor_norm: TensorNorm | None = None
+    fp64_reference: Fp64Reference | None = None
 
 
 @attrs.frozen
@@ -167,23 +184,45 @@ class Contract:
             )
         return name
 
-    def resolve(self, judgment: str, op: str, dtype) -> Threshold:
+    def resolve(self, judgment: str, op: str, dtype, reference: str = "float32") -> Threshold:
         """What a judgment of ``op`` at ``dtype`` must meet: (atol, rtol), and the judgment's
-        tensor-norm limits (max_rel_l2, min_cosine) where it has that rule (else None)."""
+        tensor-norm limits (max_rel_l2, min_cosine) where it has that rule (else None).
+
+        ``reference="float64"``: the judgment's FP64-reference row instead (atol, rtol only), judged
+        against an FP64 reference beside the FP32 one (:meth:`references` says where one exists)."""
         if judgment not in self.judgments:
             raise ContractError("judgments", f"unknown judgment {judgment!r}; expected one of {sorted(self.judgments)}")
+        if reference not in REFERENCES:
+            raise ContractError("dtype_policy.reference_dtype", f"unknown reference {reference!r}; expected one of {list(REFERENCES)}")
         cls, name = self.op_class(op), self.dtype_name(dtype)
         j = self.judgments[judgment]
+        if reference == "float64":
+            row = (j.fp64_reference.by_op_class.get(cls, {}) if j.fp64_reference is not None else {}).get(name)
+            if row is None:
+                raise ContractError(f"judgments.{judgment}.fp64_reference.by_op_class.{cls}.{name}",
+                                    f"no FP64-reference row for {op} ({cls}) at {name}")
+            return row
         th = j.by_op_class[cls][name]
         if j.tensor_norm is None:
             return th
         lim = j.tensor_norm.by_op_class[cls][name]
         return attrs.evolve(th, max_rel_l2=lim.max_rel_l2, min_cosine=lim.min_cosine)
 
+    def references(self, judgment: str, op: str, dtype) -> tuple[str, ...]:
+        """The references a judgment of ``op`` whose values are in ``dtype`` is judged against:
+        ``("float32",)``, or ``("float32", "float64")`` where the contract has an FP64-reference row
+        for the op's class at that dtype (the logprob class at float32). Each has its own row."""
+        if judgment not in self.judgments:
+            raise ContractError("judgments", f"unknown judgment {judgment!r}; expected one of {sorted(self.judgments)}")
+        rule = self.judgments[judgment].fp64_reference
+        has = rule is not None and self.dtype_name(dtype) in rule.by_op_class.get(self.op_class(op), {})
+        return ("float32", "float64") if has else ("float32",)
+
     def judged_dtype(self, op: str, execution_dtype) -> str:
         """The dtype an op's values are in, whose tensor-norm row judges its gradient: the logprob class
         is FP32 in and out (``dtype_policy.logprob_dtype``) on every profile; every other op runs at
-        the execution dtype. (Elementwise atol/rtol stay the execution dtype's row; see ws1_matrix.judge._rows.)"""
+        the execution dtype. (Elementwise atol/rtol against the FP32 reference stay the execution dtype's
+        row; the FP64-reference row, where there is one, is this dtype's; see ws1_matrix.judge._rows.)"""
         if self.op_class(op) == "logprob":
             return self.dtype_name(self.dtype_policy.logprob_dtype)
         return self.dtype_name(execution_dtype)
@@ -308,6 +347,7 @@ def validate(c: Contract) -> None:
                            f"must be in [0, 0.5) (a halved tensor has rel L2 0.5), got {lim.max_rel_l2}")
                     _check(math.isfinite(lim.min_cosine) and 0 < lim.min_cosine <= 1, f"{lpath}.min_cosine",
                            f"must be in (0, 1] (a zeroed tensor has cosine 0), got {lim.min_cosine}")
+        _validate_fp64_reference(c, jname, j)
     # roles
     r = c.comparison_roles
     both = set(r.allowed) & set(r.forbidden)
@@ -333,6 +373,43 @@ def validate(c: Contract) -> None:
         _same_keys(spec.thresholds, d.supported_dtypes, f"aggregates.metrics.{m}.thresholds", "dtype(s)")
         for dt, v in spec.thresholds.items():
             _check(math.isfinite(v) and v >= 0, f"aggregates.metrics.{m}.thresholds.{dt}", f"must be a finite number >= 0, got {v}")
+
+
+def _validate_fp64_reference(c: Contract, jname: str, j: Judgment) -> None:
+    """judgments.<j>.fp64_reference: rows of known classes and dtypes, each a finite atol/rtol no looser
+    than the execution dtype's row it is judged beside (it adds a check, never relaxes one); required
+    where FP64_REQUIRED says (the logprob class at the logprob dtype)."""
+    path = f"judgments.{jname}.fp64_reference"
+    d = c.dtype_policy
+    rule = j.fp64_reference
+    for cls in FP64_REQUIRED.get(jname, ()):
+        want = d.logprob_dtype if cls == "logprob" else d.execution_dtype
+        _check(rule is not None, path, f"required: the {cls} class is judged in {want}, and its {d.execution_dtype} row "
+                                       f"cannot see a {want}-level error against the FP32 reference")
+        _check(cls in rule.by_op_class, f"{path}.by_op_class", f"missing op class(es) [{cls!r}] (required)")
+        _check(want in rule.by_op_class[cls], f"{path}.by_op_class.{cls}", f"missing dtype(s) [{want!r}] (required)")
+    if rule is None:
+        return
+    _check(j.kind == "tolerance", path, "only a tolerance judgment has an FP64-reference row")
+    _check(rule.note != "", f"{path}.note", "must say how the row was chosen")
+    extra = [k for k in rule.by_op_class if k not in OP_CLASSES]
+    _check(not extra, f"{path}.by_op_class", f"unknown op class(es) {extra}")
+    _check(len(rule.by_op_class) > 0, f"{path}.by_op_class", "must have at least one op class row")
+    for cls, by_dtype in rule.by_op_class.items():
+        extra = [k for k in by_dtype if k not in d.supported_dtypes]
+        _check(not extra, f"{path}.by_op_class.{cls}", f"unknown dtype(s) {extra}")
+        _check(len(by_dtype) > 0, f"{path}.by_op_class.{cls}", "must have at least one dtype row")
+        beside = j.by_op_class[cls][d.execution_dtype]
+        for dt, th in by_dtype.items():
+            for field in ("atol", "rtol"):
+                v = getattr(th, field)
+                fpath = f"{path}.by_op_class.{cls}.{dt}.{field}"
+                _check(math.isfinite(v) and v >= 0, fpath, f"must be a finite number >= 0, got {v}")
+                limit = getattr(beside, field)
+                _check(v <= limit, fpath, f"{v:g} is looser than judgments.{jname}.by_op_class.{cls}.{d.execution_dtype}.{field} "
+                                          f"({limit:g}): an FP64-reference row adds a check beside it, never relaxes one")
+            _check(th.max_rel_l2 is None and th.min_cosine is None, f"{path}.by_op_class.{cls}.{dt}",
+                   "an FP64-reference row is elementwise: atol and rtol only")
 
 
 def fingerprint_of(data) -> str:

@@ -51,6 +51,22 @@ def c1_contract(run: GateRun, args) -> None:
                 if c.is_bitwise(j) and (th.atol, th.rtol) != (0.0, 0.0):
                     bad.append(f"{op}/{dt}")
         _cell(run, f"resolve-{j}", "contract", not bad, f"{n} (op, dtype) rows resolve" + (f"; non-zero: {bad}" if bad else ""))
+    # the FP64-reference rows: every op of a class that has one resolves it at the dtype its values are in,
+    # no looser than the execution dtype's row beside it (validate() refuses that too)
+    rows64, bad, judged64 = [], [], set()
+    for j in JUDGMENTS:
+        for op in c.ops:
+            dt = c.judged_dtype(op, c.dtype_policy.execution_dtype)
+            if "float64" in c.references(j, op, dt):
+                th, beside = c.resolve(j, op, dt, reference="float64"), c.resolve(j, op, c.dtype_policy.execution_dtype)
+                rows64.append(f"{j} {op} {dt} atol {th.atol:g} rtol {th.rtol:g}")
+                judged64.add((j, op))
+                if th.atol > beside.atol or th.rtol > beside.rtol:
+                    bad.append(op)
+    need = [op for op in c.op_classes["logprob"] if ("forward_accuracy", op) not in judged64]
+    _cell(run, "resolve-fp64-reference", "contract", bool(rows64) and not bad and not need,
+          f"{len(rows64)} FP64-reference row(s): {'; '.join(rows64)}" + (f"; looser than their BF16 row: {bad}" if bad else "")
+          + (f"; logprob-class op(s) without one: {need}" if need else ""))
     bf = c.resolve("forward_accuracy", "det_gemm", "bfloat16")
     _cell(run, "resolve-example", "contract", (bf.atol, bf.rtol) == (5e-2, 2e-2),
           f"forward_accuracy det_gemm bfloat16 -> atol {bf.atol:g} rtol {bf.rtol:g}")
@@ -104,6 +120,9 @@ def c1_contract(run: GateRun, args) -> None:
             accuracy={"lhs": "fp32_reference", "rhs": "bf16_candidate"}),
         "string-threshold": lambda d: d["judgments"]["forward_accuracy"]["by_op_class"]["logprob"]["bfloat16"].update(atol="0.06"),
         "missing-key": lambda d: d.pop("aggregates"),
+        "fp64-row-missing": lambda d: d["judgments"]["forward_accuracy"].pop("fp64_reference"),
+        "fp64-row-looser": lambda d: d["judgments"]["forward_accuracy"]["fp64_reference"]["by_op_class"]["logprob"]["float32"]
+        .update(atol=0.1),
     }
     for name, mutate in mutations.items():
         ok, detail = _rejects(mutate, raw, contract_from_dict)
