@@ -1,17 +1,14 @@
 #!/usr/bin/env bash
-# Fetch, on a host with registry access, the wheels that ci/gpu_check.sh needs on a GPU host that
-# has none (the H100/H200 image has torch, triton, attrs, pytest, numpy, safetensors, transformers
-# ... but not nox or cattrs). Versions are the pins of requirements/cpu.txt; the target is the GPU
-# image's Python (3.12, x86-64). ~7 MB into .whl/ (add /.whl/ to .git/info/exclude; carry it).
+# The wheels a GPU host lacks, as one folder to carry to it (the device machine reaches no registry):
+# requirements/gpu-host.txt's projects (nox, cattrs, ...) resolved with their dependencies for the host's Python
+# (3.12, manylinux x86-64) and filtered against the host image's inventory (ci/gpu_host_h200.txt) by ci/gpu_wheels.py.
 #
-#   bash ci/gpu_wheels.sh [DEST]          (default .whl)
+#   bash ci/gpu_wheels.sh [DEST]          (default .whl, git-ignored; name it in the device run's carry)
+#
+# On the host: python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+#              && export PYTHONPATH=/tmp/site          (ci/gpu_check.sh does this itself when .whl exists)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DEST=${1:-.whl}
-PY=${PYTHON:-python3}
-PYVER=${WS1_GPU_PYTHON_VERSION:-3.12}
-pins=$(grep -E '^(nox|cattrs)==' requirements/cpu.txt | tr '\n' ' ')
-[ -n "$pins" ] || { echo "gpu_wheels: no nox/cattrs pins in requirements/cpu.txt" >&2; exit 1; }
-"$PY" -m pip download -q --only-binary=:all: --python-version "$PYVER" --implementation cp \
-  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d "$DEST" $pins
-ls "$DEST"
+PY=${PYTHON:-.venv/bin/python}
+[ -x "$PY" ] || PY=python3
+exec "$PY" ci/gpu_wheels.py "${1:-.whl}" --python "${WS1_GPU_PYTHON_VERSION:-3.12}"
