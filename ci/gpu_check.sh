@@ -1,346 +1,212 @@
 #!/usr/bin/env bash
-# GPU check of the triton_cuda_bf16 profile, on a CUDA host (H100/H200, sm_90 is what the kernels
-# are tuned for):
+# One GPU host run that closes both GPU profiles: the C11 flow (ci/c11.py) for triton_cuda_bf16 and cuda_bf16 on
+# one CUDA device, inside a time budget (default 9 minutes), writing the C11 records that `ws1-contract closure` reads.
 #
-#   1. facts: GPU, driver, torch / triton / python versions (exit 2 at once without a CUDA device);
-#   2. installs the WS1 packages into the host's own Python with ci/install_host.sh (--no-deps: its
-#      CUDA torch and triton stay; pins it lacks, e.g. nox and cattrs, come from a wheel folder:
-#      WS1_WHEELS, default .whl, filled by ci/gpu_wheels.sh where a registry is reachable);
-#   3. runs the gates for triton_cuda_bf16 by their nox session names — c1_contract,
-#      c2_manifest (--runtime), c3_forward, c4_gradient, c5_inventory, c6_decode_prefill,
-#      c7_stateful_kv, c8_matrix, c9_model, c10_chain_gate — each with a timeout; a session the
-#      noxfile does not have is reported "absent", never run some other way, never counted green;
-#   4. runs benchmarks/bench_triton.py (det_gemm vs cuBLAS, attention vs SDPA, logprob vs torch,
-#      the chain vs torch_default) with its targets;
-#   5. writes, into OUT_DIR: summary.json (every step, exit codes, targets), bench_triton.json, and
-#      gpu_check_artifacts.tar.gz (the gates' evidence JSON and every log). Three files, so the
-#      result fits a transfer that returns only a few files.
+#   bash ci/gpu_check.sh [OUT_DIR]          OUT_DIR default: $OUT (the device run's folder), else ./evidence-gpu
 #
-#   bash ci/gpu_check.sh [OUT_DIR]          OUT_DIR default: $OUT, else ./evidence-gpu
+# Plan (measured on the first H200 run, 2026-12-04: install 21 s, triton-aot 14 s, kernels-cuda build ~55 s for
+# sm_90a alone with 12 jobs; C2 runtime 26/13 s, C3 54/50, C4 145/63, C6 19, C7 ~10, C9 ~10, C10 ~12 — triton/cuda):
+#   0. facts: the device (exit 2 at once without one), the commit and whether the tree is dirty (closure refuses a
+#      dirty tree: commit first), the host's versions of the carried projects (host_packages.txt);
+#   1. the carried wheels (.whl, from ci/gpu_wheels.sh): each installed into /tmp/ws1-site only when the host lacks its
+#      project or has an older version; PYTHONPATH=/tmp/ws1-site; then ci/install_host.sh (the packages, editable);
+#   2. two lanes in parallel on the one GPU:
+#        triton lane: triton-aot (every Triton configuration compiled for this arch, into the run's cache), then
+#                     python ci/c11.py triton_cuda_bf16;
+#        cuda lane:   kernels-cuda built for THIS device's arch only (WS1_CUDA_ARCHS=<cc>, MAX_JOBS = cores; the
+#                     default build stays sm_80 + sm_90a), then python ci/c11.py cuda_bf16;
+#      C11 per profile: C1, C2 static → build → linkage → the device tests (nox -s tests_device) → C2 runtime → C3,
+#      C4, C5 → C6, C7, C9 → C8 → C10 (tiny) and its negative control; its c11_ci.json is what closure reads. The
+#      device-independent test suite is CPU CI's (closure takes every profile's record from one commit);
+#   3. if the cuda lane's device tests failed: one native backtrace of the first bad-input call under cuda-gdb
+#      (logs/cuda_entry_backtrace.txt) — the first H200 run lost its unit tests to a segfault there;
+#   4. `ws1-contract closure` over this run's evidence (closure.txt: triton_cuda_bf16 and cuda_bf16 green, cpu_bf16 and
+#      ascend_bf16 missing until their hosts' records are added);
+#   5. WS1_BENCH=1: benchmarks/bench_cuda.py and bench_triton.py if the budget still allows (off by default: the
+#      closure run and the benchmark runs each fit one device call).
+# OUT_DIR receives at most 8 files: summary.json, closure.txt, c11_evidence.tar.gz (every record, report and log of both
+# profiles, the build logs), host_packages.txt, and bench_*.json when run.
 #
-# Environment: PYTHON (default python3), WS1_WHEELS (default .whl), WS1_GATES (space-separated
-# session names to run instead of the full list), WS1_GATE_TIMEOUT (seconds per gate, default 300),
-# WS1_BENCH=0 (skip the benchmark), WS1_BENCH_ARGS (extra arguments, e.g. "--no-chain --reps 10"),
-# WS1_DEADLINE_S (a total time budget in seconds: no step starts that cannot finish inside it, a
-# step's timeout is cut to what is left, and what did not run is reported "not run (time budget)";
-# e.g. 540 inside a 10-minute command), WS1_SKIP_INSTALL=1 (packages already installed), WS1_GPU_CHECK_ALLOW_CPU=1 (test this script's
-# plumbing on a CPU host: the gates then exit 2 and the result can never be green).
-#
-# cuda_bf16 (kernels-cuda, issue 13), a separate block after the triton gates: builds kernels-cuda into
-# the host's Python for sm_80/sm_90a (MAX_JOBS = the host's cores), runs the same gate sessions with
-# `-- cuda_bf16` (steps "cuda_gate:<session>"; a failed build leaves each red "not run: kernels-cuda did
-# not build", never run another way) after its kernel unit tests (kernels-cuda/tests/test_gpu_kernels.py,
-# step "cuda_unit"), then benchmarks/bench_cuda.py -> bench_cuda.json. WS1_CUDA=0 skips the block;
-# summary.json gets a "cuda_bf16" section and the overall verdict counts its reds.
-#
-# triton_aot (issue 17), a separate block before the gates: python -m ws1_matrix triton-aot compiles every
-# Triton configuration the chain launches (test and Qwen3-8B shapes) for this GPU's arch with the host's
-# own Triton (3.6 on the H200 image; the CPU CI's build under 3.9 cannot be reused: Triton's cache key
-# holds its version), --jobs = the host's cores, into TRITON_CACHE_DIR (exported for the whole run), with
-# the launch's own cache key: the gates then load those kernels instead of compiling them one by one,
-# and a compile error or a spill is found in ~1 minute, before any gate runs. Step "triton_aot";
-# evidence/build/triton_aot.{json,md} in the artifacts; red counts in the overall verdict.
-# WS1_TRITON_AOT=0 skips it.
-#
-# Exit: 0 every gate present and green; 1 a gate red, failed or timed out (or the benchmark
-# failed); 3 nothing red but some gate absent (incomplete: not a pass); 2 no CUDA device.
+# Environment: WS1_PROFILES ("triton_cuda_bf16 cuda_bf16"), WS1_DEADLINE_S (540: no lane outlives it; a lane cut
+# short leaves its profile without a C11 record, red), WS1_SKIP_INSTALL=1 (packages already installed), WS1_BENCH,
+# PYTHON (python3), WS1_WHEELS (.whl), WS1_GPU_CHECK_DRY=1 (a CPU host tests this script's plumbing: the lanes run
+# without the build and triton-aot, C11 stops at the absent device, every profile ends red; ci/tests/test_gpu_check.py).
+# Exit: 0 every requested profile's C11 green; 1 something red or missing; 2 no CUDA device.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 DEST=${1:-${OUT:-$ROOT/evidence-gpu}}
 PY=${PYTHON:-python3}
+PROFILES=${WS1_PROFILES:-"triton_cuda_bf16 cuda_bf16"}
+DEADLINE=${WS1_DEADLINE_S:-540}
 WHEELS=${WS1_WHEELS:-$ROOT/.whl}
-GATE_TIMEOUT=${WS1_GATE_TIMEOUT:-300}
-PROFILE=triton_cuda_bf16
-GATES=${WS1_GATES:-"c1_contract c2_manifest c3_forward c4_gradient c5_inventory c6_decode_prefill c7_stateful_kv c8_matrix c9_model c10_chain_gate"}
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/ws1_gpu_check.XXXXXX")
-mkdir -p "$DEST" "$WORK/logs" "$WORK/evidence"
-export WS1_EVIDENCE_DIR="$WORK/evidence" PYTHONUNBUFFERED=1
-unset TRITON_INTERPRET   # the kernels must compile for the GPU here, never run in the interpreter
-DEADLINE=${WS1_DEADLINE_S:-0}
-STEPS="$WORK/steps.jsonl"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/ws1_gpu.XXXXXX")
+EV="$WORK/evidence"
+mkdir -p "$DEST" "$WORK/logs" "$EV"
+export WS1_EVIDENCE_DIR="$EV" PYTHONUNBUFFERED=1
+unset TRITON_INTERPRET    # the Triton kernels compile for the GPU here, never run in the interpreter
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$WORK.triton_cache}
+STEPS="$WORK/steps.tsv"
 : >"$STEPS"
+DRY=${WS1_GPU_CHECK_DRY:-0}
+T0=$SECONDS
 
-say() { printf '\033[1m[gpu_check]\033[0m %s\n' "$*" | tee -a "$WORK/logs/gpu_check.log"; }
-# step NAME RC SECONDS DETAIL [LOG] -> one JSON line in steps.jsonl
-step() {
-  "$PY" - "$@" >>"$STEPS" <<'EOF'
-import json, sys
-name, rc, secs, detail = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-log = sys.argv[5] if len(sys.argv) > 5 else None
-print(json.dumps({"step": name, "rc": rc, "seconds": secs, "detail": detail, "log": log}))
-EOF
-}
-timed() {  # timed NAME LOGFILE TIMEOUT CMD... -> runs CMD, records rc and time
-  local name=$1 log=$2 tmo=$3
-  shift 3
-  local t0=$SECONDS
-  timeout --kill-after=20 "$tmo" "$@" >"$log" 2>&1
-  local rc=$?
-  step "$name" "$rc" "$((SECONDS - t0))" "$*" "$(basename "$log")"
-  tail -n 15 "$log" | sed 's/^/    /'
+say() { printf '[gpu_check %4ds] %s\n' "$((SECONDS - T0))" "$*" | tee -a "$WORK/logs/gpu_check.log"; }
+left() { echo $((DEADLINE - (SECONDS - T0))); }
+# run NAME TIMEOUT CMD... -> rc; one line per step in steps.tsv (name, rc, seconds)
+run() {
+  local name=$1 tmo=$2 t=$SECONDS rc
+  shift 2
+  if [ "$tmo" -lt 20 ]; then
+    printf '%s\t201\t0\n' "$name" >>"$STEPS"
+    say "$name: not run (time budget spent)"
+    return 201
+  fi
+  timeout --kill-after=15 "$tmo" "$@" >"$WORK/logs/$name.log" 2>&1
+  rc=$?
+  printf '%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - t))" >>"$STEPS"
+  say "$name: exit $rc in $((SECONDS - t))s"
   return $rc
 }
 
-left() {  # seconds left in the budget (a large number without one)
-  if [ "$DEADLINE" -gt 0 ]; then echo $((DEADLINE - SECONDS)); else echo 999999; fi
-}
-budget() {  # budget WANTED -> the timeout to use, or nothing when under 45 s would be left
-  local rem
-  rem=$(($(left) - 30))
-  [ "$rem" -lt 45 ] && return 1
-  [ "$1" -lt "$rem" ] && echo "$1" || echo "$rem"
-}
-
-finish() {  # write summary.json, pack the artifacts, copy the three files into DEST
-  "$PY" - "$STEPS" "$WORK" "$GATES" <<'EOF' >"$WORK/summary.json"
+pack() {
+  "$PY" - "$STEPS" "$EV" "$WORK" "$PROFILES" >"$WORK/summary.json" <<'EOF'
 import json, os, sys
-steps = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-work, gates = sys.argv[2], sys.argv[3].split()
+steps_f, ev, work, profiles = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split()
+steps = [dict(zip(("step", "rc", "seconds"), line.rstrip("\n").split("\t"))) for line in open(steps_f) if line.strip()]
 facts = json.load(open(os.path.join(work, "facts.json"))) if os.path.exists(os.path.join(work, "facts.json")) else {}
-by = {s["step"]: s for s in steps}
-gate_rows = []
-for g in gates:
-    s = by.get(f"gate:{g}")
-    if s is None:
-        status = "not run"
-    elif s["rc"] == 0:
-        status = "green"
-    elif s["rc"] == 200:
-        status = "absent"
-    elif s["rc"] == 201:
-        status = "not run (time budget)"
-    elif s["rc"] in (124, 137):
-        status = "timeout"
-    elif s["rc"] == 2:
-        status = "device absent (exit 2)"
-    else:
-        status = "red"
-    gate_rows.append({"session": g, "status": status, **({k: s[k] for k in ("rc", "seconds", "detail", "log")} if s else {})})
-bench = None
-bp = os.path.join(work, "bench_triton.json")
-if os.path.exists(bp):
-    b = json.load(open(bp))
-    bench = {"targets": b.get("targets"), "errors": b.get("errors")}
-red = [g for g in gate_rows if g["status"] not in ("green", "absent", "not run (time budget)", "not run")]
-absent = [g["session"] for g in gate_rows if g["status"] == "absent"]
-unrun = [g["session"] for g in gate_rows if g["status"].startswith("not run")]
-bench_failed = by.get("bench") is not None and by["bench"]["rc"] not in (0, 201)
-if by.get("bench", {}).get("rc") == 201:
-    unrun.append("benchmark")
-no_device = by.get("facts", {}).get("rc") == 2
-# triton_aot (issue 17): the kernels compiled up front; a compile error or spill (rc 1) is red
-if by.get("triton_aot", {}).get("rc") not in (None, 0, 201):
-    red.append({"session": "triton_aot", "status": "red", "rc": by["triton_aot"]["rc"], "log": by["triton_aot"]["log"]})
-# cuda_bf16 (issue 13): its build, its gates ("cuda_gate:<session>"), its benchmark; absent when WS1_CUDA=0
-cuda = None
-if "cuda_build" in by or any(k.startswith("cuda_gate:") for k in by):
-    def status(s):
-        if s is None:
-            return "not run"
-        return {0: "green", 200: "absent", 201: "not run (time budget)", 124: "timeout", 137: "timeout",
-                2: "device absent (exit 2)"}.get(s["rc"], "red")
-    crows = [{"session": g, "status": status(by.get(f"cuda_gate:{g}")), **{k: by[f"cuda_gate:{g}"][k] for k in ("rc", "seconds", "detail", "log")
-                                                                            if f"cuda_gate:{g}" in by}} for g in gates]
-    cb = os.path.join(work, "bench_cuda.json")
-    cbench = {k: json.load(open(cb)).get(k) for k in ("targets", "errors")} if os.path.exists(cb) else None
-    cuda = {"build": status(by.get("cuda_build")), "unit_tests": status(by.get("cuda_unit")), "gates": crows, "benchmark": cbench,
-            "benchmark_step": status(by.get("cuda_bench")) if "cuda_bench" in by else "not run"}
-    red += [dict(r, profile="cuda_bf16") for r in crows if r["status"] not in ("green", "absent", "not run (time budget)", "not run")]
-    if cuda["build"] not in ("green", "not run (time budget)"):
-        red.append({"session": "cuda_build", "status": cuda["build"]})
-    if cuda["unit_tests"] not in ("green", "not run", "not run (time budget)"):
-        red.append({"session": "cuda_unit", "status": cuda["unit_tests"]})
-    if cuda["benchmark_step"] not in ("green", "not run", "not run (time budget)"):
-        bench_failed = True
-    absent += [f"cuda_bf16:{r['session']}" for r in crows if r["status"] == "absent"]
-    unrun += [f"cuda_bf16:{r['session']}" for r in crows if r["status"].startswith("not run")]
-overall = "no_device" if no_device else "red" if red or bench_failed else ("incomplete" if absent or unrun else "green")
-print(json.dumps({"profile": "triton_cuda_bf16", "overall": overall, "absent_gates": absent, "not_run_gates": unrun, "facts": facts,
-                  "gates": gate_rows, "benchmark": bench, "cuda_bf16": cuda, "steps": steps}, indent=1))
+out = {"facts": facts, "steps": steps, "profiles": {}}
+for p in profiles:
+    f = os.path.join(ev, p, "c11_ci.json")
+    if not os.path.exists(f):
+        why = ("not executed: no CUDA device on this host" if facts.get("cuda_available") is False else
+               "no C11 record (the lane did not finish: see steps and logs)")
+        out["profiles"][p] = {"status": "red", "why": why}
+        continue
+    r = json.load(open(f))
+    red = [c for c in r["cells"] if c["status"] != "green"]
+    out["profiles"][p] = {"status": "green" if r["passed"] and not red else "red", "exit_code": r.get("exit_code"),
+                          "wall_time_s": r.get("wall_time_s"), "git_sha": r["git_sha"], "dirty": r["dirty"],
+                          "steps": {c["id"]: [c["status"], c.get("seconds")] for c in r["cells"]},
+                          "first_red": f"{red[0]['id']}: {red[0]['detail'][:300]}" if red else None}
+out["overall"] = "green" if all(v["status"] == "green" for v in out["profiles"].values()) else "red"
+print(json.dumps(out, indent=1))
 EOF
   cp "$WORK/summary.json" "$DEST/summary.json"
-  [ -f "$WORK/bench_triton.json" ] && cp "$WORK/bench_triton.json" "$DEST/bench_triton.json"
-  [ -f "$WORK/bench_cuda.json" ] && cp "$WORK/bench_cuda.json" "$DEST/bench_cuda.json"
-  tar -czf "$DEST/gpu_check_artifacts.tar.gz" -C "$WORK" . 2>/dev/null
-  "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print('overall:', d['overall']); [print(f\"  {g['session']:<20} {g['status']}\") for g in d['gates']]" "$WORK/summary.json"
-  "$PY" -c "import json,sys; c=json.load(open(sys.argv[1])).get('cuda_bf16'); c and print('cuda_bf16: build', c['build']); [print(f\"  cuda_bf16 {g['session']:<20} {g['status']}\") for g in (c or {}).get('gates', [])]" "$WORK/summary.json"
-  say "wrote $(cd "$DEST" && ls summary.json bench_triton.json gpu_check_artifacts.tar.gz 2>/dev/null | tr '\n' ' ')into $DEST"
+  [ -f "$WORK/closure.txt" ] && cp "$WORK/closure.txt" "$DEST/closure.txt"
+  [ -f "$WORK/host_packages.txt" ] && cp "$WORK/host_packages.txt" "$DEST/host_packages.txt"
+  for b in "$WORK"/bench_*.json; do [ -f "$b" ] && cp "$b" "$DEST/"; done
+  tar -czf "$DEST/c11_evidence.tar.gz" -C "$WORK" evidence logs steps.tsv facts.json 2>/dev/null
+  "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print('overall:', d['overall']); [print(f'  {p:<18} {v[\"status\"]:<6} {v.get(\"first_red\") or v.get(\"why\") or \"\"}') for p, v in d['profiles'].items()]" "$WORK/summary.json"
+  say "wrote $(cd "$DEST" && ls | tr '\n' ' ')into $DEST"
 }
 
-# ---- 1. facts ----------------------------------------------------------------------------------
-say "facts"
+# ---- 0. facts -------------------------------------------------------------------------------------------------
 "$PY" - "$WORK/facts.json" <<'EOF' 2>&1 | tee "$WORK/logs/facts.log"
-import json, platform, subprocess, sys
-f = {"python": platform.python_version(), "executable": sys.executable}
+import json, os, platform, subprocess, sys
+f = {"python": platform.python_version(), "nproc": os.cpu_count()}
 try:
     import torch
     f.update(torch=torch.__version__, cuda=torch.version.cuda, cuda_available=torch.cuda.is_available())
     if torch.cuda.is_available():
-        f.update(device=torch.cuda.get_device_name(0), capability=list(torch.cuda.get_device_capability(0)),
-                 sm_count=torch.cuda.get_device_properties(0).multi_processor_count)
-except Exception as e:
+        p = torch.cuda.get_device_properties(0)
+        f.update(device=p.name, capability=list(torch.cuda.get_device_capability(0)), sm_count=p.multi_processor_count,
+                 memory_gib=round(p.total_memory / 2**30, 1))
+except Exception as e:  # noqa: BLE001
     f["torch_error"] = repr(e)
 try:
     import triton
     f["triton"] = triton.__version__
-except Exception as e:
+except Exception as e:  # noqa: BLE001
     f["triton_error"] = repr(e)
-try:
-    f["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
-                                      "--format=csv,noheader"], capture_output=True, text=True, timeout=30).stdout.strip()
-except Exception as e:
-    f["nvidia_smi_error"] = repr(e)
-try:
-    f["git_sha"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    f["git_dirty"] = bool(subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True).stdout.strip())
-except Exception:
-    pass
+git = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True).stdout.strip()  # noqa: E731
+f["git_sha"], f["git_dirty"] = git("rev-parse", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
 json.dump(f, open(sys.argv[1], "w"), indent=1)
 print(json.dumps(f, indent=1))
 sys.exit(0 if f.get("cuda_available") else 2)
 EOF
 if [ "${PIPESTATUS[0]}" -ne 0 ]; then
-  step facts 2 0 "no CUDA device" facts.log
-  if [ "${WS1_GPU_CHECK_ALLOW_CPU:-0}" != 1 ]; then
-    say "no CUDA device here: triton_cuda_bf16 cannot be checked on this host (exit 2)"
-    finish
+  printf 'facts\t2\t0\n' >>"$STEPS"
+  if [ "$DRY" != 1 ]; then
+    say "no CUDA device here: the GPU profiles cannot be judged on this host (exit 2)"
+    pack
     exit 2
   fi
-  say "no CUDA device: continuing only to test this script's plumbing (WS1_GPU_CHECK_ALLOW_CPU=1); nothing can be green"
-else
-  step facts 0 0 "CUDA device present" facts.log
+  say "no CUDA device: a dry run of the plumbing (WS1_GPU_CHECK_DRY=1); nothing can be green"
 fi
+if "$PY" -c "import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))['git_dirty'] else 1)" "$WORK/facts.json"; then
+  say "WARNING: the tree has uncommitted changes to tracked files: closure refuses these records (commit, then run)"
+fi
+CC=$("$PY" -c "import torch; a, b = torch.cuda.get_device_capability(0); print(f'{a}{b}')" 2>/dev/null || echo 90)
+ARCH=$([ "$CC" = 90 ] && echo 90a || echo "$CC")
 
-# ---- 2. install --------------------------------------------------------------------------------
-if [ "${WS1_SKIP_INSTALL:-0}" = 1 ]; then
-  say "install skipped (WS1_SKIP_INSTALL=1: the packages are already installed in $PY)"
-  step install 0 0 "skipped by WS1_SKIP_INSTALL=1" ""
-elif [ -f ci/install_host.sh ]; then
-  say "install: ci/install_host.sh (the WS1 packages --no-deps; pins the host lacks from $WHEELS)"
-  [ -d "$WHEELS" ] && export WS1_WHEELS="$WHEELS"
-  timed install "$WORK/logs/install.log" 900 env PYTHON="$PY" bash ci/install_host.sh
-else
-  say "dependencies the host lacks (from $WHEELS if present)"
-  missing=$("$PY" - <<'EOF'
-import importlib.util
-need = ["nox", "cattrs", "attrs", "pytest", "numpy", "safetensors", "tqdm", "transformers", "hypothesis"]
-print(" ".join(m for m in need if importlib.util.find_spec(m) is None))
+# ---- 1. wheels the host lacks, then the packages ---------------------------------------------------------------
+if [ -d "$WHEELS" ] && ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+  "$PY" - "$WHEELS" "$WORK/host_packages.txt" >"$WORK/wheels_to_install.txt" <<'EOF'
+import importlib.metadata as md, re, sys
+from pathlib import Path
+rows, todo = [], []
+for w in sorted(Path(sys.argv[1]).glob("*.whl")):
+    name, ver = w.name.split("-")[:2]
+    try:
+        have = md.version(name.replace("_", "-"))
+    except md.PackageNotFoundError:
+        have = None
+    newer = have is None or tuple(int(x) for x in re.findall(r"\d+", ver)[:4]) > tuple(int(x) for x in re.findall(r"\d+", have)[:4])
+    rows.append(f"{name}\thost {have or 'absent'}\tcarried {ver}\t{'install' if newer else 'host serves'}")
+    if newer:
+        todo.append(str(w))
+Path(sys.argv[2]).write_text("\n".join(rows) + "\n")
+print("\n".join(todo))
 EOF
-  )
-  if [ -n "$missing" ]; then
-    if [ -d "$WHEELS" ]; then
-      timed deps "$WORK/logs/deps.log" 600 "$PY" -m pip install --no-index --find-links "$WHEELS" --no-cache-dir $missing
-    else
-      say "missing: $missing, and no wheel folder $WHEELS (the host has no registry access; see docs/triton.md)"
-      step deps 1 0 "missing: $missing; no wheel folder" ""
-    fi
+  if [ -s "$WORK/wheels_to_install.txt" ]; then
+    # shellcheck disable=SC2046
+    run wheels 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/ws1-site \
+      $(cat "$WORK/wheels_to_install.txt")
   fi
-  for pkg in packages/ws1-accel packages/ws1-contract packages/ws1-ops packages/ws1-kv packages/ws1-qwen3 packages/ws1-matrix; do
-    [ -f "$pkg/pyproject.toml" ] || continue
-    timed "install:$(basename "$pkg")" "$WORK/logs/install_$(basename "$pkg").log" 600 \
-      "$PY" -m pip install --no-deps --no-build-isolation --no-cache-dir -e "$pkg"
-  done
+  export PYTHONPATH=/tmp/ws1-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+if [ "${WS1_SKIP_INSTALL:-0}" != 1 ] && [ "$DRY" != 1 ]; then
+  run install 300 env PYTHON="$PY" bash ci/install_host.sh || { say "install failed"; pack; exit 1; }
 fi
 
-# ---- 2b. triton_aot: every Triton configuration compiled up front, into the run's cache (issue 17)
-export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$WORK.triton_cache}   # beside WORK: not packed into the artifacts
-if [ "${WS1_TRITON_AOT:-1}" != 0 ]; then
-  if tmo=$(budget 400); then
-    cc=$("$PY" -c "import torch; a, b = torch.cuda.get_device_capability(0); print(10 * a + b)" 2>/dev/null || echo 90)
-    say "triton_aot: the chain's Triton configurations for sm_$cc, $(nproc) jobs, into $TRITON_CACHE_DIR (timeout ${tmo}s)"
-    timed triton_aot "$WORK/logs/triton_aot.log" "$tmo" "$PY" -m ws1_matrix triton-aot --arch "$cc" --no-execute \
-      --jobs "$(nproc)" --cache-dir "$TRITON_CACHE_DIR" --evidence-dir "$WORK/evidence"
-  else
-    step triton_aot 201 0 "not run: time budget" ""
-  fi
-fi
-
-# ---- 3. gates ----------------------------------------------------------------------------------
-sessions=$("$PY" -m nox -l 2>"$WORK/logs/nox_list.log" | sed -n 's/^[*-] \([a-z0-9_]*\).*/\1/p')
-for g in $GATES; do
-  if ! grep -qx "$g" <<<"$sessions"; then
-    say "gate $g: absent (no nox session of that name in noxfile.py): reported, not run"
-    step "gate:$g" 200 0 "absent: no nox session '$g' in noxfile.py" ""
-    continue
-  fi
-  if ! tmo=$(budget "$GATE_TIMEOUT"); then
-    say "gate $g: not run, the time budget (WS1_DEADLINE_S=$DEADLINE) is spent"
-    step "gate:$g" 201 0 "not run: time budget" ""
-    continue
-  fi
-  extra=()
-  [ "$g" = c2_manifest ] && extra=(--runtime)
-  say "gate $g -- $PROFILE ${extra[*]} (timeout ${tmo}s)"
-  timed "gate:$g" "$WORK/logs/gate_$g.log" "$tmo" "$PY" -m nox -s "$g" -- "$PROFILE" "${extra[@]}"
+# ---- 2. the two lanes --------------------------------------------------------------------------------------------
+lane_triton() {
+  [ "$DRY" = 1 ] || run triton_aot "$(( $(left) < 300 ? $(left) : 300 ))" "$PY" -m ws1_matrix triton-aot --arch "$CC" --no-execute \
+    --jobs "$(nproc)" --cache-dir "$TRITON_CACHE_DIR" --evidence-dir "$EV"
+  run c11_triton_cuda_bf16 "$(left)" "$PY" ci/c11.py triton_cuda_bf16 --evidence-dir "$EV"
+}
+lane_cuda() {
+  [ "$DRY" = 1 ] || run cuda_build "$(( $(left) < 400 ? $(left) : 400 ))" env WS1_CUDA_ARCHS="$ARCH" MAX_JOBS="$(nproc)" \
+    "$PY" -m pip install --no-deps --no-build-isolation --no-cache-dir -e kernels-cuda || return 1
+  run c11_cuda_bf16 "$(left)" "$PY" ci/c11.py cuda_bf16 --evidence-dir "$EV"
+}
+pids=()
+for p in $PROFILES; do
+  case "$p" in
+    triton_cuda_bf16) lane_triton & pids+=($!) ;;
+    cuda_bf16) lane_cuda & pids+=($!) ;;
+    *) say "unknown GPU profile $p (expected triton_cuda_bf16, cuda_bf16)"; pack; exit 1 ;;
+  esac
 done
+say "lanes started for: $PROFILES (sm_$ARCH, $(nproc) cores, budget ${DEADLINE}s)"
+for pid in "${pids[@]}"; do wait "$pid"; done
 
-# ---- 3b. cuda_bf16: build kernels-cuda, its gates, its benchmark (issue 13) ---------------------
-if [ "${WS1_CUDA:-1}" != 0 ]; then
-  cuda_built=1
-  if tmo=$(budget 600); then
-    say "cuda_bf16: build kernels-cuda (sm_80, sm_90a; MAX_JOBS=$(nproc); timeout ${tmo}s)"
-    timed cuda_build "$WORK/logs/cuda_build.log" "$tmo" env MAX_JOBS="$(nproc)" \
-      "$PY" -m pip install --no-deps --no-build-isolation --no-cache-dir -e kernels-cuda
-    cuda_built=$?
-    # warnings are errors; if only that failed (e.g. this host's torch headers warn under its nvcc), the
-    # step stays red and one relaxed build (WS1_CUDA_WERROR=0) lets the gates still produce evidence
-    if [ "$cuda_built" -ne 0 ] && grep -q "warning" "$WORK/logs/cuda_build.log" && tmo=$(budget 600); then
-      say "cuda_bf16: strict build failed with warnings; one relaxed build (WS1_CUDA_WERROR=0), cuda_build stays red"
-      timed cuda_build_relaxed "$WORK/logs/cuda_build_relaxed.log" "$tmo" env MAX_JOBS="$(nproc)" WS1_CUDA_WERROR=0 \
-        "$PY" -m pip install --no-deps --no-build-isolation --no-cache-dir -e kernels-cuda
-      cuda_built=$?
-    fi
-  else
-    step cuda_build 201 0 "not run: time budget" ""
-  fi
-  if [ "$cuda_built" -eq 0 ] && tmo=$(budget 180); then
-    say "cuda_bf16: kernel unit tests (kernels-cuda/tests/test_gpu_kernels.py, timeout ${tmo}s)"
-    timed cuda_unit "$WORK/logs/cuda_unit.log" "$tmo" "$PY" -m pytest -q -p no:cacheprovider kernels-cuda/tests/test_gpu_kernels.py
-  fi
-  for g in $GATES; do
-    if ! grep -qx "$g" <<<"$sessions"; then
-      step "cuda_gate:$g" 200 0 "absent: no nox session '$g' in noxfile.py" ""
-    elif [ "$cuda_built" -ne 0 ]; then
-      step "cuda_gate:$g" 1 0 "not run: kernels-cuda did not build (see cuda_build.log)" ""
-    elif ! tmo=$(budget "$GATE_TIMEOUT"); then
-      step "cuda_gate:$g" 201 0 "not run: time budget" ""
-    else
-      extra=()
-      [ "$g" = c2_manifest ] && extra=(--runtime)
-      say "cuda_bf16 gate $g -- cuda_bf16 ${extra[*]} (timeout ${tmo}s)"
-      timed "cuda_gate:$g" "$WORK/logs/cuda_gate_$g.log" "$tmo" "$PY" -m nox -s "$g" -- cuda_bf16 "${extra[@]}"
-    fi
-  done
-  if [ "${WS1_BENCH:-1}" != 0 ] && [ "$cuda_built" -eq 0 ]; then
-    if tmo=$(budget 600); then
-      say "cuda_bf16 benchmark (benchmarks/bench_cuda.py, timeout ${tmo}s)"
-      # shellcheck disable=SC2086
-      timed cuda_bench "$WORK/logs/cuda_bench.log" "$tmo" "$PY" benchmarks/bench_cuda.py --json "$WORK/bench_cuda.json" ${WS1_CUDA_BENCH_ARGS:-}
-    else
-      step cuda_bench 201 0 "not run: time budget" ""
-    fi
-  fi
+# ---- 3. a native backtrace if the entry-point tests crashed ----------------------------------------------------
+if grep -q "exit -11\|Segmentation fault" "$EV"/cuda_bf16/logs/tests.log 2>/dev/null && command -v cuda-gdb >/dev/null; then
+  run cuda_entry_backtrace 90 cuda-gdb -batch -ex run -ex bt --args "$PY" -c \
+    "import torch, ws1_kernels_cuda; torch.ops.ws1_cuda.det_gemm(torch.zeros(2, 8, dtype=torch.bfloat16, device='cuda'), torch.zeros(4, 9, dtype=torch.bfloat16, device='cuda'))"
 fi
 
-# ---- 4. benchmark ------------------------------------------------------------------------------
-if [ "${WS1_BENCH:-1}" != 0 ]; then
-  if tmo=$(budget 1200); then
-    say "benchmark (benchmarks/bench_triton.py, timeout ${tmo}s)"
-    # shellcheck disable=SC2086
-    timed bench "$WORK/logs/bench.log" "$tmo" "$PY" benchmarks/bench_triton.py --json "$WORK/bench_triton.json" ${WS1_BENCH_ARGS:-}
-  else
-    say "benchmark: not run, the time budget is spent"
-    step bench 201 0 "not run: time budget" ""
-  fi
+# ---- 4. closure over this run's records ----------------------------------------------------------------------------
+"$PY" -m ws1_contract closure "$EV" >"$WORK/closure.txt" 2>&1
+say "closure over this host's evidence: $(head -1 "$WORK/closure.txt")"
+
+# ---- 5. benchmarks (optional) --------------------------------------------------------------------------------------
+if [ "${WS1_BENCH:-0}" = 1 ]; then
+  [[ " $PROFILES " == *" cuda_bf16 "* ]] && run bench_cuda "$(left)" "$PY" benchmarks/bench_cuda.py --json "$WORK/bench_cuda.json"
+  [[ " $PROFILES " == *" triton_cuda_bf16 "* ]] && run bench_triton "$(left)" "$PY" benchmarks/bench_triton.py --json "$WORK/bench_triton.json"
 fi
 
-# ---- 5. summary --------------------------------------------------------------------------------
-finish
-overall=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['overall'])" "$WORK/summary.json")
-case "$overall" in
-  green) exit 0 ;;
-  incomplete) exit 3 ;;
-  no_device) exit 2 ;;
-  *) exit 1 ;;
-esac
+pack
+"$PY" -c "import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))['overall'] == 'green' else 1)" "$WORK/summary.json"

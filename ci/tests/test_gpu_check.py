@@ -1,0 +1,43 @@
+"""ci/gpu_check.sh's plumbing on a CPU host: no device is exit 2 with a red summary naming why; the dry run
+(WS1_GPU_CHECK_DRY=1) runs both lanes in parallel through C11 (which stops at the absent device), then closure,
+and packs at most 8 files — so the script a GPU session depends on has run end to end before that session."""
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(tmp_path, **env):
+    return subprocess.run(["bash", str(ROOT / "ci" / "gpu_check.sh"), str(tmp_path / "out")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "PYTHON": sys.executable, "TMPDIR": str(tmp_path), **env})
+
+
+def test_no_device_is_exit_2_with_a_red_summary(tmp_path):
+    r = _run(tmp_path)
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    s = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert s["overall"] == "red" and s["facts"]["cuda_available"] is False
+    assert {p: v["why"] for p, v in s["profiles"].items()} == {
+        "triton_cuda_bf16": "not executed: no CUDA device on this host", "cuda_bf16": "not executed: no CUDA device on this host"}
+
+
+def test_dry_run_runs_both_lanes_and_closure(tmp_path):
+    r = _run(tmp_path, WS1_GPU_CHECK_DRY="1")
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
+    out = tmp_path / "out"
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["c11_evidence.tar.gz", "closure.txt", "summary.json"] and len(files) <= 8
+    s = json.loads((out / "summary.json").read_text())
+    for p in ("triton_cuda_bf16", "cuda_bf16"):
+        v = s["profiles"][p]
+        assert v["status"] == "red" and v["exit_code"] == 2 and v["first_red"].startswith("device: not executed on this host")
+    closure = (out / "closure.txt").read_text()
+    assert closure.startswith("WS1 closure: NOT CLOSED") and "cpu_bf16           MISSING" in closure
+    with tarfile.open(out / "c11_evidence.tar.gz") as t:
+        names = t.getnames()
+    assert "evidence/cuda_bf16/c11_ci.json" in names and "evidence/triton_cuda_bf16/c11_ci.json" in names
+    assert [st["step"] for st in s["steps"]][:1] == ["facts"] and {"c11_cuda_bf16", "c11_triton_cuda_bf16"} <= {st["step"] for st in s["steps"]}
