@@ -214,6 +214,15 @@ def _start(run, args):
         return None, mode
     if args.candidate:
         model.profile = args.candidate          # a negative control's kernels: not a profile
+        if args.candidate != "torch_default":   # built on this profile's kernels (a GPU host's control runs on its GPU)
+            from ws1_ops.backends.controls import CONTROLS
+
+            family = ws1_accel.family_of(run.profile)
+            if family not in CONTROLS[args.candidate].families:
+                run.add(judged("candidate", "chain_gate", False, f"control {args.candidate} cannot be built on the {family} kernels "
+                               f"of {run.profile} (only {'/'.join(CONTROLS[args.candidate].families)}); nothing was run"))
+                return None, mode
+            model.candidate_family = family
     return model, mode
 
 

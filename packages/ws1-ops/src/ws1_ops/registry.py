@@ -210,10 +210,12 @@ def candidates() -> tuple[str, ...]:
     return ("torch_default", *controls.CONTROLS)
 
 
-def use_candidate(name: str) -> contextlib.AbstractContextManager[str]:
+def use_candidate(name: str, family: str | None = None) -> contextlib.AbstractContextManager[str]:
     """Run ws1 ops on a non-profile candidate: ``torch_default`` (plain PyTorch) or one of the
-    deliberately variant controls of :mod:`ws1_ops.backends.controls` (the cpu kernels with one
-    node replaced by a variant whose invariance failure is certain on every host)."""
+    deliberately variant controls of :mod:`ws1_ops.backends.controls` (a family's kernels with one
+    node replaced by a variant whose invariance failure is certain on every host). ``family``: the
+    kernels the control is built on (default its own, ``cpu``) — a GPU host's gate runs the control on
+    its profile's family; a control that can only be built on the cpu kernels refuses another."""
     if name == "torch_default":
         return _activate(name, name)
     from .backends import controls
@@ -222,8 +224,12 @@ def use_candidate(name: str) -> contextlib.AbstractContextManager[str]:
     if ctl is None:
         raise KernelUnavailable(f"unknown candidate {name!r}; expected one of {list(candidates())} "
                                 "(profiles go through use_profile())")
-    load_family(ctl.family)
-    return _activate(name, ctl.family, ctl.kernels())
+    family = family or ctl.family
+    if family not in ctl.families:
+        raise KernelUnavailable(f"control {name} is built on the {'/'.join(ctl.families)} kernels only, not on the {family} "
+                                f"family; controls for {family}: {sorted(n for n, c in controls.CONTROLS.items() if family in c.families)}")
+    load_family(family)
+    return _activate(name, family, ctl.kernels(family))
 
 
 def active() -> tuple[str, str]:

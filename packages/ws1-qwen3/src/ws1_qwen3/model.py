@@ -213,8 +213,8 @@ class Qwen3ForCausalLM(nn.Module):
         """The kernels of this model's profile (fails closed: absent device or kernel package raises)."""
         if self.profile == REFERENCE:
             return contextlib.nullcontext()
-        if self.profile in CANDIDATES:
-            return ws1_ops.use_candidate(self.profile)
+        if self.profile in CANDIDATES:   # a control runs on the kernels of candidate_family (None: its own, cpu)
+            return ws1_ops.use_candidate(self.profile, getattr(self, "candidate_family", None))
         return ws1_ops.use_profile(self.profile, self.device)
 
     def _trace(self, layer: int, node: str, t: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:

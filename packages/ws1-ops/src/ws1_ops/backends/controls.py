@@ -43,10 +43,14 @@ class Control:
     why: str           # what the variant does differently, in one line
     overrides: dict[str, Callable[[Kernel], Kernel]]
     family: str = "cpu"
+    # the families the variant can be built on: those whose builders only wrap the base kernel's own fwd/bwd
+    # (attention's rotated key order, the lse shift) work on every family, so a GPU host's gate runs the
+    # control on its profile's kernels; the GEMM/norm variants call the cpu ops directly (cpu only)
+    families: tuple[str, ...] = ("cpu",)
 
-    def kernels(self) -> dict[str, Kernel]:
-        """node -> the variant kernel (same op, family and kernel id; ``variant`` set)."""
-        base = registry.kernels_for(self.family)
+    def kernels(self, family: str | None = None) -> dict[str, Kernel]:
+        """node -> the variant kernel (same op, family and kernel id; ``variant`` set), on ``family``'s kernels."""
+        base = registry.kernels_for(family or self.family)
         out = {}
         for node, build in self.overrides.items():
             k = build(base[node])
@@ -257,6 +261,8 @@ def _logprob_lse_shift(k: Kernel) -> Kernel:
     return dataclasses.replace(k, fwd=fwd)
 
 
+ALL_FAMILIES = ("cpu", "triton", "cuda", "ascend")
+
 CONTROLS: dict[str, Control] = {
     c.name: c
     for c in (
@@ -271,12 +277,12 @@ CONTROLS: dict[str, Control] = {
         Control("variant_pad_leak_dw", "padding", "det_gemm reduces dW over every row, the pad rows (key -1) included",
                 {"det_gemm": _gemm_dw_pad_leak}),
         Control("variant_attn_pack_tiles", "packing", "attention key tiles aligned to the packed buffer's row 0",
-                {"attention": _attn_tiles_from_buffer}),
+                {"attention": _attn_tiles_from_buffer}, families=ALL_FAMILIES),
         Control("variant_attn_chunk_tiles", "chunking", "attention key tiles aligned to the chunk start, not key 0",
-                {"attention": _attn_tiles_from_chunk}),
+                {"attention": _attn_tiles_from_chunk}, families=ALL_FAMILIES),
         Control("variant_attn_decode_order", "decode_prefill", "attention reduces a one-query (decode) step in another order",
-                {"attention": _attn_decode_path}),
+                {"attention": _attn_decode_path}, families=ALL_FAMILIES),
         Control("variant_logprob_lse_shift", "fp64_accuracy", "logprob and batch_invariant_logp add 1e-4 to every row's lse",
-                {"logprob": _logprob_lse_shift, "batch_invariant_logp": _logprob_lse_shift}),
+                {"logprob": _logprob_lse_shift, "batch_invariant_logp": _logprob_lse_shift}, families=ALL_FAMILIES),
     )
 }
