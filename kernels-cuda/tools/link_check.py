@@ -3,7 +3,9 @@
 It imports ws1_kernels_cuda (the library links and registers), checks that every op of the registration
 file is a torch.ops.ws1_cuda op with a CUDA and a Meta kernel, runs every op on Meta tensors (shapes and
 dtypes of the cpu family's signatures; no kernel executes), checks that a CPU tensor is refused (no CPU
-fallback) and that calls() starts empty. Writes <out>/cuda_link.json. Exit 0 green, 1 red.
+fallback), that every entry point called through its CUDA kernel with CPU tensors raises its own one-line
+RuntimeError and the process lives on (the throw-and-unwind path the first H200 run's segfault took), and that
+calls() starts empty (raising calls are not counted). Writes <out>/cuda_link.json. Exit 0 green, 1 red.
 """
 
 from __future__ import annotations
@@ -70,10 +72,16 @@ def main(argv: list[str] | None = None) -> int:
         problems.append("ws1_cuda::silu accepted a CPU tensor (a CPU fallback)")
     except (RuntimeError, NotImplementedError) as exc:
         refused = str(exc).splitlines()[0][:200]
+    # Every entry point's first argument check, reached through the CUDA dispatch key with CPU tensors: it must
+    # raise a RuntimeError naming the op, and the process must live on. This is the path (a throw from inside
+    # the library, unwinding through its nvcc-compiled frames into torch's error translation) that crashed the
+    # first H200 run's unit tests with a segfault; here it runs without a GPU.
+    raised = _entry_errors(K, ops, problems)
     calls = json.loads(K.calls())
     if calls != {}:
         problems.append(f"calls() after Meta-only use is {calls}, want {{}} (Meta kernels must not count as runs)")
     report = {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "ops": ops, "meta_checked": sorted(expect),
+              "entry_errors_raised": raised,
               "cpu_tensor_refused": refused if "refused" in locals() else None, "problems": problems,
               "verdict": "green" if not problems else "red", "seconds": round(time.monotonic() - t0, 1),
               "note": "loaded and shape-checked only: no CUDA kernel executed"}
@@ -81,8 +89,43 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "cuda_link.json").write_text(json.dumps(report, indent=1) + "\n")
     for p in problems:
         print(f"  RED: {p}")
-    print(f"link_check: {len(ops)} ops, {len(expect)} Meta shape checks -> {args.out / 'cuda_link.json'}: {report['verdict']}")
+    print(f"link_check: {len(ops)} ops, {len(expect)} Meta shape checks, {raised} entry points raised their one-line error "
+          f"through the CUDA key -> {args.out / 'cuda_link.json'}: {report['verdict']}")
     return 0 if not problems else 1
+
+
+def _entry_errors(K, ops: list[str], problems: list[str]) -> int:
+    """Call each op's CUDA kernel with CPU tensors (DispatchKey.CUDA redispatch); count the one-line errors."""
+    import torch
+
+    bf, f32, i64 = torch.bfloat16, torch.float32, torch.int64
+    x, w, q, kv = torch.zeros(4, 8, dtype=bf), torch.zeros(6, 8, dtype=bf), torch.zeros(3, 4, 16, dtype=bf), torch.zeros(3, 2, 16, dtype=bf)
+    ids, cu, pos, lg, f = torch.zeros(4, dtype=i64), torch.tensor([0, 3]), torch.arange(3), torch.zeros(4, 10), torch.zeros(4, 8, dtype=f32)
+    args = {"embedding": (ids, w), "embedding_bwd": (f, ids, 6), "rms_norm": (f, torch.ones(8, dtype=bf), 1e-6),
+            "rms_norm_bwd": (f, f, torch.ones(8, dtype=bf), torch.ones(4)), "qk_norm": (q, torch.ones(16, dtype=bf), 1e-6),
+            "qk_norm_bwd": (q.float(), q, torch.ones(16, dtype=bf), torch.ones(12)), "det_gemm": (x, w), "lm_head": (x, w),
+            "gemm": (x, w, True), "rope": (q, pos, 1e6, False), "attention": (q, kv, kv, cu, cu, pos, 0.25),
+            "attention_bwd": (q.float(), q, kv, kv, q, torch.zeros(3, 4), cu, cu, pos, 0.25), "swiglu": (x, x),
+            "swiglu_bwd": (f, x, x), "silu": (x,), "silu_bwd": (f, x), "logprob": (lg, ids), "logprob_bwd": (torch.zeros(4), lg, torch.zeros(4), ids),
+            "batch_invariant_logp": (lg,), "batch_invariant_logp_bwd": (lg, lg)}
+    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+    raised = 0
+    for op in ops:
+        if op == "calls":
+            continue
+        if op not in args:
+            problems.append(f"ws1_cuda::{op}: no CPU-argument case in link_check's entry-error table")
+            continue
+        try:
+            getattr(K, op).default.redispatch(keys, *args[op])
+            problems.append(f"ws1_cuda::{op} ran on CPU tensors through its CUDA kernel (no argument check)")
+        except RuntimeError as exc:
+            line = str(exc).splitlines()[0]
+            if f"ws1_cuda::{op}" not in line or "CUDA tensor" not in line:
+                problems.append(f"ws1_cuda::{op}: raised {line[:160]!r}, expected a one-line 'must be a CUDA tensor' naming the op")
+            else:
+                raised += 1
+    return raised
 
 
 if __name__ == "__main__":
