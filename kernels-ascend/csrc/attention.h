@@ -41,6 +41,7 @@ class Attention {
     ckg_.SetGlobalBuffer((__gm__ int64_t*)cuk, B + 1);
     pg_.SetGlobalBuffer((__gm__ int64_t*)qpos, Tq);
     sg_.SetGlobalBuffer((__gm__ int64_t*)seq, Tq);
+    InvalidateScalarCache(pg_);  // q_pos, cu_seqlens_k, seq_of_q are read on the scalar unit
     const uint32_t d = static_cast<uint32_t>(D);
     pipe_.InitBuffer(qb_, d * sizeof(float));
     pipe_.InitBuffer(kb_, d * sizeof(float));
@@ -62,7 +63,8 @@ class Attention {
     const int64_t p = pg_.GetValue(i), k0 = ckg_.GetValue(sg_.GetValue(i)), hk = h / group;
     LoadF32(qf, st, qg_[(i * Hq + h) * D], d);
     Duplicate(acc, 0.0f, d);
-    float m = -INFINITY, l = 0.0f;
+    const float neg_inf = F32FromBits(kNegInfBits);
+    float m = neg_inf, l = 0.0f;
     const int64_t shift = ALIGN_TO_BUFFER ? k0 % kKeyTile : 0;  // 0: tiles start at the sequence's key 0
     for (int64_t t0 = -shift; t0 <= p; t0 += kKeyTile) {
       const int64_t j0 = t0 < 0 ? 0 : t0, e = t0 + kKeyTile < p + 1 ? t0 + kKeyTile : p + 1;
@@ -80,7 +82,7 @@ class Attention {
       PipeBarrier<PIPE_ALL>();
       const float mt = tmp.GetValue(0);
       const float m_new = mt > m ? mt : m;
-      const float alpha = (m == -INFINITY) ? 0.0f : VecExp1(tmp, m - m_new);
+      const float alpha = (m == neg_inf) ? 0.0f : VecExp1(tmp, m - m_new);
       Adds(sc, sc, -m_new, n);
       Exp(sc, sc, n);
       ReduceSum(tmp, sc, work, n);
@@ -123,6 +125,8 @@ class AttentionBwd {
     wg_.SetGlobalBuffer((__gm__ int64_t*)woff, Tq);
     Pg_.SetGlobalBuffer((__gm__ float*)P, W);
     DSg_.SetGlobalBuffer((__gm__ float*)DS, W);
+    // offsets, positions, lse, and (phase 2) the p / ds workspace phase 1 wrote are read on the scalar unit
+    InvalidateScalarCache(Pg_);
     const uint32_t d = static_cast<uint32_t>(D);
     pipe_.InitBuffer(ab_, d * sizeof(float));
     pipe_.InitBuffer(bb_, d * sizeof(float));

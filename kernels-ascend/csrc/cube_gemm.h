@@ -37,6 +37,10 @@ class CubeGemm {
     pipe_.InitBuffer(qa2_, 1, kBaseM * BK * sizeof(TIn));
     pipe_.InitBuffer(qb2_, 1, kBaseN * BK * sizeof(TIn));
     pipe_.InitBuffer(qc_, 1, kBaseM * kBaseN * sizeof(float));
+    // The Cube's HF32 mode rounds FP32 L0A/L0B operands to HF32 before the multiply when on ("SetHF32Mode"); it is
+    // core state whose value at kernel start is not documented. gemm_fp32 must multiply full FP32 values, so the
+    // mode is set off explicitly (bf16 operands ignore it). The bool form: CANN 8.x has only that one.
+    SetHF32Mode(false);
     const int64_t mt = (M + kBaseM - 1) / kBaseM, nt = (N + kBaseN - 1) / kBaseN;
     for (int64_t t = GetBlockIdx(); t < mt * nt; t += GetBlockNum()) Tile(t / nt, t % nt, M, N, K);
   }
@@ -54,6 +58,10 @@ class CubeGemm {
       LocalTensor<TIn> b1 = qb1_.AllocTensor<TIn>();
       InitConstValue(a1, InitConstValueParams<TIn>{1, static_cast<uint16_t>(kBaseM * BK * sizeof(TIn) / 32), 0, TIn{}});
       InitConstValue(b1, InitConstValueParams<TIn>{1, static_cast<uint16_t>(kBaseN * BK * sizeof(TIn) / 32), 0, TIn{}});
+      // the fill and the copies below are all PIPE_MTE2 writes to the same L1 bytes: one queue runs them in
+      // order but a later one may start before an earlier one ends, so overlapping MTE2 writes need this barrier
+      // ("PipeBarrier(ISASI).md", 约束说明) — without it the zeros could land over the copied data.
+      PipeBarrier<PIPE_MTE2>();
       DataCopy(a1, ag_[m0 * K + k0], Nd2NzParams{1, mv, kv, 0, static_cast<uint16_t>(K), kBaseM, 1, 0});
       DataCopy(b1, bg_[n0 * K + k0], Nd2NzParams{1, nv, kv, 0, static_cast<uint16_t>(K), kBaseN, 1, 0});
       qa1_.EnQue(a1);

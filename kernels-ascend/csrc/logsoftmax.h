@@ -63,6 +63,7 @@ __aicore__ inline void LogprobFwd(GM_ADDR logits, GM_ADDR targets, GM_ADDR out, 
   tg.SetGlobalBuffer((__gm__ int64_t*)targets, T_);
   og.SetGlobalBuffer((__gm__ float*)out, T_);
   lg.SetGlobalBuffer((__gm__ float*)lse, T_);
+  InvalidateScalarCache(tg);  // targets and the target logit are read on the scalar unit
   for (int64_t t = GetBlockIdx(); t < T_; t += GetBlockNum()) {
     const float l = k.Lse(t);
     const float x = k.xg_.GetValue(t * V + tg.GetValue(t));
@@ -101,6 +102,7 @@ __aicore__ inline void LogprobBwd(GM_ADDR g, GM_ADDR logits, GM_ADDR lse, GM_ADD
   lg.SetGlobalBuffer((__gm__ float*)lse, T_);
   dg.SetGlobalBuffer((__gm__ float*)d, T_ * V);
   tg.SetGlobalBuffer((__gm__ int64_t*)targets, T_);
+  InvalidateScalarCache(tg);  // g, lse (the forward's output), targets are read on the scalar unit
   LocalTensor<float> xt = k.xb_.Get<float>();
   LocalTensor<bfloat16_t> st = k.sb_.Get<bfloat16_t>();
   for (int64_t t = GetBlockIdx(); t < T_; t += GetBlockNum()) {

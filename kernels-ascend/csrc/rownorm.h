@@ -76,6 +76,7 @@ class RowNormBwd {
     wg_.SetGlobalBuffer((__gm__ TW*)w, h);
     rg_.SetGlobalBuffer((__gm__ float*)rstd, rows);
     dxg_.SetGlobalBuffer((__gm__ float*)dx, rows * h);
+    InvalidateScalarCache(rg_);  // rstd (the forward kernel's output) is read on the scalar unit
     pipe_.InitBuffer(gb_, kTile * sizeof(float));
     pipe_.InitBuffer(xb_, kTile * sizeof(float));
     pipe_.InitBuffer(tb_, kTile * sizeof(float));
@@ -103,9 +104,11 @@ class RowNormBwd {
       const uint32_t n = static_cast<uint32_t>(h - t0 < kTile ? h - t0 : kTile);
       Grad(r, t0, n);
       Mul(tt, gt, xt, n);
-      ReduceSum(tt, tt, work, n);
+      // the sum lands in work[0]: ReduceSum documents dst overlapping its sharedTmpBuffer as allowed, dst
+      // overlapping src not (it was tt itself here). Same tree, same bits.
+      ReduceSum(work, tt, work, n);
       PipeBarrier<PIPE_ALL>();
-      const float part = tt.GetValue(0);
+      const float part = work.GetValue(0);
       s = t0 == 0 ? part : s + part;
     }
     const float c = (s / static_cast<float>(h)) * ((rs * rs) * rs);
@@ -136,6 +139,7 @@ class RowNormDw {
     xg_.SetGlobalBuffer((__gm__ TX*)x, rows * h);
     rg_.SetGlobalBuffer((__gm__ float*)rstd, rows);
     dwg_.SetGlobalBuffer((__gm__ float*)dw, h);
+    InvalidateScalarCache(rg_);  // rstd is read on the scalar unit
     pipe_.InitBuffer(ab_, kTile * sizeof(float));
     pipe_.InitBuffer(db_, kTile * sizeof(float));
     pipe_.InitBuffer(xb_, kTile * sizeof(float));

@@ -12,6 +12,11 @@
 //    item % GetBlockNum(); an item's instruction sequence never depends on which core runs it or on
 //    how many items there are, so the launch's blockDim cannot change bits (the tests vary it).
 //  * No atomics: every output element is written by exactly one core.
+//
+// Synchronization (docs/ascend.md, "Pipes and synchronization"): the vector core's pipes (PIPE_MTE2 GM->UB,
+// PIPE_V, PIPE_MTE3 UB->GM, PIPE_S) run concurrently. The compiler's auto-sync orders S<->V, S<->MTE2, S<->MTE3
+// and V->V by itself, nothing else; every other ordering below is written out: PipeBarrier<PIPE_ALL> after each
+// transfer (this first version overlaps nothing), and V->MTE2 before each copy-in (LoadF32).
 #pragma once
 #include "kernel_operator.h"
 
@@ -31,14 +36,48 @@ constexpr uint32_t kTile = 4096;
 // Round n up to a multiple of m.
 __aicore__ inline uint32_t RoundUp(uint32_t n, uint32_t m) { return (n + m - 1) / m * m; }
 
+// -inf from its IEEE-754 bit pattern: INFINITY (<cmath>) is not defined anywhere in the dav-2201 include
+// chain of CANN's kernel_operator.h, and a kernel should not depend on a host header for it.
+constexpr uint32_t kNegInfBits = 0xff800000u;
+__aicore__ inline float F32FromBits(uint32_t bits) {
+  union {
+    uint32_t u;
+    float f;
+  } v;
+  v.u = bits;
+  return v.f;
+}
+
+// Every kernel that reads GM on the scalar unit (GlobalTensor::GetValue: ids, positions, rstd, lse, offsets,
+// the attention backward's workspace) calls this first. Scalar GM reads go through the core's data cache, which
+// nothing keeps coherent with GM written by DMA, by other cores or by earlier kernels ("DataCacheCleanAndInvalid",
+// "Scalar读写数据"); dropping the whole cache once per launch, before the first such read, means no line from
+// before this launch can be read. (No kernel scalar-reads GM that it writes itself.)
+template <class T>
+__aicore__ inline void InvalidateScalarCache(const GlobalTensor<T>& any) {
+  DataCacheCleanAndInvalid<T, CacheLine::ENTIRE_DATA_CACHE, DcciDst::CACHELINE_OUT>(any);
+}
+
+// V -> MTE2: every vector instruction issued so far has finished (reading or writing its UB operands) before
+// the next copy-in starts. The compiler's auto-sync does not cover this pair (it covers S<->V, S<->MTE2,
+// S<->MTE3 and V->V only: "关键特性说明", table 3), and a TQue's flags cover that queue's buffers only.
+__aicore__ inline void WaitVectorBeforeCopyIn() {
+  const TEventID id = GetTPipePtr()->FetchEventID(HardEvent::V_MTE2);
+  SetFlag<HardEvent::V_MTE2>(id);
+  WaitFlag<HardEvent::V_MTE2>(id);
+}
+
 // GM -> UB: n elements of T at src, as fp32 in dst (bf16 is widened exactly by Cast CAST_NONE).
-// stage: a bf16 scratch tile (unused for float). Synchronous: the PipeBarrier<PIPE_ALL> after each
-// transfer makes the data visible to the vector unit (this first version does not overlap copy and
-// compute; double buffering is a later, bit-neutral change).
+// stage: a bf16 scratch tile (unused for float). Synchronous: the copy-in first waits for the vector unit (the
+// caller's Muls / Add / Mul / Cast may still be reading or writing dst or stage: a write-after-read race on the
+// device, wrong numbers that change from run to run), and the PipeBarrier<PIPE_ALL> after each transfer makes
+// the data visible to the vector unit (this first version does not overlap copy and compute; double
+// buffering is a later, bit-neutral change).
 template <class T>
 __aicore__ inline void LoadF32(const LocalTensor<float>& dst, const LocalTensor<bfloat16_t>& stage,
                                const GlobalTensor<T>& src, uint32_t n) {
   DataCopyExtParams p{1, static_cast<uint32_t>(n * sizeof(T)), 0, 0, 0};
+  WaitVectorBeforeCopyIn();
   if constexpr (std::is_same<T, float>::value) {
     DataCopyPad(dst, src, p, DataCopyPadExtParams<float>{false, 0, 0, 0.0f});
     PipeBarrier<PIPE_ALL>();
@@ -108,15 +147,16 @@ template <class F>
 struct Launcher {
   uint32_t n;
   F* f;
+  const char* name;
   template <class... A>
   void operator()(A... a) const {
-    launch(n, [&] { f(a...); });
+    launch(n, name, [&] { f(a...); });
   }
 };
 template <class F>
-Launcher<F> launcher(uint32_t n, F* f) { return {n, f}; }
+Launcher<F> launcher(uint32_t n, F* f, const char* name) { return {n, f, name}; }
 }  // namespace ws1emu
-#define WS1_KERNEL_CALL(kernel, block_dim, stream) ws1emu::launcher(block_dim, kernel)
+#define WS1_KERNEL_CALL(kernel, block_dim, stream) ws1emu::launcher(block_dim, kernel, #kernel)
 #else
 #define WS1_KERNEL_CALL(kernel, block_dim, stream) kernel<<<block_dim, nullptr, stream>>>
 #endif

@@ -30,6 +30,20 @@ def test_attention_forward_accuracy(contract):
     assert r.passed, r.detail
 
 
+def test_attention_forward_fp32_inputs(contract):
+    # the fp32 path of LoadF32 (no bf16 staging): the copy-in that raced the vector unit before the V -> MTE2 fix
+    q, k, v, cu, qp = attention_inputs([5, 40, 1, 33])
+    q, k, v = q.float(), k.float(), v.float()
+    out, lse = E.attention(q, k, v, cu, cu, qp, 0.125)
+    assert out.dtype == F32
+    th = contract.resolve("forward_accuracy", "attention", "bfloat16")
+    r = within_tolerance(out, reference.attention(q, k, v, cu, cu, qp, 0.125), th.atol, th.rtol, "attention fp32")
+    assert r.passed, r.detail
+    s, e = int(cu[1]), int(cu[2])
+    one = torch.tensor([0, e - s])
+    assert same_bits(E.attention(q[s:e], k[s:e], v[s:e], one, one, qp[s:e], 0.125)[1], lse[s:e])
+
+
 def test_attention_backward(contract):
     q, k, v, cu, qp = attention_inputs([5, 40, 1, 33])
     out, lse = E.attention(q, k, v, cu, cu, qp, 0.125)

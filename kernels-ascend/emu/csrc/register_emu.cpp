@@ -24,6 +24,8 @@
 #define WS1A_RUN(name, fn) (fn)(nullptr)
 #include "ws1_ascend_ops.h"
 
+#include "hazard_probes.h"
+
 namespace {
 // test hook: the launch's blockDim (0 restores the fixed geometry 40 vector / 20 cube blocks)
 void set_launch_blocks(int64_t vec, int64_t cube) {
@@ -31,11 +33,27 @@ void set_launch_blocks(int64_t vec, int64_t cube) {
   ws1a_host::vec_blocks() = vec ? static_cast<uint32_t>(vec) : 40u;
   ws1a_host::cube_blocks() = cube ? static_cast<uint32_t>(cube) : 20u;
 }
+// the hazard checker's probes (hazard_probes.h): "name\texpected failure ('' = runs clean)" per line
+std::string hazard_probes() {
+  std::string s;
+  for (auto& kv : ws1probe::probes()) s += kv.first + "\t" + kv.second.second + "\n";
+  return s;
+}
+// run one probe on one block; returns the probe's 16-float GM output buffer
+at::Tensor hazard_probe(const std::string& name) {
+  auto it = ws1probe::probes().find(name);
+  TORCH_CHECK(it != ws1probe::probes().end(), "hazard_probe: no probe named ", name);
+  ws1probe::Gm g;
+  ws1emu::launch(1, it->first.c_str(), [&] { it->second.first(g); });
+  return at::tensor(g.out, at::TensorOptions().dtype(at::kFloat));
+}
 }  // namespace
 
 TORCH_LIBRARY(ws1_ascend_emu, m) {
   WS1A_DEFINE_LIBRARY(m);
   m.def("set_launch_blocks(int vec, int cube) -> ()", &set_launch_blocks);
+  m.def("hazard_probes() -> str", &hazard_probes);
+  m.def("hazard_probe(str name) -> Tensor", &hazard_probe);
 }
 TORCH_LIBRARY_IMPL(ws1_ascend_emu, CPU, m) { WS1A_IMPL_LIBRARY(m); }
 

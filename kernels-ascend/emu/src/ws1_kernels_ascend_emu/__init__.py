@@ -24,3 +24,14 @@ def calls() -> dict[str, dict[str, int]]:
 def set_launch_blocks(vec: int = 0, cube: int = 0) -> None:
     """The blockDim of later launches (0 = the fixed 40 vector / 20 cube blocks). For tests only."""
     torch.ops.ws1_ascend_emu.set_launch_blocks(vec, cube)
+
+
+def hazard_probes() -> dict[str, str]:
+    """The hazard checker's probe kernels: {name: expected failure message part, or "" for a clean run}."""
+    lines = torch.ops.ws1_ascend_emu.hazard_probes().splitlines()
+    return dict(line.split("\t", 1) for line in lines if line)
+
+
+def hazard_probe(name: str) -> torch.Tensor:
+    """Run one probe kernel on one block (raises RuntimeError with the checker's message when it fails)."""
+    return torch.ops.ws1_ascend_emu.hazard_probe(name)
