@@ -15,6 +15,13 @@
 //    Bt [N, K] in Nz is exactly B [K, N] in Zn, so B is loaded without transpose.
 // TIn: bfloat16_t (det_gemm, lm_head) or float (gemm_fp32: the FP32-input GEMM of the row-fold VJP —
 // dx = dy · W and dW = dyᵀ · x over canonically ordered rows, both FP32 in, FP32 out).
+//
+// K panels: Nd2NzParams.srcDValue (the GM row stride of a copy) is 16 bits, so a row-major [rows, K] operand with
+// K >= 65536 — dW = dyᵀ · x over 65536 tokens or more — cannot be copied row by row. The host therefore passes
+// A and Bt cut along K into panels of KP = kWs1KPanel columns (ws1_ascend_launch.h; the last one narrower), each
+// panel row-major [rows, width] and the panels one after another; for K <= KP that is the plain layout. Every panel
+// width but the last is a multiple of baseK, so the chunks and their ascending order — hence every bit — are
+// the same whatever KP is (the tests compare KP = kWs1KPanel with a small KP).
 #pragma once
 #include "ws1_ascend_kernel.h"
 
@@ -28,7 +35,9 @@ class CubeGemm {
   static constexpr uint32_t FRAC = 16 * C0;        // elements of one 512-byte fractal
 
  public:
-  __aicore__ inline void Run(GM_ADDR a, GM_ADDR bt, GM_ADDR c, int64_t M, int64_t N, int64_t K) {
+  // KP: the K panel width of a and bt (kWs1KPanel; the tests may pass a smaller multiple of BK)
+  __aicore__ inline void Run(GM_ADDR a, GM_ADDR bt, GM_ADDR c, int64_t M, int64_t N, int64_t K, int64_t KP) {
+    KP_ = KP;
     ag_.SetGlobalBuffer((__gm__ TIn*)a, M * K);
     bg_.SetGlobalBuffer((__gm__ TIn*)bt, N * K);
     cg_.SetGlobalBuffer((__gm__ TOut*)c, M * N);
@@ -53,6 +62,8 @@ class CubeGemm {
     LocalTensor<float> l0c = qc_.AllocTensor<float>();
     for (int64_t k0 = 0; k0 < K; k0 += BK) {
       const uint16_t kv = static_cast<uint16_t>(K - k0 < BK ? K - k0 : BK);
+      // the chunk's panel: p, its width w (the copy's row stride, < 65536) and the chunk's column in it
+      const int64_t p = k0 / KP_, kk = k0 - p * KP_, w = K - p * KP_ < KP_ ? K - p * KP_ : KP_;
       // GM -> L1: zero the whole tile, then the valid rows/columns in Nz (column blocks kBase{M,N} rows apart)
       LocalTensor<TIn> a1 = qa1_.AllocTensor<TIn>();
       LocalTensor<TIn> b1 = qb1_.AllocTensor<TIn>();
@@ -62,8 +73,8 @@ class CubeGemm {
       // order but a later one may start before an earlier one ends, so overlapping MTE2 writes need this barrier
       // ("PipeBarrier(ISASI).md", 约束说明) — without it the zeros could land over the copied data.
       PipeBarrier<PIPE_MTE2>();
-      DataCopy(a1, ag_[m0 * K + k0], Nd2NzParams{1, mv, kv, 0, static_cast<uint16_t>(K), kBaseM, 1, 0});
-      DataCopy(b1, bg_[n0 * K + k0], Nd2NzParams{1, nv, kv, 0, static_cast<uint16_t>(K), kBaseN, 1, 0});
+      DataCopy(a1, ag_[p * M * KP_ + m0 * w + kk], Nd2NzParams{1, mv, kv, 0, static_cast<uint16_t>(w), kBaseM, 1, 0});
+      DataCopy(b1, bg_[p * N * KP_ + n0 * w + kk], Nd2NzParams{1, nv, kv, 0, static_cast<uint16_t>(w), kBaseN, 1, 0});
       qa1_.EnQue(a1);
       qb1_.EnQue(b1);
       // L1 -> L0A (Zz): per 16-row block i, its KB fractals, which sit MB fractals apart in Nz
@@ -102,6 +113,7 @@ class CubeGemm {
     Fixpipe<TOut, float, CFG_ROW_MAJOR>(cg_[m0 * N + n0], l0c, fp);
     qc_.FreeTensor(l0c);
   }
+  int64_t KP_ = 0;
   TPipe pipe_;
   TQue<TPosition::A1, 1> qa1_;
   TQue<TPosition::B1, 1> qb1_;

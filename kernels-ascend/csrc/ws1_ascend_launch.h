@@ -4,6 +4,11 @@
 #pragma once
 #include <cstdint>
 
+// The K panel width of the Cube GEMMs' operands (cube_gemm.h): the widest multiple of 64 (every baseK) that
+// Nd2NzParams' 16-bit srcDValue holds, 1023 chunks of 64. The host cuts a [rows, K] operand with K above it into
+// row-major panels [rows, width]; the kernels' last argument is the width used.
+constexpr int64_t kWs1KPanel = 65472;
+
 void ws1_launch_embedding(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, int32_t, int64_t, int64_t, int64_t);
 void ws1_launch_embedding_bwd(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t,
                               int64_t, int64_t);
@@ -19,9 +24,9 @@ void ws1_launch_qk_norm_bwd(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, uint8
                             int32_t, int64_t, int64_t);
 void ws1_launch_qk_norm_dw(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, int32_t, int32_t, int64_t,
                            int64_t);
-void ws1_launch_det_gemm(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t, int64_t);
-void ws1_launch_lm_head(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t, int64_t);
-void ws1_launch_gemm_fp32(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t, int64_t);
+void ws1_launch_det_gemm(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t, int64_t, int64_t);
+void ws1_launch_lm_head(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t, int64_t, int64_t);
+void ws1_launch_gemm_fp32(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t, int64_t, int64_t);
 void ws1_launch_rope(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, int32_t, int64_t, int64_t, int64_t,
                      int32_t);
 void ws1_launch_swiglu(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, int32_t, int64_t);
@@ -43,6 +48,7 @@ void ws1_launch_attention_bwd_kv(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, 
 void ws1_launch_variant_attention_buffer_tiles(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*,
                                                uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t,
                                                int64_t, float);
-void ws1_launch_variant_lm_head_small_k(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t, int64_t);
+void ws1_launch_variant_lm_head_small_k(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t, int64_t,
+                                         int64_t);
 void ws1_launch_variant_rms_norm_small_tile(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, int32_t, int32_t,
                                             int64_t, int64_t, float);

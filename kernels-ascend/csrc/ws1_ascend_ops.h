@@ -19,6 +19,7 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "ws1_ascend_launch.h"
 
@@ -205,7 +206,21 @@ inline std::tuple<at::Tensor, at::Tensor> variant_rms_norm_small_tile(const at::
 }
 
 // ---- GEMMs on the Cube ----------------------------------------------------------------------------------
-using GemmLaunch = void (*)(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t, int64_t);
+// The K panel width passed to the Cube GEMMs: kWs1KPanel; the emulator's tests set a smaller one
+// (set_gemm_k_panel) to show that the panels change no bit.
+inline int64_t& k_panel() {
+  static int64_t v = kWs1KPanel;
+  return v;
+}
+// A [rows, K] operand as the kernels read it (cube_gemm.h): unchanged for K <= kp, else its K panels of kp
+// columns (the last narrower), each row-major [rows, width], one after another.
+inline at::Tensor k_panels(const at::Tensor& t, int64_t kp) {
+  if (t.size(1) <= kp) return t;
+  std::vector<at::Tensor> parts;
+  for (const at::Tensor& p : t.split(kp, 1)) parts.push_back(p.contiguous().view({-1}));
+  return at::cat(parts);
+}
+using GemmLaunch = void (*)(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t, int64_t, int64_t);
 inline at::Tensor gemm_bf16(const at::Tensor& x, const at::Tensor& w, const char* op, const char* id, bool out_f32,
                             GemmLaunch launch) {
   check_dev(x, op, "x");
@@ -216,12 +231,13 @@ inline at::Tensor gemm_bf16(const at::Tensor& x, const at::Tensor& w, const char
   WS1A_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), op, ": need x [M, K] and weight [N, K], got ",
              x.sizes(), " and ", w.sizes());
   const int64_t M = x.size(0), N = w.size(0), K = x.size(1);
-  WS1A_CHECK(K < 65536, op, ": K must be < 65536 (Nd2Nz srcDValue is 16-bit), got ", K);
   if (K == 0) return at::zeros({M, N}, x.options().dtype(out_f32 ? at::kFloat : at::kBFloat16));
   at::Tensor y = at::empty({M, N}, x.options().dtype(out_f32 ? at::kFloat : at::kBFloat16));
   if (M == 0 || N == 0) return y;
+  const int64_t kp = k_panel();
+  at::Tensor xp = k_panels(x, kp), wp = k_panels(w, kp);
   count(id);
-  WS1A_RUN(op, [=](void* s) { launch(cube_blocks(), s, gm(x), gm(w), gm(y), M, N, K); });
+  WS1A_RUN(op, [=](void* s) { launch(cube_blocks(), s, gm(xp), gm(wp), gm(y), M, N, K, kp); });
   return y;
 }
 inline at::Tensor det_gemm(const at::Tensor& x, const at::Tensor& w) {
@@ -248,12 +264,14 @@ inline at::Tensor gemm(const at::Tensor& a_in, const at::Tensor& b_in, bool out_
   check_dev(a, op, "a");
   check_dev(b, op, "b");
   const int64_t M = a.size(0), N = b.size(0), K = a.size(1);
-  WS1A_CHECK(K < 65536, op, ": K must be < 65536, got ", K);
   if (K == 0) return at::zeros({M, N}, a.options());
   at::Tensor c = at::empty({M, N}, a.options());
   if (M == 0 || N == 0) return c;
+  // K >= 65536 (dW over that many tokens): K panels, the same chunks in the same order (cube_gemm.h)
+  const int64_t kp = k_panel();
+  at::Tensor ap = k_panels(a, kp), bp = k_panels(b, kp);
   count(WS1A_NAME "::gemm");
-  WS1A_RUN("ws1_gemm", [=](void* s) { ws1_launch_gemm_fp32(cube_blocks(), s, gm(a), gm(b), gm(c), M, N, K); });
+  WS1A_RUN("ws1_gemm", [=](void* s) { ws1_launch_gemm_fp32(cube_blocks(), s, gm(ap), gm(bp), gm(c), M, N, K, kp); });
   return c;
 }
 

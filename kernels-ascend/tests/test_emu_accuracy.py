@@ -95,6 +95,34 @@ def test_gemm_backward_fp32_vjp(contract):
     _check(contract, "det_gemm", dw, rw, "det_gemm dw")
 
 
+def test_gemm_fp32_over_65536_rows_of_k(contract):
+    # dW = dyᵀ · x over 65600 tokens: K >= 65536 does not fit Nd2NzParams' 16-bit srcDValue; the host passes K
+    # panels of 65472 columns (cube_gemm.h). It raised "K must be < 65536" before. ~1 s on the emulator.
+    g = torch.Generator().manual_seed(12)
+    dy, x = torch.randn(65600, 3, generator=g), torch.randn(65600, 5, generator=g)
+    dw = E.gemm(dy.t(), x.t(), True)
+    _check(contract, "det_gemm", dw, (dy.double().t() @ x.double()).float(), "det_gemm dW, K = 65600")
+
+
+def test_k_panels_change_no_bit():
+    # the same baseK chunks in the same order whatever the panel width: panels of 64 or 192 columns give the bits
+    # of the unpanelled layout (K = 200 < 65472), for the FP32 GEMM and both bf16 GEMMs
+    import ws1_kernels_ascend_emu as emu
+
+    g = torch.Generator().manual_seed(13)
+    a, b = torch.randn(70, 200, generator=g), torch.randn(150, 200, generator=g)
+    x, w = a.bfloat16(), (b * 0.07).bfloat16()
+    calls = [lambda: E.gemm(a, b, True), lambda: E.det_gemm(x, w), lambda: E.lm_head(x, w)]
+    refs = [f() for f in calls]
+    try:
+        for kp in (64, 192):
+            emu.set_gemm_k_panel(kp)
+            for f, r in zip(calls, refs):
+                assert same_bits(f(), r), f"K panel {kp} changed bits"
+    finally:
+        emu.set_gemm_k_panel(0)
+
+
 def test_activation_rope_embedding_backward(contract):
     g = torch.Generator().manual_seed(4)
     a, b = (torch.randn(8, 4200, generator=g) * 3).bfloat16(), torch.randn(8, 4200, generator=g).bfloat16()

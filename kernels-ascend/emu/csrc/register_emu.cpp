@@ -33,6 +33,12 @@ void set_launch_blocks(int64_t vec, int64_t cube) {
   ws1a_host::vec_blocks() = vec ? static_cast<uint32_t>(vec) : 40u;
   ws1a_host::cube_blocks() = cube ? static_cast<uint32_t>(cube) : 20u;
 }
+// test hook: the Cube GEMMs' K panel width (0 restores kWs1KPanel); a positive multiple of 64, at most kWs1KPanel
+void set_gemm_k_panel(int64_t kp) {
+  TORCH_CHECK(kp == 0 || (kp > 0 && kp % 64 == 0 && kp <= kWs1KPanel),
+              "set_gemm_k_panel: a positive multiple of 64 up to ", kWs1KPanel, " (or 0), got ", kp);
+  ws1a_host::k_panel() = kp ? kp : kWs1KPanel;
+}
 // the hazard checker's probes (hazard_probes.h): "name\texpected failure ('' = runs clean)" per line
 std::string hazard_probes() {
   std::string s;
@@ -52,6 +58,7 @@ at::Tensor hazard_probe(const std::string& name) {
 TORCH_LIBRARY(ws1_ascend_emu, m) {
   WS1A_DEFINE_LIBRARY(m);
   m.def("set_launch_blocks(int vec, int cube) -> ()", &set_launch_blocks);
+  m.def("set_gemm_k_panel(int kp) -> ()", &set_gemm_k_panel);
   m.def("hazard_probes() -> str", &hazard_probes);
   m.def("hazard_probe(str name) -> Tensor", &hazard_probe);
 }

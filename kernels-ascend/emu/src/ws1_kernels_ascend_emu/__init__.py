@@ -26,6 +26,11 @@ def set_launch_blocks(vec: int = 0, cube: int = 0) -> None:
     torch.ops.ws1_ascend_emu.set_launch_blocks(vec, cube)
 
 
+def set_gemm_k_panel(kp: int = 0) -> None:
+    """The K panel width of later Cube GEMM launches (0 = kWs1KPanel = 65472). For tests only."""
+    torch.ops.ws1_ascend_emu.set_gemm_k_panel(kp)
+
+
 def hazard_probes() -> dict[str, str]:
     """The hazard checker's probe kernels: {name: expected failure message part, or "" for a clean run}."""
     lines = torch.ops.ws1_ascend_emu.hazard_probes().splitlines()
