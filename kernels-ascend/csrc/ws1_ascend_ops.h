@@ -14,9 +14,11 @@
 #include <torch/library.h>
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -118,12 +120,22 @@ inline at::Tensor embedding_bwd(const at::Tensor& dy_in, const at::Tensor& ids, 
   const int64_t T = dy.size(0), H = dy.size(1);
   at::Tensor de = at::zeros({V, H}, dy.options());
   if (T == 0 || H == 0) return de;
-  // sorted segments: a STABLE sort keeps each id's rows in the given (canonical) order
-  auto sorted = at::sort(ids, /*stable=*/true, /*dim=*/0, /*descending=*/false);
-  at::Tensor order = std::get<1>(sorted).contiguous();
-  auto uc = at::unique_consecutive(std::get<0>(sorted), /*return_inverse=*/false, /*return_counts=*/true);
-  at::Tensor seg_id = std::get<0>(uc).contiguous();
-  at::Tensor seg_start = at::cat({at::zeros({1}, ids.options()), at::cumsum(std::get<2>(uc), 0)}).contiguous();
+  // sorted segments: rows sorted by id, each id's rows kept in the given (canonical) row order. Computed here
+  // on the host by std::stable_sort, whose stability the C++ standard guarantees ([alg.sort] stable_sort: equal
+  // elements keep their relative order) — not by the device's at::sort(stable=True), which torch_npu does not
+  // document as stable. T int64 ids cross to the host once (check_ids already read their min and max).
+  at::Tensor ids_host = ids.to(at::kCPU).contiguous();
+  const int64_t* idp = ids_host.data_ptr<int64_t>();
+  std::vector<int64_t> ord(static_cast<size_t>(T)), starts, segs;
+  std::iota(ord.begin(), ord.end(), int64_t{0});
+  std::stable_sort(ord.begin(), ord.end(), [idp](int64_t a, int64_t b) { return idp[a] < idp[b]; });
+  for (int64_t j = 0; j < T; ++j)
+    if (j == 0 || idp[ord[j]] != idp[ord[j - 1]]) starts.push_back(j), segs.push_back(idp[ord[j]]);
+  starts.push_back(T);
+  auto to_dev = [&](const std::vector<int64_t>& v) {
+    return at::tensor(v, at::TensorOptions().dtype(at::kLong)).to(ids.device()).contiguous();
+  };
+  at::Tensor order = to_dev(ord), seg_id = to_dev(segs), seg_start = to_dev(starts);
   count(WS1A_NAME "::embedding_bwd");
   WS1A_RUN("ws1_embedding_bwd", [=](void* s) {
     ws1_launch_embedding_bwd(vec_blocks(), s, gm(dy), gm(order), gm(seg_start), gm(seg_id), gm(de), T,

@@ -139,6 +139,11 @@ def test_activation_rope_embedding_backward(contract):
     ids = torch.tensor([4, 1, 4, 0, 4, 2])
     de = E.embedding_bwd(dr.reshape(6, -1), ids, 7)
     assert torch.equal(de, torch.zeros(7, 256).index_add_(0, ids, dr.reshape(6, -1)))  # 3 fp32 adds from +0: exact
+    # the host's stable order: id 4's rows summed as ((+0 + row0) + row2) + row4, in that order, bit for bit
+    big = torch.tensor([[1e8], [1.0], [-1e8], [2.0], [1.0], [3.0]]).expand(6, 8).contiguous()
+    got = E.embedding_bwd(big, ids, 7)[4]
+    want = ((torch.tensor(0.0) + big[0, 0]) + big[2, 0]) + big[4, 0]
+    assert torch.equal(got, want.expand(8)) and float(want) == 1.0
 
 
 def test_logprob_backward(contract):
