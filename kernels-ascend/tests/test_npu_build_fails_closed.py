@@ -29,6 +29,18 @@ def test_build_with_a_bogus_cann_names_the_missing_compiler(tmp_path):
     assert p.returncode == 2 and "bisheng" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
+def test_build_without_the_cann_runtime_libraries_names_them(tmp_path):
+    bindir = tmp_path / "compiler" / "ccec_compiler" / "bin"
+    bindir.mkdir(parents=True)
+    (bindir / "bisheng").write_text("#!/bin/sh\nexit 1\n")
+    (bindir / "bisheng").chmod(0o755)
+    env = dict(os.environ, ASCEND_HOME_PATH=str(tmp_path), PATH="/usr/bin:/bin")
+    p = subprocess.run([sys.executable, os.path.join(PKG, "setup.py"), "build_ext"], cwd=PKG, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "libascendcl.so" in p.stderr and "lib64" in p.stderr, p.stderr
+
+
 def test_import_without_torch_npu_names_it():
     code = f"import sys; sys.path.insert(0, {os.path.join(PKG, 'src')!r}); import ws1_kernels_ascend"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
