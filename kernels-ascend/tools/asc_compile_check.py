@@ -41,6 +41,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -201,9 +202,15 @@ class Unit:
     def as_dict(self, first: int) -> dict:
         errs = self.errors()
         warns = [d for d in self.diags if d.kind == "warning" and d.cls == "ours"]
+        api_warns, seen = [], set()  # warnings inside asc-devkit that one of our calls instantiated
+        for d in self.diags:
+            if d.kind == "warning" and d.cls == "api" and d.site and (os.path.realpath(d.file), d.line) not in seen:
+                seen.add((os.path.realpath(d.file), d.line))
+                api_warns.append(d.as_dict())
         return {"unit": self.name, "kind": self.kind, "core": self.core, "status": self.status,
                 "n_errors": len(errs), "errors_by_class": count_by(errs), "errors": [e.as_dict() for e in errs[:first]],
-                "warnings_ours": [w.as_dict() for w in warns[:first]], "with_shim": self.shim, "note": self.note}
+                "warnings_ours": [w.as_dict() for w in warns[:first]], "warnings_api": api_warns[:first],
+                "with_shim": self.shim, "note": self.note}
 
 
 def count_by(diags) -> dict:
@@ -383,7 +390,7 @@ def run_params(b: Builder, emu_flags: list[str]) -> dict:
             if rv.get(key) != ev.get(key):
                 struct = key.split(".")[0]
                 rows.append({"field": key, "real": rv.get(key), "emulator": ev.get(key),
-                             "positional": struct not in ("dc0", "nd0", "mp", "fp")})
+                             "positional": not struct.endswith("0")})  # x0: a default-constructed struct
     return {"sides": {s: {k: v for k, v in d.items() if k != "values"} for s, d in res.items()},
             "values": {s: d.get("values", {}) for s, d in res.items()}, "mismatches": rows}
 
@@ -450,9 +457,10 @@ def main(argv: list[str] | None = None) -> int:
     if not csrc.is_dir() or not (emu_include / "kernel_operator.h").is_file():
         die(f"{kernels} is not a kernels-ascend directory (csrc/ and emu/include/kernel_operator.h)")
     asc = asc.resolve()
-    _SHORT.update({str(asc): "asc-devkit", str(kernels): "kernels-ascend"})
+    _SHORT.update({str(HERE): "kernels-ascend/tools", str(asc): "asc-devkit", str(kernels): "kernels-ascend"})
 
     work = Path(tempfile.mkdtemp(prefix="asc_compile_check_"))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the work directory is removed
     try:
         asc_host_stub.write(work / "stub", asc)
         _SHORT[str(work.resolve() / "stub")] = "<host stub>"
@@ -546,6 +554,7 @@ def build_report(a, asc, cxx, arch, units, skipped, bad_types, names, probes) ->
 
 def print_summary(r: dict) -> None:
     p = print
+    api_warnings: dict = {}
     p(f"asc-devkit compile check: {r['asc_devkit']['path']} (asc-devkit {r['asc_devkit']['version']}), {r['arch']}, "
       f"{r['compiler']['version']}")
     p(f"  mode: {' '.join(r['mode']['defines'])}; AIV {' '.join(r['mode']['cores']['aiv'])}; "
@@ -563,6 +572,9 @@ def print_summary(r: dict) -> None:
             p(f"      [{e['class']}] {short(e['file'])}:{e['line']}: {e['message'][:160]}{site}")
         for w in u["warnings_ours"]:
             p(f"      [warning, ours] {short(w['file'])}:{w['line']}: {w['message'][:160]}")
+        for w in u["warnings_api"]:
+            key = (short(w["file"]), w["line"], w["our_site"])
+            api_warnings.setdefault(key, [w["message"], []])[1].append(f"{u['unit']} [{u['core']}]")
         if u["with_shim"]:
             s = u["with_shim"]
             p(f"      with shim ({s['shim']}): {s['status']}"
@@ -571,6 +583,10 @@ def print_summary(r: dict) -> None:
                 p(f"        [{e['class']}] {short(e['file'])}:{e['line']}: {e['message'][:150]}")
     for s in r["skipped"]:
         p(f"  {s['unit']:<34} skipped: {s['why']}")
+    if api_warnings:
+        p("\n  warnings inside asc-devkit that our calls instantiate (read them; not counted):")
+        for (f, line, site), (msg, where) in api_warnings.items():
+            p(f"    {f}:{line}: {msg[:150]}\n      from {site}, in {len(where)} unit(s)")
     for t in r["kernel_type_errors"]:
         p(f"  {t}")
     h = r["host_resolved"]
