@@ -18,8 +18,8 @@
 //     s'  = S * (scale log2 e)   (one rounding); s' = -inf for keys > p (a select, never arithmetic)
 //     mt  = max over the tile: the thread's 2 x 8 columns ascending, then lanes xor 1, xor 2 (exact)
 //     m_new = max(m, mt); mu = (m_new == -inf ? 0 : m_new); alpha = 2^(m - mu)
-//     p   = bf16_rne(2^(s' - mu))          <- the ONE rounding point of P
-//     l   = l * alpha, then + p over the thread's columns ascending (thread-partial; FP32)
+//     p   = 2^(s' - mu) (FP32);  l = l * alpha, then + p over the thread's columns ascending (thread-partial)
+//     P   = bf16_rne(p)                    <- the ONE rounding point of P (the PV MMA's operand only)
 //     acc = acc * alpha, then acc = mma(P, V, acc) over the tile's keys in k16 steps ascending
 //   then l = (l_t0 + l_t1) + (l_t2 + l_t3) (lanes xor 1, xor 2). The chunk's (m, l, acc) is merged into the row's
 //   running state in ascending chunk order: chunk 0's state IS the running state; chunk c > 0:
@@ -359,16 +359,16 @@ __global__ void __launch_bounds__(32 * NWM) attention_fwd_kernel(const FwdArgs a
       m[h] = mn;
       l[h] = __fmul_rn(l[h], alpha[h]);
     }
-    // P = bf16(2^(s' - mu)); l += P (thread's columns ascending); the P fragments for the PV MMA
+    // p = 2^(s' - mu); l += p in FP32 (thread's columns ascending); P = bf16(p): the PV MMA's operand
     uint32_t pk[NS][2];
 #pragma unroll
     for (int nb = 0; nb < NS; ++nb)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const uint32_t w2 = pack_bf16(exp2f(__fsub_rn(s[nb][2 * h], mu[h])), exp2f(__fsub_rn(s[nb][2 * h + 1], mu[h])));
-        pk[nb][h] = w2;
-        l[h] = __fadd_rn(l[h], bf16_lo(w2));
-        l[h] = __fadd_rn(l[h], bf16_hi(w2));
+        const float p0 = exp2f(__fsub_rn(s[nb][2 * h], mu[h])), p1 = exp2f(__fsub_rn(s[nb][2 * h + 1], mu[h]));
+        l[h] = __fadd_rn(l[h], p0);
+        l[h] = __fadd_rn(l[h], p1);
+        pk[nb][h] = pack_bf16(p0, p1);
       }
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb)

@@ -82,8 +82,6 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
-__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 
 // x + (+0): -0 becomes +0, every other value is unchanged. Applied to every output before it is stored: an exact
 // zero's sign is the one bit a masked lane (a zero product 0 * v, v of either sign) could still decide, so no
@@ -91,8 +89,8 @@ __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w 
 __device__ __forceinline__ float plus_zero(float x) { return __fadd_rn(x, 0.0f); }
 
 // ---- the shared arithmetic of the split-KV merge (one definition, used by every path) ----------------------------
-// A partial state of one row over one chunk: m = max of its scores s' (log2 units), l = sum of its BF16-rounded
-// probabilities 2^(s' - m), acc[d] = sum of p v[d]. Both states merged here have m finite (each chunk a row is
+// A partial state of one row over one chunk: m = max of its scores s' (log2 units), l = sum of its probabilities
+// p = 2^(s' - m) (FP32), acc[d] = sum of bf16(p) v[d] (the MMA's). Both states merged here have m finite (each chunk a row is
 // merged over holds at least its first key, which the row sees).
 struct MergeCoef {
   float m, a, b;  // merged max, weight of the running state, weight of the incoming chunk

@@ -1,0 +1,282 @@
+"""The attention kernels' per-element order, executed on the CPU: attention_emu.py runs attention.cu's kernels warp by
+warp (the same plan, chunk loop, merges, shared-memory layout and ldmatrix / mma.sync address expressions; the MMA's
+k16 sum and exp2f / logf are models — see its docstring), so these tests show, before any GPU run, that
+
+* the fragment index math computes causal GQA attention and its gradients (against FP64; several head dims, GQA
+  ratios, packed lengths, both launch modes);
+* decode == chunked prefill (chunks at arbitrary boundaries, across the 64-key tile and the 256-key chunk) == prefill,
+  a sequence packed behind others == alone, a query among any others == alone, chunk mode == whole-row mode — bitwise,
+  out and lse; the backward's dq / dk / dv are bitwise the same packed or alone, with pad rows inside a sequence, and
+  for a decode step against the prefill's backward with dO on that row only;
+* the in-kernel guards of a captured call (NaN rows, never a wrong read);
+* each invariance check fails for a deliberately variant kernel (the emulator's ``variant``): tiles aligned to the
+  CTA's first query, a chunk size chosen by length, BF16 partials on the split path, dK/dV rows aligned to the packed
+  buffer. The emulator's arithmetic is deterministic and the inputs are seeded, so these verdicts are the same on
+  every host.
+
+The GPU's own bits are judged by test_gpu_attention.py on a GPU. ~1 minute on 2 cores."""
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import attention_emu as E  # noqa: E402
+from ws1_cuda_testpaths import PKG  # noqa: E402
+
+BF = torch.bfloat16
+
+
+def cu(lengths):
+    return torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0)
+
+
+def bits(t):
+    t = t.contiguous()
+    return t.view(torch.int16) if t.dtype == BF else t.view(torch.int32)
+
+
+def ndiff(a, b):
+    assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, b.shape, a.dtype, b.dtype)
+    return int((bits(a) != bits(b)).sum())
+
+
+def rnd(g, *shape):
+    return torch.randn(*shape, generator=g).to(BF)
+
+
+def qkv(seed, lengths, Hq, Hkv, D):
+    g = torch.Generator().manual_seed(seed)
+    T = sum(lengths)
+    return rnd(g, T, Hq, D), rnd(g, T, Hkv, D), rnd(g, T, Hkv, D)
+
+
+def ref_fwd(q, k, v, lens_q, lens_k, pos, scale, grad=False):
+    """FP64 causal GQA attention over packed sequences (each query sees keys 0..q_pos of its sequence)."""
+    G = q.shape[1] // k.shape[1]
+    qd, kd, vd = (t.double().requires_grad_(grad) for t in (q, k, v))
+    outs, qo, ko = [], 0, 0
+    for lq, lk in zip(lens_q, lens_k):
+        s = torch.einsum("qhd,khd->hqk", qd[qo:qo + lq], kd[ko:ko + lk].repeat_interleave(G, 1)) * scale
+        mask = torch.arange(lk)[None, :] > pos[qo:qo + lq, None]
+        s = s.masked_fill(mask[None], float("-inf"))
+        outs.append(torch.einsum("hqk,khd->qhd", torch.softmax(s, -1), vd[ko:ko + lk].repeat_interleave(G, 1)))
+        qo, ko = qo + lq, ko + lk
+    return torch.cat(outs), (qd, kd, vd)
+
+
+def positions(lengths):
+    return torch.cat([torch.arange(n) for n in lengths])
+
+
+# ---- the emulator is the .cu ------------------------------------------------------------------------------------------
+def test_tile_constants_and_address_expressions_are_the_cuda_sources():
+    """The emulator's constants are the header's, and every ldmatrix address expression it executes appears verbatim
+    (lane -> LANE) in attention.cu: the emulator cannot drift from the kernels unnoticed."""
+    hdr = (PKG / "csrc" / "attention_mma.cuh").read_text()
+    for name, val in (("kBN", E.KBN), ("kChunk", E.KCHUNK), ("kBNB", E.KBNB), ("kBKV", E.KBKV), ("kBMQ", E.KBMQ),
+                      ("kPad", E.KPAD), ("kDMax", E.KDMAX)):
+        m = re.search(rf"constexpr int {name} = (\d+);", hdr)
+        assert m and int(m.group(1)) == val, (name, m and m.group(1), val)
+    cu_src = re.sub(r"\s+", "", (PKG / "csrc" / "attention.cu").read_text())
+    emu_src = re.sub(r"\s+", "", Path(E.__file__).read_text()).replace("LANE", "lane")
+    exprs = [
+        "(w*16+(lane&7)+8*((lane>>3)&1))*S+8*(lane>>4)",                  # A fragments (Q, dO, K, V rows)
+        "(n2*16+(lane&7)+8*(lane>>4))*S+kd*16+8*((lane>>3)&1)",           # B fragments, k = d (K, V, Q, dO rows)
+        "(kk*16+(lane&7)+8*((lane>>3)&1))*S+n2*16+8*(lane>>4)",           # B fragments, k = keys / rows (.trans)
+    ]
+    for e in exprs:
+        assert e in cu_src, f"attention.cu lost {e}"
+        assert e in emu_src, f"attention_emu.py lost {e}"
+
+
+# ---- forward accuracy ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("D,Hq,Hkv,lengths,sms", [
+    (32, 4, 2, [70], 1),           # whole-row mode, DP 64
+    (32, 4, 2, [70], 132),         # chunk mode
+    (40, 5, 1, [19, 3, 33], 1),    # D not a multiple of 16 (zero-padded), G 5, packed
+    (128, 2, 2, [11, 16, 13, 19], 132),
+    (64, 2, 1, [300], 1),          # across the 256-key chunk: two chunks merged in registers
+])
+def test_forward_matches_fp64(D, Hq, Hkv, lengths, sms):
+    q, k, v = qkv(D + len(lengths), lengths, Hq, Hkv, D)
+    pos = positions(lengths)
+    out, lse = E.attention(q, k, v, cu(lengths), cu(lengths), pos, D ** -0.5, sms=sms)
+    ref, _ = ref_fwd(q, k, v, lengths, lengths, pos, D ** -0.5)
+    err = (out.double() - ref)
+    assert torch.isfinite(out.float()).all() and torch.isfinite(lse).all()
+    assert err.norm() / ref.norm() < 5e-3 and err.abs().max() < 3e-2, (err.norm() / ref.norm(), err.abs().max())
+    # lse against FP64 (natural log of sum exp(scale s))
+    G, ls_ref, qo = Hq // Hkv, [], 0
+    for n in lengths:
+        s = torch.einsum("qhd,khd->hqk", q[qo:qo + n].double(), k[qo:qo + n].double().repeat_interleave(G, 1)) * D ** -0.5
+        s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1)[None], float("-inf"))
+        ls_ref.append(torch.logsumexp(s, -1).transpose(0, 1))
+        qo += n
+    torch.testing.assert_close(lse.double(), torch.cat(ls_ref), atol=1e-3, rtol=1e-4)
+
+
+# ---- forward invariance -------------------------------------------------------------------------------------------
+S_LONG = 300  # crosses the 64-key tiles and the 256-key chunk
+
+
+@pytest.fixture(scope="module")
+def long_case():
+    D, Hq, Hkv = 32, 4, 2
+    q, k, v = qkv(7, [S_LONG], Hq, Hkv, D)
+    pos = positions([S_LONG])
+    out, lse = E.attention(q, k, v, cu([S_LONG]), cu([S_LONG]), pos, D ** -0.5, sms=1)  # whole-row prefill
+    return q, k, v, pos, D ** -0.5, out, lse
+
+
+def chunk_diffs(case, bounds, variant=None, ref=None, sms=132):
+    q, k, v, pos, sc, out, lse = case
+    if ref is not None:
+        out, lse = ref
+    diffs = {}
+    for c0, c1 in bounds:
+        o, ls = E.attention(q[c0:c1], k[:c1], v[:c1], cu([c1 - c0]), cu([c1]), pos[c0:c1], sc, sms=sms, variant=variant)
+        diffs[(c0, c1)] = ndiff(o, out[c0:c1]) + ndiff(ls, lse[c0:c1])
+    return diffs
+
+
+BOUNDS = [(0, 7), (7, 69), (69, 256), (256, 257), (257, 299), (299, 300), (63, 64), (64, 65), (255, 256)]
+
+
+def test_decode_and_chunked_prefill_equal_prefill_bitwise(long_case):
+    """Chunks at arbitrary boundaries (not multiples of the tile), decode steps on both sides of a tile and of the
+    chunk boundary (chunk mode: split-KV partials + the merge kernel) == the whole-row prefill, out and lse."""
+    d = chunk_diffs(long_case, BOUNDS)
+    assert not any(d.values()), d
+
+
+def test_modes_and_neighbours_do_not_change_a_query(long_case):
+    q, k, v, pos, sc, out, lse = long_case
+    # the whole prefill in chunk mode (1-warp CTAs, capacity fallback to whole rows) == whole-row mode
+    o, ls = E.attention(q, k, v, cu([S_LONG]), cu([S_LONG]), pos, sc, sms=10**6)
+    assert ndiff(o, out) == 0 and ndiff(ls, lse) == 0
+    # a subset of the queries (other CTA neighbours, other block maxima) == their rows in the prefill
+    sel = torch.tensor([3, 64, 65, 200, 257, 299])
+    o, ls = E.attention(q[sel], k, v, cu([len(sel)]), cu([S_LONG]), pos[sel], sc, sms=1)
+    assert ndiff(o, out[sel]) == 0 and ndiff(ls, lse[sel]) == 0
+    # packed behind and before other sequences (continuous batching of decode steps and a prefill)
+    g = torch.Generator().manual_seed(11)
+    a = [rnd(g, 5, q.shape[1], q.shape[2]), rnd(g, 5, k.shape[1], k.shape[2]), rnd(g, 5, k.shape[1], k.shape[2])]
+    qq, kk, vv = (torch.cat([x[:5], y, x[:3]]) for x, y in zip(a, (q, k, v)))
+    pp = torch.cat([torch.arange(5), pos, torch.arange(3)])
+    o, ls = E.attention(qq, kk, vv, cu([5, S_LONG, 3]), cu([5, S_LONG, 3]), pp, sc, sms=1)
+    assert ndiff(o[5:5 + S_LONG], out) == 0 and ndiff(ls[5:5 + S_LONG], lse) == 0
+    # three decode steps of three sequences in one call (chunk mode) == each one's prefill row
+    o, ls = E.attention(torch.cat([q[299:300], a[0][4:5], q[100:101]]), torch.cat([k, a[1], k[:101]]),
+                        torch.cat([v, a[2], v[:101]]), cu([1, 1, 1]), cu([S_LONG, 5, 101]), torch.tensor([299, 4, 100]), sc)
+    assert ndiff(o[0:1], out[299:300]) == 0 and ndiff(o[2:3], out[100:101]) == 0
+    assert ndiff(ls[0:1], lse[299:300]) == 0 and ndiff(ls[2:3], lse[100:101]) == 0
+
+
+def test_three_chunks_merged_by_the_split_path_equal_registers():
+    """A row over 3 chunks: decode (3 split CTAs, the merge kernel) == the whole-row prefill's in-register merges."""
+    D, Hq, Hkv, S = 32, 2, 1, 560
+    q, k, v = qkv(9, [S], Hq, Hkv, D)
+    pos = positions([S])
+    sel = torch.tensor([513, 559])
+    full, fl = E.attention(q[sel], k, v, cu([2]), cu([S]), pos[sel], D ** -0.5, sms=1)        # whole-row CTA
+    for j, p in enumerate(sel.tolist()):
+        o, ls = E.attention(q[p:p + 1], k[:p + 1], v[:p + 1], cu([1]), cu([p + 1]), pos[p:p + 1], D ** -0.5)  # split
+        assert ndiff(o, full[j:j + 1]) == 0 and ndiff(ls, fl[j:j + 1]) == 0, p
+
+
+def test_guards_of_a_captured_call_give_nan_rows_never_a_wrong_read():
+    q, k, v = qkv(3, [20], 4, 2, 32)
+    pos = positions([20])
+    good, _ = E.attention(q, k, v, cu([20]), cu([20]), pos, 0.2, sms=1)
+    bad_pos = pos.clone()
+    bad_pos[5] = 20  # past the sequence's keys
+    for sms in (1, 132):
+        o, ls = E.attention(q, k, v, cu([20]), cu([20]), bad_pos, 0.2, sms=sms)
+        assert torch.isnan(o[5].float()).all() and torch.isnan(ls[5]).all()
+        keep = torch.arange(20) != 5
+        assert ndiff(o[keep], good[keep]) == 0
+    o, ls = E.attention(q, k, v, torch.tensor([0, 25]), cu([20]), pos, 0.2, sms=1)  # cu_seqlens past Tq
+    assert torch.isnan(o.float()).all() and torch.isnan(ls).all()
+
+
+# ---- backward -----------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def bwd_case():
+    D, Hq, Hkv, S = 32, 4, 2, 100
+    q, k, v = qkv(21, [S], Hq, Hkv, D)
+    pos = positions([S])
+    dout = torch.randn(S, Hq, D, generator=torch.Generator().manual_seed(22))
+    out, lse = E.attention(q, k, v, cu([S]), cu([S]), pos, D ** -0.5, sms=1)
+    grads = E.attention_bwd(dout, q, k, v, out, lse, cu([S]), cu([S]), pos, D ** -0.5)
+    return q, k, v, pos, D ** -0.5, dout, out, lse, grads
+
+
+def test_backward_matches_fp64_autograd(bwd_case):
+    q, k, v, pos, sc, dout, out, lse, grads = bwd_case
+    S = q.shape[0]
+    ref, leaves = ref_fwd(q, k, v, [S], [S], pos, sc, grad=True)
+    ref.backward(dout.double())
+    for name, a, leaf in zip(("dq", "dk", "dv"), grads, leaves):
+        err = a.double() - leaf.grad
+        assert err.norm() / leaf.grad.norm() < 1e-2 and err.abs().max() < 5e-2, (name, err.norm() / leaf.grad.norm())
+
+
+def test_backward_is_bitwise_invariant(bwd_case):
+    q, k, v, pos, sc, dout, out, lse, (dq, dk, dv) = bwd_case
+    S, Hq, D = q.shape
+    Hkv = k.shape[1]
+    g = torch.Generator().manual_seed(23)
+    # packed behind a 5-token sequence == alone
+    a = [rnd(g, 5, Hq, D), rnd(g, 5, Hkv, D), rnd(g, 5, Hkv, D)]
+    qq, kk, vv = (torch.cat([x, y]) for x, y in zip(a, (q, k, v)))
+    pp, dd = torch.cat([torch.arange(5), pos]), torch.cat([torch.randn(5, Hq, D, generator=g), dout])
+    o, ls = E.attention(qq, kk, vv, cu([5, S]), cu([5, S]), pp, sc, sms=1)
+    pq, pk, pv = E.attention_bwd(dd, qq, kk, vv, o, ls, cu([5, S]), cu([5, S]), pp, sc)
+    assert (ndiff(pq[5:], dq), ndiff(pk[5:], dk), ndiff(pv[5:], dv)) == (0, 0, 0)
+    # pad rows inside the sequence (garbage queries and keys after its end, dO = 0 there) == unpadded
+    P = 11
+    qq, kk, vv = (torch.cat([y, x]) for x, y in zip((rnd(g, P, Hq, D), rnd(g, P, Hkv, D), rnd(g, P, Hkv, D)), (q, k, v)))
+    pp, dd = torch.arange(S + P), torch.cat([dout, torch.zeros(P, Hq, D)])
+    o, ls = E.attention(qq, kk, vv, cu([S + P]), cu([S + P]), pp, sc, sms=1)
+    pq, pk, pv = E.attention_bwd(dd, qq, kk, vv, o, ls, cu([S + P]), cu([S + P]), pp, sc)
+    assert (ndiff(pq[:S], dq), ndiff(pk[:S], dk), ndiff(pv[:S], dv)) == (0, 0, 0)
+    # a decode step's backward == the prefill's backward with dO on that row only (dq of the row, dk / dv of its keys)
+    for t in (37, 99):
+        d1 = torch.zeros_like(dout)
+        d1[t] = dout[t]
+        fq, fk, fv = E.attention_bwd(d1, q, k, v, out, lse, cu([S]), cu([S]), pos, sc)
+        o2, l2 = E.attention(q[t:t + 1], k[:t + 1], v[:t + 1], cu([1]), cu([t + 1]), pos[t:t + 1], sc)
+        sq, sk, sv = E.attention_bwd(dout[t:t + 1], q[t:t + 1], k[:t + 1], v[:t + 1], o2, l2, cu([1]), cu([t + 1]),
+                                     pos[t:t + 1], sc)
+        assert (ndiff(sq, fq[t:t + 1]), ndiff(sk, fk[:t + 1]), ndiff(sv, fv[:t + 1])) == (0, 0, 0), t
+        assert bool((fk[t + 1:] == 0).all() and (fv[t + 1:] == 0).all())  # keys after t: +0, no sign
+
+
+# ---- negative controls: each check above fails for a deliberately variant kernel ----------------------------------------
+def test_controls_turn_the_invariance_checks_red(long_case, bwd_case):
+    q, k, v, pos, sc, out, lse = long_case
+    # tiles aligned to the CTA's first query: a chunk's rows differ from the prefill's (whole-row mode on both sides)
+    ref = E.attention(q, k, v, cu([S_LONG]), cu([S_LONG]), pos, sc, sms=1, variant="tiles_from_block")
+    d = chunk_diffs(long_case, [(7, 69), (257, 299), (299, 300)], variant="tiles_from_block", ref=ref, sms=1)
+    assert all(n > 10 for n in d.values()), d
+    # the chunk size chosen by the sequence length: a chunked call with fewer keys uses another chunking
+    d = chunk_diffs(long_case, [(69, 256), (7, 69)], variant="chunk_by_length")
+    assert all(n > 10 for n in d.values()), d
+    # BF16 partials on the split path: a decode over two chunks differs from the whole-row prefill
+    d = chunk_diffs(long_case, [(299, 300), (270, 271)], variant="partials_bf16")
+    assert all(n > 10 for n in d.values()), d
+    # dK/dV rows aligned to the packed buffer: packed != alone
+    q, k, v, pos, sc, dout, out, lse, _ = bwd_case
+    S, Hq, D = q.shape
+    Hkv = k.shape[1]
+    g = torch.Generator().manual_seed(23)
+    a = [rnd(g, 5, Hq, D), rnd(g, 5, Hkv, D), rnd(g, 5, Hkv, D)]
+    qq, kk, vv = (torch.cat([x, y]) for x, y in zip(a, (q, k, v)))
+    pp, dd = torch.cat([torch.arange(5), pos]), torch.cat([torch.randn(5, Hq, D, generator=g), dout])
+    o, ls = E.attention(qq, kk, vv, cu([5, S]), cu([5, S]), pp, sc, sms=1)
+    _, pk, pv = E.attention_bwd(dd, qq, kk, vv, o, ls, cu([5, S]), cu([5, S]), pp, sc, variant="dkv_rows_by_buffer")
+    _, ak, av = E.attention_bwd(dout, q, k, v, out, lse, cu([S]), cu([S]), pos, sc, variant="dkv_rows_by_buffer")
+    assert ndiff(pk[5:], ak) > 100 and ndiff(pv[5:], av) > 100
