@@ -238,7 +238,7 @@ class Args:
 
 
 def fwd_cta(a, DP, NWM, bx, kh, variant=None):
-    NT, BM, S, C8, NB, NS = 32 * NWM, 16 * NWM, DP + KPAD, DP // 8, DP // 8, KBN // 8
+    BM, S, C8, NB, NS = 16 * NWM, DP + KPAD, DP // 8, DP // 8, KBN // 8
     KD = DP // 16
     smem = np.full(BM * S + 4 * KBN * S, 0xFFFF, U16)  # uninitialised shared memory reads as NaN
     Qs, Ks = 0, BM * S
