@@ -6,12 +6,13 @@ Shrunk shapes (tests/small.py); the comparisons and the cell logic are the gates
 
 import contextlib
 import dataclasses
+import functools
 
 import pytest
 from conftest import make_run
 
 import ws1_ops
-from ws1_matrix import compare, rows
+from ws1_matrix import cases, compare, rows
 from ws1_matrix.forward_gradient import judge_profile
 from ws1_matrix.judge import tiers_of
 from ws1_ops import registry
@@ -35,9 +36,9 @@ def scaled_param_grad(s: float):
     return lambda real: (lambda *a: real.param_grad(*a) * s)
 
 
-def _cells(ops, judgments=("gradient_accuracy",)) -> dict:
-    run = make_run("c4_gradient")
-    judge_profile(run, list(ops), judgments, lambda op: tiers_of(run.manifest, op, extra=True))
+def _cells(ops, judgments=("gradient_accuracy",), activate=None, tiers=None) -> dict:
+    run = make_run("c3_forward" if judgments[0].startswith("forward") else "c4_gradient")
+    judge_profile(run, list(ops), judgments, tiers or (lambda op: tiers_of(run.manifest, op, extra=True)), activate)
     return {c.id: c for c in run.cells}
 
 
@@ -134,3 +135,102 @@ def test_logprob_gradients_are_judged_by_the_fp32_norm_row(small_env, op):
         c = cells[f"{op}-{t}-gradient_accuracy"]
         assert c.status == "red" and _comparison(c, "logits")["rel_l2"] > 1e-5, c.detail
         assert _comparison(c, "logits")["max_abs"] < 5e-2, "the elementwise row alone would be green"
+
+
+# ---- the logprob class's forward against FP64 (issue 23 item 5) ------------------------------------------
+
+LOGPROB_OPS = ("logprob", "batch_invariant_logp")
+LSE_SHIFT = "variant_logprob_lse_shift"
+
+
+def _by_reference(cell) -> dict:
+    refs = {}
+    for d in cell.extra["comparisons"]:
+        refs.setdefault(d["reference"], []).append(d)
+    return refs
+
+
+@pytest.mark.parametrize("op", LOGPROB_OPS)
+def test_logprob_forward_is_judged_by_both_rows(small_env, op):
+    """Two comparisons in the forward_accuracy cell: the BF16 row against the FP32 reference (as
+    before) and the FP64-reference row (atol 5e-5) against log_softmax in FP64 on the same inputs."""
+    cells = _cells([op], ("forward_accuracy", "forward_invariance"))
+    for tier in ("short", "primary"):
+        c = cells[f"{op}-{tier}-forward_accuracy"]
+        assert c.status == "green", c.detail
+        assert (c.thresholds["atol"], c.thresholds["rtol"], c.thresholds["dtype"]) == (6e-2, 0, "bfloat16")
+        assert c.thresholds["fp64_reference"] == {"atol": 5e-5, "rtol": 0.0, "dtype": "float32"}
+        (f32,), (f64,) = _by_reference(c)["float32"], _by_reference(c)["float64"]
+        assert f32["passed"] and f64["passed"] and f64["name"] == "output vs FP64"
+        assert 0 < f64["max_abs"] < 5e-5 and c.max_abs_err == f32["max_abs"]
+        assert "output vs FP64 within atol 5e-05" in c.detail
+        assert "fp64_reference" not in cells[f"{op}-{tier}-forward_invariance"].thresholds
+
+
+def test_other_ops_have_no_fp64_comparison(small_env):
+    cells = _cells(["det_gemm", "rms_norm"], ("forward_accuracy",))
+    for c in cells.values():
+        assert c.status == "green" and set(_by_reference(c)) == {"float32"} and "fp64_reference" not in c.thresholds
+
+
+@pytest.mark.parametrize("op", LOGPROB_OPS)
+def test_lse_shift_control_is_red_by_the_fp64_row_and_green_by_the_bf16_row(small_env, op):
+    """Our control (every row's lse + 1e-4): the FP64-reference row turns the cell red at every element;
+    the BF16 row against the FP32 reference — the cell's whole judgment before this row — passes it;
+    the variant stays invariant, so only accuracy is red."""
+    control = functools.partial(ws1_ops.use_candidate, LSE_SHIFT)
+    cells = _cells([op], ("forward_accuracy", "forward_invariance"), activate=control)
+    for tier in ("short", "primary"):
+        c = cells[f"{op}-{tier}-forward_accuracy"]
+        assert c.status == "red" and c.extra["recorded"][op]["variant"] == [LSE_SHIFT], c.detail
+        (f32,), (f64,) = _by_reference(c)["float32"], _by_reference(c)["float64"]
+        assert f32["passed"] and f32["max_abs"] < 6e-2, "the BF16 row alone would be green"
+        assert not f64["passed"] and f64["n_diff"] == f64["n_total"] > 0, f64["detail"]
+        assert 9e-5 < f64["max_abs"] < 1.1e-4
+        assert c.detail.startswith("output vs FP64:") and "exceed atol 5e-05" in c.detail
+        inv = cells[f"{op}-{tier}-forward_invariance"]
+        assert inv.status == "green" and inv.extra["recorded"][op]["variant"] == [LSE_SHIFT], inv.detail
+
+
+@pytest.mark.parametrize("op", LOGPROB_OPS)
+def test_one_row_moved_by_1e4_is_red(small_env, op):
+    """The rule is elementwise: one row's log-probs 1e-4 too small (row 0 of every call) is red, by
+    exactly that row's elements; the BF16 row passes it."""
+
+    def fwd(real):
+        def f(*a):
+            lp, lse = real.fwd(*a)
+            lp = lp.clone()
+            lp[0] -= 1e-4
+            return lp, lse
+        return f
+
+    with variant(op, fwd=fwd):
+        cells = _cells([op], ("forward_accuracy",))
+    for tier in ("short", "primary"):
+        c = cells[f"{op}-{tier}-forward_accuracy"]
+        (f32,), (f64,) = _by_reference(c)["float32"], _by_reference(c)["float64"]
+        row = f64["n_total"] // c.extra["shape"]["T"]
+        assert c.status == "red" and f32["passed"] and not f64["passed"], c.detail
+        assert f64["n_diff"] == row and f64["first_diff"]["index"][0] == 0, f64["detail"]
+
+
+def test_real_vocabulary_logprob_ops_meet_the_fp64_row_and_the_control_does_not():
+    """At the manifest's own vocabulary (V 151936, the short tier's T 4; the real contracts): our cpu
+    kernels are inside atol 5e-5 of FP64 (4.7e-6 and 6.2e-6; the primary tier is C3's), the control
+    outside it, both inside the BF16 row."""
+    cases.forget()
+    try:
+        real = _cells(LOGPROB_OPS, ("forward_accuracy",), tiers=lambda op: ["short"])
+        shifted = _cells(LOGPROB_OPS, ("forward_accuracy",), activate=functools.partial(ws1_ops.use_candidate, LSE_SHIFT),
+                         tiers=lambda op: ["short"])
+    finally:
+        cases.forget()
+    assert len(real) == len(shifted) == 2
+    for cid, c in real.items():
+        assert c.extra["shape"]["V"] == 151936
+        (f64,) = _by_reference(c)["float64"]
+        assert c.status == "green" and 0 < f64["max_abs"] < 5e-5, (cid, c.detail)
+        s = shifted[cid]
+        (s32,), (s64,) = _by_reference(s)["float32"], _by_reference(s)["float64"]
+        assert s.status == "red" and s32["passed"] and not s64["passed"] and s64["n_diff"] == s64["n_total"], (cid, s.detail)

@@ -17,6 +17,8 @@ Why each set is what it is (tiny preset, the manifest's fixtures; canonical = BN
 * attn_chunk_tiles (tiles from the chunk start): the chunked cells and chunked sweep cases (b1-len8's
   last chunk is a single query, which the variant treats as a decode step).
 * attn_decode_order: the rollout's decode, every decode sweep case, and b1-len8's one-query chunk.
+* logprob_lse_shift (every lse + 1e-4): an accuracy control — row-local, so no invariance comparison
+  moves and logprob == batch_invariant_logp[t] keeps teacher forcing and the rollout bitwise equal.
 """
 
 import pytest
@@ -49,6 +51,7 @@ EXPECTED = {
     | {f"sweep/{c}/chunked7" for c in ("b1-len32", "b1-len19", *B4)},
     "variant_attn_decode_order": set(PARITY) | {"sweep/b1-len8/chunked7"}
     | {f"sweep/{c}/decode" for c in ("b1-len8", "b1-len32", "b1-len19", *B4)},
+    "variant_logprob_lse_shift": set(),
 }
 
 

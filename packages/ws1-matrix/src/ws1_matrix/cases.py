@@ -170,6 +170,9 @@ class TokenCase:
     # vocabulary-sized weights: the FP32 reference gradient over a block of weight rows
     # (inputs, weight rows [v0, v1) as a leaf, v0, v1, dy) -> runs backward; see rows.gradient_accuracy
     ref_block: Callable | None = None
+    # (*inputs, *params) -> the FP64 reference output, on the same inputs: the ops the contract judges
+    # against one beside the FP32 reference (its fp64_reference rows: the logprob class)
+    ref64: Callable | None = None
 
     kind = "token"
 
@@ -282,14 +285,16 @@ def _logprob(case: Case, manifest: Manifest) -> TokenCase:
     (V,) = _shape(case, "V")
     # logits ~ N(0, 3): a peaked but not degenerate softmax over the 151936-token vocabulary
     return TokenCase(case, d.rows, [d.r(d.T, V, scale=3.0, dtype=F32), d.rows.token % V], [], ["logits", "targets"],
-                     lambda lg, t, row_keys: ws1_ops.logprob(lg, t), reference.logprob, [None, _pad_id(manifest, V)])
+                     lambda lg, t, row_keys: ws1_ops.logprob(lg, t), reference.logprob, [None, _pad_id(manifest, V)],
+                     ref64=lambda lg, t: reference.logprob(lg, t, torch.float64))
 
 
 def _batch_invariant_logp(case: Case, manifest: Manifest) -> TokenCase:
     d = _Draw(case, manifest)
     (V,) = _shape(case, "V")
     return TokenCase(case, d.rows, [d.r(d.T, V, scale=3.0, dtype=F32)], [], ["logits"],
-                     lambda lg, row_keys: ws1_ops.batch_invariant_logp(lg), reference.batch_invariant_logp, [None])
+                     lambda lg, row_keys: ws1_ops.batch_invariant_logp(lg), reference.batch_invariant_logp, [None],
+                     ref64=lambda lg: reference.batch_invariant_logp(lg, torch.float64))
 
 
 # ---- attention: sequence-level ------------------------------------------------------------------

@@ -85,17 +85,32 @@ def _rows(ctx: Ctx, op: str, judgment: str):
     rtol 0) is not used: it is tighter than the FP32 reference itself is accurate at the manifest's
     vocabulary (V=151936, cpu_bf16, measured against an FP64 log_softmax: torch's FP32 reference is
     1.7e-5 off in the forward and 9.4e-4 in the gradient, ours 6.8e-6 and 4.2e-4), so it would judge
-    the reference, not the kernel."""
+    the reference, not the kernel. Their forward is judged a second time instead, against an FP64
+    reference by the contract's FP64-reference row (:func:`_fp64_row`)."""
     elem = ctx.contract.resolve(judgment, op, ctx.dtype)
     norm = ctx.contract.resolve(judgment, op, ctx.contract.judged_dtype(op, ctx.dtype))
     return elem, norm
+
+
+def _fp64_row(ctx: Ctx, op: str, judgment: str):
+    """The contract's FP64-reference row for ``op`` (at the dtype its values are in), or None where the
+    judgment has none: today forward_accuracy of the logprob class (FP32 in and out), atol 5e-5
+    rtol 0 against log_softmax in FP64 on the same inputs — beside the execution dtype's row against
+    the FP32 reference, which stays (both must hold)."""
+    dt = ctx.contract.judged_dtype(op, ctx.dtype)
+    if "float64" not in ctx.contract.references(judgment, op, dt):
+        return None
+    return ctx.contract.resolve(judgment, op, dt, reference="float64")
 
 
 def _thresholds(ctx: Ctx, op: str, judgment: str) -> dict:
     elem, th = _rows(ctx, op, judgment)
     norm = {} if th.max_rel_l2 is None else {"max_rel_l2": th.max_rel_l2, "min_cosine": th.min_cosine,
                                              "norm_dtype": ctx.contract.judged_dtype(op, ctx.dtype)}
-    return {"atol": elem.atol, "rtol": elem.rtol, **norm, "dtype": ctx.contract.dtype_name(ctx.dtype),
+    row64 = _fp64_row(ctx, op, judgment)
+    fp64 = {} if row64 is None else {"fp64_reference": {"atol": row64.atol, "rtol": row64.rtol,
+                                                        "dtype": ctx.contract.judged_dtype(op, ctx.dtype)}}
+    return {"atol": elem.atol, "rtol": elem.rtol, **norm, **fp64, "dtype": ctx.contract.dtype_name(ctx.dtype),
             "bitwise": ctx.contract.is_bitwise(judgment)}
 
 
@@ -155,7 +170,12 @@ def kernel_problems(ctx: Ctx, op: str, judgment: str, summary: dict) -> tuple[li
 # ---- the judgments --------------------------------------------------------------------------------
 
 
-def _accuracy(ctx: Ctx, op: str, judgment: str, pairs: list[tuple[str, torch.Tensor, torch.Tensor]]) -> Outcome:
+def _accuracy(ctx: Ctx, op: str, judgment: str, pairs: list[tuple[str, torch.Tensor, torch.Tensor]],
+              fp64: list[tuple[str, torch.Tensor, torch.Tensor | None]] = ()) -> Outcome:
+    """Each (name, candidate, FP32 reference) pair by the execution dtype's row (+ the tensor-norm rule
+    where the judgment has one); each ``fp64`` pair (name, candidate, FP64 reference) by the contract's
+    FP64-reference row too. Green only if every comparison passes; the cell's max errors are the FP32
+    reference's (its ``atol``), the FP64 ones are in its comparisons and detail."""
     elem, norm = _rows(ctx, op, judgment)
     comps: list[tuple[str, Comparison]] = []
     for name, cand, ref in pairs:
@@ -179,16 +199,29 @@ def _accuracy(ctx: Ctx, op: str, judgment: str, pairs: list[tuple[str, torch.Ten
                           with_norm(tol, within_norm(cand, ref, norm.max_rel_l2, norm.min_cosine, name))))
     if not comps:
         return Outcome(judgment, False, "nothing was compared")
-    bad = [c for _, c in comps if not c.passed]
+    comps64: list[tuple[str, Comparison]] = []
+    row64 = _fp64_row(ctx, op, judgment) if fp64 else None
+    for name, cand, ref in fp64:
+        if ref is None:   # the contract asks for an FP64 reference the case cannot give: red, never skipped
+            comps64.append((name, Comparison(False, f"{name}: the case has no FP64 reference (the contract's "
+                                                    f"fp64_reference row for {op} needs one)")))
+        else:
+            comps64.append((name, tolerance_blocks(cand, ref, row64.atol, row64.rtol, name)))
+    bad = [c for _, c in comps + comps64 if not c.passed]
     mx = max((c.max_abs for _, c in comps if c.max_abs is not None), default=None)
     mr = max((c.max_rel for _, c in comps if c.max_rel is not None), default=None)
     names = ", ".join(n for n, _ in comps)
     norm = "" if norm.max_rel_l2 is None or bad else (   # green: every comparison carries both values
         f", rel L2 <= {norm.max_rel_l2:g} (worst {max(c.rel_l2 for _, c in comps):.3e}), "
         f"cosine >= {norm.min_cosine:.9g} (worst {min(c.cosine for _, c in comps):.9f})")
+    also = "" if bad or not comps64 else (
+        f"; {', '.join(n for n, _ in comps64)} within atol {row64.atol:g} + rtol {row64.rtol:g}*|ref64|; "
+        f"max |err| {max(c.max_abs for _, c in comps64):.3e}")
     detail = (f"{bad[0].detail}" + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else "")) if bad else \
-        f"{names} within atol {elem.atol:g} + rtol {elem.rtol:g}*|ref|{norm}; max |err| {mx:.3e}"
-    return Outcome(judgment, not bad, detail, mx, mr, {"comparisons": [{"name": n, **c.to_dict()} for n, c in comps]})
+        f"{names} within atol {elem.atol:g} + rtol {elem.rtol:g}*|ref|{norm}; max |err| {mx:.3e}{also}"
+    record = [{"name": n, "reference": "float32", **c.to_dict()} for n, c in comps]
+    record += [{"name": n, "reference": "float64", **c.to_dict()} for n, c in comps64]
+    return Outcome(judgment, not bad, detail, mx, mr, {"comparisons": record})
 
 
 def _invariance(verdicts: list[rows.Verdict]) -> Outcome:
@@ -216,7 +249,12 @@ def _execute(ctx: Ctx, op: str, judgment: str, built) -> Outcome:
     if run is None:
         raise ValueError(f"unknown case kind {built.kind!r}")
     if judgment == "forward_accuracy":
-        return _accuracy(ctx, op, judgment, [("output", *run.forward_accuracy(built, ctx.device))])
+        cand, ref = run.forward_accuracy(built, ctx.device)
+        fp64 = []
+        if _fp64_row(ctx, op, judgment) is not None:   # the logprob class: also against FP64, same inputs
+            ref64 = getattr(run, "forward_reference_fp64", lambda b: None)(built)
+            fp64 = [("output vs FP64", cand, ref64)]
+        return _accuracy(ctx, op, judgment, [("output", cand, ref)], fp64)
     if judgment == "gradient_accuracy":
         return _accuracy(ctx, op, judgment, run.gradient_accuracy(built, ctx.device, ctx.seed))
     return _invariance(getattr(run, judgment)(built, ctx.device, ctx.seed))

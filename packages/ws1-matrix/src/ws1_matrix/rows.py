@@ -306,6 +306,12 @@ def forward_accuracy(tc: TokenCase, dev: torch.device) -> tuple[torch.Tensor, to
     return cand, ref
 
 
+def forward_reference_fp64(tc: TokenCase) -> torch.Tensor | None:
+    """The FP64 reference output on the candidate's own inputs (CPU), for the ops the contract judges
+    against one beside the FP32 reference (``tc.ref64``; None: the case has none)."""
+    return None if tc.ref64 is None else tc.ref64(*tc.inputs, *tc.params)
+
+
 def gradient_accuracy(tc: TokenCase, dev: torch.device, seed: int = 0) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     """(name, candidate grad, reference grad) for every float input and every parameter.
 

@@ -84,12 +84,16 @@ def swiglu(gate, up):
     return torch.nn.functional.silu(gate.to(F32)) * up.to(F32)
 
 
-def batch_invariant_logp(logits):
-    return torch.log_softmax(logits.to(F32), dim=-1)
+def batch_invariant_logp(logits, dtype=F32):
+    """[T, V] -> [T, V] in ``dtype``: FP32, or float64 for the logprob class's FP64 reference (the
+    contract's ``fp64_reference`` row: the ops are FP32 in and out, so an FP32 reference is about as
+    far from exact as the kernel it judges)."""
+    return torch.log_softmax(logits.to(dtype), dim=-1)
 
 
-def logprob(logits, targets):
-    return batch_invariant_logp(logits).gather(1, targets[:, None]).squeeze(1)
+def logprob(logits, targets, dtype=F32):
+    """[T, V], [T] int64 -> [T] in ``dtype`` (FP32, or float64: see batch_invariant_logp)."""
+    return batch_invariant_logp(logits, dtype).gather(1, targets[:, None]).squeeze(1)
 
 
 from .ops.pack import pack, unpack  # noqa: E402  (profile-independent: the reference is the op itself)
