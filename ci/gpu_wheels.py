@@ -127,6 +127,19 @@ def main(argv=None) -> int:
             return 1
         wheels = {wheel_meta(w)[0]: (w, *wheel_meta(w)[1:]) for w in sorted(Path(tmp).glob("*.whl"))}
         keep = select({n: (v, reqs) for n, (_w, v, reqs) in wheels.items()}, inventory, wanted, args.python)
+        # headers-only projects (requirements/cutlass.txt: CUTLASS for kernels-cuda's sm_90a GEMM build): the wheel
+        # alone, --no-deps (its Python side is never imported), carried unless the host has that very version
+        hdr = Path(tmp) / "headers"
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
+                            "-d", str(hdr), "-r", str(ROOT / "requirements" / "cutlass.txt")], capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"gpu_wheels: pip could not fetch requirements/cutlass.txt: {r.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+            return 1
+        for w in sorted(hdr.glob("*.whl")):
+            name, ver, _reqs = wheel_meta(w)
+            wheels[name] = (w, ver, [])
+            if inventory.get(name) != ver:
+                keep[name] = "headers for the kernels-cuda build (--no-deps)"
         rows = [{"project": n, "version": str(wheels[n][1]), "wheel": wheels[n][0].name, "carried": n in keep,
                  "why": keep.get(n, "the host has it")} for n in sorted(wheels)]
         if not args.dry_run:

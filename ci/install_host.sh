@@ -19,6 +19,12 @@ if [ -n "$missing" ]; then
   say "installing what the host lacks:$missing"
   $PY -m pip install -q ${WS1_WHEELS:+--no-index --find-links "$WS1_WHEELS"} $missing
 fi
+# CUTLASS's headers (kernels-cuda's sm_90a GEMM), --no-deps: only its include directory is used
+cut_pin=$(grep -E '^nvidia-cutlass==' requirements/cutlass.txt)
+if ! $PY -c "import importlib.metadata as m, sys; sys.exit(m.version('nvidia-cutlass') != '${cut_pin#*==}')" 2>/dev/null; then
+  say "installing $cut_pin --no-deps"
+  $PY -m pip install -q --no-deps ${WS1_WHEELS:+--no-index --find-links "$WS1_WHEELS"} "$cut_pin"
+fi
 for pkg in packages/ws1-accel packages/ws1-contract packages/ws1-ops packages/ws1-kv packages/ws1-qwen3 packages/ws1-matrix "$@"; do
   say "installing $pkg (editable, --no-deps)"
   $PY -m pip install -q --no-deps --no-build-isolation -e "$pkg"

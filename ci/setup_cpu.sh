@@ -21,6 +21,12 @@ if [ "$(cat "$stamp_dir/requirements" 2>/dev/null)" != "$req_hash" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements/cpu.txt
   echo "$req_hash" > "$stamp_dir/requirements"
 fi
+cut_hash=$(sha256sum requirements/cutlass.txt | cut -c1-16)
+if [ "$(cat "$stamp_dir/cutlass" 2>/dev/null)" != "$cut_hash" ]; then
+  step "installing requirements/cutlass.txt --no-deps (CUTLASS headers for kernels-cuda's sm_90a GEMM compile check)"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -r requirements/cutlass.txt
+  echo "$cut_hash" > "$stamp_dir/cutlass"
+fi
 
 # Dependency order: ws1-accel <- ws1-contract <- ws1-ops <- ws1-kv <- ws1-qwen3; ws1-matrix; kernels.
 PKGS="packages/ws1-accel packages/ws1-contract kernels-cpu kernels-ascend/emu packages/ws1-ops packages/ws1-kv packages/ws1-qwen3 packages/ws1-matrix"

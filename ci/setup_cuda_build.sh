@@ -28,6 +28,10 @@ if ! .venv-cuda/bin/python -c 'import torch, sys; sys.exit(0 if torch.version.cu
   step "installing torch==2.14.1 (CUDA 13 build, ~5.4 GB) + setuptools, wheel, ninja"
   .venv-cuda/bin/python -m pip install -q --disable-pip-version-check torch==2.14.1 setuptools wheel ninja
 fi
+if ! .venv-cuda/bin/python -c 'import importlib.metadata as m, sys; sys.exit(m.version("nvidia-cutlass") != "4.2.0.0")' 2>/dev/null; then
+  step "installing requirements/cutlass.txt --no-deps (CUTLASS headers for the sm_90a GEMM)"
+  .venv-cuda/bin/python -m pip install -q --disable-pip-version-check --no-deps -r requirements/cutlass.txt
+fi
 stamp=.venv-cuda/.ws1-kernels-cuda
 h=$(find kernels-cuda/csrc kernels-cuda/setup.py kernels-cuda/pyproject.toml kernels-cuda/src -type f \
       \( -name '*.cu' -o -name '*.cuh' -o -name '*.h' -o -name '*.cpp' -o -name '*.py' -o -name '*.toml' \) -print0 \

@@ -12,6 +12,11 @@ Numerics-critical flags (docs/cuda.md):
 * ``-gencode`` for exactly sm_80 and sm_90a (no PTX JIT for other archs: a GPU outside the list fails at
   launch with "no kernel image", which the entry points report — never a JIT-compiled variant).
   ``WS1_CUDA_ARCHS=90a`` builds one of them (a GPU host building for its own card: ci/gpu_check.sh).
+* CUTLASS 3.x headers (PyPI ``nvidia-cutlass`` 4.2.0.0: ``cutlass_library/source/include``; or
+  ``WS1_CUTLASS_INCLUDE``) for the sm_90a GEMM (csrc/wgmma_gemm*): included with ``-isystem`` (their own
+  warnings are not ours) and ``-DNDEBUG`` (CUTLASS's device asserts off, as in its release builds; no
+  kernel of ours asserts). With 90a among the archs and no headers the build stops with one line (exit 2);
+  without 90a the GEMM TUs compile as stubs (``-DWS1_NO_SM90_GEMM``).
 * warnings are errors (nvcc ``-Werror all-warnings``, g++ ``-Wall -Werror`` on the registration file).
   ``WS1_CUDA_WERROR=0`` drops the two ``-Werror`` (warnings stay visible): only for a host whose torch
   headers warn under this nvcc (ci/gpu_check.sh retries with it and keeps the strict build's failure red).
@@ -54,7 +59,28 @@ def _archs(spec: str) -> list[str]:
     return [f for a in dict.fromkeys(want) for f in ("-gencode", f"arch=compute_{a},code=sm_{a}")]
 
 
+def cutlass_include() -> str | None:
+    """CUTLASS's include directory: WS1_CUTLASS_INCLUDE, else the nvidia-cutlass wheel's (found without
+    importing cutlass_library, whose import needs packages the build does not)."""
+    import importlib.util
+
+    env = os.environ.get("WS1_CUTLASS_INCLUDE")
+    cands = [env] if env else []
+    spec = importlib.util.find_spec("cutlass_library")
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        cands.append(os.path.join(loc, "source", "include"))
+    for c in cands:
+        if c and os.path.isfile(os.path.join(c, "cutlass", "gemm", "collective", "collective_builder.hpp")):
+            return c
+    return None
+
+
 ARCHS = _archs(os.environ.get("WS1_CUDA_ARCHS", DEFAULT_ARCHS))
+SM90 = "arch=compute_90a,code=sm_90a" in ARCHS
+CUTLASS = cutlass_include()
+if SM90 and CUTLASS is None:
+    _fail("no CUTLASS headers for the sm_90a GEMM: pip install --no-deps nvidia-cutlass==4.2.0.0 (or set WS1_CUTLASS_INCLUDE)")
+GEMM_FLAGS = ["-isystem", CUTLASS, "-DNDEBUG"] if SM90 else ["-DWS1_NO_SM90_GEMM"]
 STRICT = os.environ.get("WS1_CUDA_WERROR", "1") != "0"
 sources = sorted(glob.glob(os.path.join("csrc", "*.cu"))) + [os.path.join("csrc", "ws1_cuda.cpp")]
 
@@ -66,7 +92,8 @@ setup(
             include_dirs=[os.path.join(here, "csrc")],
             extra_compile_args={
                 "cxx": ["-O3", "-std=c++20", "-Wall", *(["-Werror"] if STRICT else [])],
-                "nvcc": ["-O3", "-std=c++20", "-fmad=false", *(["-Werror", "all-warnings"] if STRICT else []), *ARCHS],
+                "nvcc": ["-O3", "-std=c++20", "-fmad=false", *(["-Werror", "all-warnings"] if STRICT else []), *GEMM_FLAGS,
+                         *ARCHS],
             },
         )
     ],
