@@ -10,7 +10,7 @@ namespace ws1_cuda {
 
 at::Tensor lm_head(const at::Tensor& x, const at::Tensor& weight) {
   CallScope call("ws1_cuda::lm_head");
-  return mma::run(x, weight, /*out_f32=*/true, "ws1_cuda::lm_head");
+  return mma::run(x, weight, /*out_f32=*/true, "ws1_cuda::lm_head", call);
 }
 
 }  // namespace ws1_cuda

@@ -19,7 +19,8 @@
 // The choice by M changes only which CTA computes a fragment, never the fragment grid (16-aligned from 0 in
 // both), the k order, the MMA instruction or the epilogue — so, by the sequence above, every element's bits
 // are the same in both; the GPU tests check rows alone (M = 1, small) against the same rows at M = 65 and 130
-// (big). What is NOT done: wgmma + TMA on sm_90a (docs/cuda.md).
+// (big). This is the sm_80 path: on an sm_90 device the entry points run wgmma_gemm.h (wgmma + TMA), whose
+// per-element sequence is its own (another instruction), fixed per arch; calls() names the kernel that ran.
 #pragma once
 
 #include <mma.h>
@@ -173,13 +174,16 @@ __global__ void __launch_bounds__(kGemmThreads) mma_gemm_kernel(const uint16_t* 
   WS1_MMA_GEMM_INST1(1, 1, OUT_F32, false)
 
 #ifndef WS1_DEVICE_ONLY
+#include "wgmma_host.h"
 #include "ws1_cuda_host.h"
 
 namespace ws1_cuda {
 namespace mma {
 
 // y = x @ weight.T: x [M, K] BF16, weight [N, K] BF16 (rows may be strided; the K axis must be dense).
-inline at::Tensor run(const at::Tensor& x_in, const at::Tensor& w_in, bool out_f32, const char* op) {
+// The device's arch picks the kernel: sm_90 -> wgmma_gemm.h (wgmma + TMA), else this file's mma.sync kernel;
+// `call` records which ("sm_90:wgmma", "sm_80:mma_sync").
+inline at::Tensor run(const at::Tensor& x_in, const at::Tensor& w_in, bool out_f32, const char* op, CallScope& call) {
   check_cuda(x_in, op, "x");
   check_same_device(x_in, w_in, op, "weight");
   check_dtype(x_in, at::kBFloat16, op, "x");
@@ -190,11 +194,17 @@ inline at::Tensor run(const at::Tensor& x_in, const at::Tensor& w_in, bool out_f
   TORCH_CHECK(w_in.size(1) == K, op, ": K mismatch: x has K=", K, " (shape ", x_in.sizes(), "), weight has K=",
               w_in.size(1), " (shape ", w_in.sizes(), ")");
   const c10::cuda::CUDAGuard guard(x_in.device());
-  at::Tensor x = x_in.stride(1) == 1 ? x_in : x_in.contiguous();
-  at::Tensor w = w_in.stride(1) == 1 ? w_in : w_in.contiguous();
-  at::Tensor out = at::empty({M, N}, x.options().dtype(out_f32 ? at::kFloat : at::kBFloat16));
+  const bool sm90 = wg::on_sm90(x_in);
+  call.path(sm90 ? "wgmma" : "mma_sync");
+  at::Tensor out = at::empty({M, N}, x_in.options().dtype(out_f32 ? at::kFloat : at::kBFloat16));
   if (M == 0 || N == 0) return out;
   if (K == 0) return out.zero_();
+  if (sm90) {
+    wg::run(x_in, w_in, out, op);
+    return out;
+  }
+  at::Tensor x = x_in.stride(1) == 1 ? x_in : x_in.contiguous();
+  at::Tensor w = w_in.stride(1) == 1 ? w_in : w_in.contiguous();
   const auto aligned = [](const at::Tensor& t) {
     return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && t.stride(0) % 8 == 0;
   };

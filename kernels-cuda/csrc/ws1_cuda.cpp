@@ -1,7 +1,8 @@
 // The one registration file of ws1_cuda: the op schemas (TORCH_LIBRARY(ws1_cuda)) — exactly kernels-cpu's
 // signatures — their CUDA implementations (the entry points of the per-node .cu files), their Meta
 // implementations (shapes and dtypes only, for fake tensors and torch.compile), and the self-report
-// ws1_cuda::calls(): how often each entry point ran to completion, by the device arch ("sm_90", "sm_80").
+// ws1_cuda::calls(): how often each entry point ran to completion, by the device arch ("sm_90", "sm_80"), and
+// for the GEMMs by the kernel that ran ("sm_90:wgmma", "sm_80:mma_sync", "sm_90:simt_fp32").
 #include <torch/extension.h>
 #include <torch/library.h>
 
@@ -32,7 +33,8 @@ CallScope::CallScope(const char* kernel_id) : id_(kernel_id), uncaught_(std::unc
 
 CallScope::~CallScope() {
   if (std::uncaught_exceptions() > uncaught_) return;  // the entry point raised: it did not run
-  const std::string arch = arch_name();  // the current device, which the entry point's guard selected
+  std::string arch = arch_name();  // the current device, which the entry point's guard selected
+  if (kernel_ != nullptr) arch += std::string(":") + kernel_;
   std::lock_guard<std::mutex> lock(g_mu);
   ++g_calls[id_][arch];
 }

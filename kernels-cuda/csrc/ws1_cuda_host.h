@@ -13,20 +13,23 @@
 namespace ws1_cuda {
 
 // Counts one call of `kernel_id` ("ws1_cuda::det_gemm") under the path "sm_<major><minor>" of the
-// current device when the entry point returns normally (an entry point that raised did not run).
+// current device when the entry point returns normally (an entry point that raised did not run). An entry
+// point with several kernels per arch names the one that ran: path("wgmma") counts under "sm_90:wgmma".
 class CallScope {
  public:
   explicit CallScope(const char* kernel_id);
   ~CallScope();
   CallScope(const CallScope&) = delete;
   CallScope& operator=(const CallScope&) = delete;
+  void path(const char* kernel) { kernel_ = kernel; }  // a string literal
 
  private:
   const char* id_;
   int uncaught_;
+  const char* kernel_ = nullptr;
 };
 
-std::string calls_json();  // {"ws1_cuda::det_gemm": {"sm_90": 3}, ...}
+std::string calls_json();  // {"ws1_cuda::det_gemm": {"sm_90:wgmma": 3}, "ws1_cuda::silu": {"sm_90": 2}, ...}
 
 // ---- one-line argument checks ----------------------------------------------------------------------
 inline void check_cuda(const at::Tensor& t, const char* op, const char* name) {
