@@ -163,7 +163,7 @@ def test_logprob_forward_is_judged_by_both_rows(small_env, op):
         (f32,), (f64,) = _by_reference(c)["float32"], _by_reference(c)["float64"]
         assert f32["passed"] and f64["passed"] and f64["name"] == "output vs FP64"
         assert 0 < f64["max_abs"] < 5e-5 and c.max_abs_err == f32["max_abs"]
-        assert "output vs FP64 within atol 5e-05" in c.detail
+        assert f"; vs FP64 atol 5e-05 rtol 0: max |err| {f64['max_abs']:.3e}" in c.detail
         assert "fp64_reference" not in cells[f"{op}-{tier}-forward_invariance"].thresholds
 
 

@@ -214,9 +214,8 @@ def _accuracy(ctx: Ctx, op: str, judgment: str, pairs: list[tuple[str, torch.Ten
     norm = "" if norm.max_rel_l2 is None or bad else (   # green: every comparison carries both values
         f", rel L2 <= {norm.max_rel_l2:g} (worst {max(c.rel_l2 for _, c in comps):.3e}), "
         f"cosine >= {norm.min_cosine:.9g} (worst {min(c.cosine for _, c in comps):.9f})")
-    also = "" if bad or not comps64 else (
-        f"; {', '.join(n for n, _ in comps64)} within atol {row64.atol:g} + rtol {row64.rtol:g}*|ref64|; "
-        f"max |err| {max(c.max_abs for _, c in comps64):.3e}")
+    also = "" if bad or not comps64 else (   # short: a summary line shows ~140 characters of a detail
+        f"; vs FP64 atol {row64.atol:g} rtol {row64.rtol:g}: max |err| {max(c.max_abs for _, c in comps64):.3e}")
     detail = (f"{bad[0].detail}" + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else "")) if bad else \
         f"{names} within atol {elem.atol:g} + rtol {elem.rtol:g}*|ref|{norm}; max |err| {mx:.3e}{also}"
     record = [{"name": n, "reference": "float32", **c.to_dict()} for n, c in comps]
