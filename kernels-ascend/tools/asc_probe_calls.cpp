@@ -449,11 +449,55 @@ void probe_46() {
   (void)p, (void)r, (void)q;
 }
 
-// PROBE 47 | GetTPipePtr()->FetchEventID, event_t (the documented SetFlag idiom) | call | aiv | FetchEventID
+// PROBE 47 | GetTPipePtr()->FetchEventID, TEventID | call | aiv | FetchEventID
 void probe_47() {
+  const TEventID id = GetTPipePtr()->FetchEventID(HardEvent::V_MTE2);  // ws1_ascend_kernel.h's V->MTE2 wait
+  SetFlag<HardEvent::V_MTE2>(id);
+  WaitFlag<HardEvent::V_MTE2>(id);
+}
+
+// PROBE 50 | event_t (the docs' SetFlag idiom) | call | aiv | event_t
+void probe_50() {
   event_t id = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::V_MTE2));
   SetFlag<HardEvent::V_MTE2>(id);
   WaitFlag<HardEvent::V_MTE2>(id);
+}
+
+// PROBE 51 | TPipe::FetchEventID, GetTPipePtr | sig | aiv | FetchEventID
+void probe_51() {
+  TEventID (TPipe::*f)(HardEvent) = &TPipe::FetchEventID;
+  TPipe* (*g)() = &GetTPipePtr;
+  static_assert(std::is_same<TEventID, int8_t>::value, "TEventID");
+  (void)f, (void)g;
+}
+
+// PROBE 52 | DataCacheCleanAndInvalid (GM, whole cache) | call | aiv | DataCacheCleanAndInvalid
+template <class T>
+void probe_52_t(const GlobalTensor<T>& any) {
+  DataCacheCleanAndInvalid<T, CacheLine::ENTIRE_DATA_CACHE, DcciDst::CACHELINE_OUT>(any);
+}
+void probe_52(Bufs& b) {
+  probe_52_t(b.gf);
+  probe_52_t(b.gi);
+  probe_52_t(b.gb);
+}
+
+// PROBE 53 | DataCacheCleanAndInvalid, CacheLine, DcciDst | sig | aiv | DataCacheCleanAndInvalid
+void probe_53() {
+  void (*d)(const GlobalTensor<float>&) =
+      &DataCacheCleanAndInvalid<float, CacheLine::ENTIRE_DATA_CACHE, DcciDst::CACHELINE_OUT>;
+  static_assert(std::is_same<std::underlying_type<CacheLine>::type, uint64_t>::value, "CacheLine : uint64_t");
+  static_assert(std::is_same<std::underlying_type<DcciDst>::type, uint64_t>::value, "DcciDst : uint64_t");
+  (void)d;
+}
+
+// PROBE 54 | SetHF32Mode(bool) | call | aic | SetHF32Mode
+void probe_54() { SetHF32Mode(false); }
+
+// PROBE 55 | SetHF32Mode | sig | aic | SetHF32Mode
+void probe_55() {
+  void (*h)(bool) = &SetHF32Mode;
+  (void)h;
 }
 
 // PROBE 48 | EVENT_ID0..7 | call | aiv | EVENT_ID[0-7]
