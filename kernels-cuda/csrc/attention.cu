@@ -204,20 +204,47 @@ __device__ __forceinline__ void fill_nan_rows(const FwdArgs& a) {
     }
 }
 
-template <int DP, int NWM>
+// NWM warps along M, MW m16 fragments per warp (rows w * 16 MW + 16 mw + {g, g + 8}); the merged (running) state of
+// whole-row mode lives in registers for MW = 1 and in shared memory for MW = 2 (one slot per thread and element, so
+// no two threads share a word): 32 rows per warp let one K / V fragment load from shared memory feed two MMAs, the
+// shared-memory traffic per MMA FlashAttention-2 has; the registers hold the chunk accumulators of both fragments.
+template <int DP, int NWM, int MW>
 struct FwdCfg {
-  static constexpr int NT = 32 * NWM, BM = 16 * NWM, S = DP + kPad, C8 = DP / 8, KD = DP / 16, NB = DP / 8, NS = kBN / 8;
-  static constexpr int smem_bytes = (BM * S + 4 * kBN * S) * 2;  // Q, then K and V in two stages
+  static constexpr int NT = 32 * NWM, BM = 16 * MW * NWM, S = DP + kPad, C8 = DP / 8, KD = DP / 16, NB = DP / 8, NS = kBN / 8;
+  static constexpr bool kMsmem = MW > 1;
+  // Q, K / V in two stages, then (MW > 1) the running state: acc [MW][NB][4][NT], (m, l) [MW][2][2][NT]
+  static constexpr int smem_bytes = (BM * S + 4 * kBN * S) * 2 + (kMsmem ? (BM * DP + 4 * MW * NT) * 4 : 0);
 };
 
-template <int DP, int NWM>
+template <int DP, int NWM, int MW>
+__device__ __forceinline__ void fwd_body(const FwdArgs& a);
+
+template <int DP, int NWM, int MW>
 __global__ void __launch_bounds__(32 * NWM) attention_fwd_kernel(const FwdArgs a) {
-  using C = FwdCfg<DP, NWM>;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  // a configuration whose shared memory no sm_80 device has: the host never launches it there (it checks the
+  // device's opt-in limit); the image is a trap, not code that would spill
+  constexpr int kSm80SmemOptin = 166912;  // 163 KB: the most shared memory an sm_80 block can opt into (A100)
+  if constexpr (FwdCfg<DP, NWM, MW>::smem_bytes > kSm80SmemOptin) __trap();
+  else fwd_body<DP, NWM, MW>(a);
+#else
+  fwd_body<DP, NWM, MW>(a);
+#endif
+}
+
+template <int DP, int NWM, int MW>
+__device__ __forceinline__ void fwd_body(const FwdArgs& a) {
+  using C = FwdCfg<DP, NWM, MW>;
   constexpr int NT = C::NT, BM = C::BM, S = C::S, C8 = C::C8, KD = C::KD, NB = C::NB, NS = C::NS;
+  constexpr bool MSMEM = C::kMsmem;
   extern __shared__ __align__(16) uint16_t smem[];
   uint16_t* const Qs = smem;
   uint16_t* const Ks = smem + BM * S;
   uint16_t* const Vs = Ks + 2 * kBN * S;
+  // running acc [MW][NB][4][NT] and (m, l) [MW][2][2][NT] when MSMEM; volatile keeps each chunk-end load / merge /
+  // store in program order (the compiler would otherwise batch the loads while all accumulators are live: spills)
+  volatile float* const Ms = reinterpret_cast<float*>(Vs + 2 * kBN * S);
+  volatile float* const Mml = Ms + MW * NB * 4 * NT;
   __shared__ int s_pos[BM];       // row position; -1 no row (past the sequence's queries), -2 invalid position (NaN)
   __shared__ int64_t s_idx[BM];   // i * Hq + h of the row (out / lse row), -1 none
 
@@ -228,8 +255,9 @@ __global__ void __launch_bounds__(32 * NWM) attention_fwd_kernel(const FwdArgs a
     return;
   }
   const int B = a.B, mode = a.plan[1], items = a.plan[2];
-  const int item = blockIdx.x;
-  if (item >= items) return;
+  if (static_cast<int>(blockIdx.x) >= items) return;
+  // Items in reverse: the last query blocks of a sequence see the most keys; starting them first shortens the tail.
+  const int item = items - 1 - static_cast<int>(blockIdx.x);
   const int* start = a.plan + (mode ? 4 + B : 3);
   const int b = item_seq(start, B, item);
   int qb = item - start[b], chunk = 0;
@@ -240,7 +268,7 @@ __global__ void __launch_bounds__(32 * NWM) attention_fwd_kernel(const FwdArgs a
   }
   const int64_t q0 = a.cu_q[b], nq = a.cu_q[b + 1] - q0, k0 = a.cu_k[b], lk = a.cu_k[b + 1] - k0;
   for (int r = tid; r < BM; r += NT) {
-    const int64_t row = static_cast<int64_t>(qb) * BM + r;
+    const int row = qb * BM + r;  // < Tq * Hq < 2^31 (host check): 32-bit division, no 64-bit division call
     int pos = -1;
     int64_t idx = -1;
     if (row < nq * a.G) {
@@ -256,9 +284,9 @@ __global__ void __launch_bounds__(32 * NWM) attention_fwd_kernel(const FwdArgs a
   int kmax = -1;  // the CTA's largest valid position: keys beyond it are never loaded
   for (int r = 0; r < BM; ++r) kmax = s_pos[r] > kmax ? s_pos[r] : kmax;
 
-  // this thread's two rows (g, g + 8 of its warp's 16)
-  const int r0 = w * 16 + g, r1 = r0 + 8;
-  const int pos0 = s_pos[r0], pos1 = s_pos[r1];
+  // this thread's rows: fragment mw, half h -> row w * 16 MW + 16 mw + g + 8 h (positions re-read from s_pos)
+  const auto rowi = [&](int mw, int h) { return w * 16 * MW + 16 * mw + g + 8 * h; };
+  const auto pos = [&](int mw, int h) { return s_pos[rowi(mw, h)]; };
 
   int t_begin = 0, t_end = kmax / kBN + 1;  // kmax = -1: no tile
   if (kmax < 0) t_end = 0;
@@ -295,16 +323,47 @@ __global__ void __launch_bounds__(32 * NWM) attention_fwd_kernel(const FwdArgs a
   cp_async_commit();
   if (t_begin < t_end) load_kv(t_begin, 0);
   cp_async_commit();
-  // Q stays in shared memory: its A fragments are re-read per tile (registers go to the two accumulator sets)
-  const uint32_t qaddr = smem_u32(Qs + (w * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * S + 8 * (lane >> 4));
+  // Q stays in shared memory: its A fragments are re-read per tile (registers go to the accumulators)
+  const uint32_t qaddr = smem_u32(Qs + (w * 16 * MW + (lane & 7) + 8 * ((lane >> 3) & 1)) * S + 8 * (lane >> 4));
 
   // chunk state (this chunk) and running state (merged chunks; whole-row mode)
-  float acc[NB][4], Macc[NB][4];
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, Mm[2] = {-INFINITY, -INFINITY}, Ml[2] = {0.0f, 0.0f};
+  float acc[MW][NB][4], Mreg[MSMEM ? 1 : MW][NB][4], MMLreg[MSMEM ? 1 : MW][2][2];
+  float m[MW][2], l[MW][2];
+#pragma unroll
+  for (int mw = 0; mw < MW; ++mw) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      m[mw][h] = -INFINITY;
+      l[mw][h] = 0.0f;
+    }
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mw][nb][e] = 0.0f;
+  }
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[nb][e] = Macc[nb][e] = 0.0f;
+    for (int e = 0; e < 4; ++e) Mreg[0][nb][e] = 0.0f;
+  MMLreg[0][0][0] = MMLreg[0][0][1] = MMLreg[0][1][0] = MMLreg[0][1][1] = 0.0f;
+  // the running state of (fragment mw, block nb, element e) and (fragment mw, half h): m (j = 0), l (j = 1); set at
+  // chunk 0 before any read (every valid row needs chunk 0)
+  const auto Mget = [&](int mw, int nb, int e) -> float {
+    if constexpr (MSMEM) return Ms[((mw * NB + nb) * 4 + e) * NT + tid];
+    else return Mreg[mw][nb][e];
+  };
+  const auto Mset = [&](int mw, int nb, int e, float x) {
+    if constexpr (MSMEM) Ms[((mw * NB + nb) * 4 + e) * NT + tid] = x;
+    else Mreg[mw][nb][e] = x;
+  };
+  const auto MMLget = [&](int mw, int h, int j) -> float {
+    if constexpr (MSMEM) return Mml[((mw * 2 + h) * 2 + j) * NT + tid];
+    else return MMLreg[mw][h][j];
+  };
+  const auto MMLset = [&](int mw, int h, int j, float x) {
+    if constexpr (MSMEM) Mml[((mw * 2 + h) * 2 + j) * NT + tid] = x;
+    else MMLreg[mw][h][j] = x;
+  };
 
   const float sl2 = a.scale_log2;
   int c_cur = t_begin * kBN / kChunk;
@@ -317,166 +376,185 @@ __global__ void __launch_bounds__(32 * NWM) attention_fwd_kernel(const FwdArgs a
     const uint16_t* Kt = Ks + st * kBN * S;
     const uint16_t* Vt = Vs + st * kBN * S;
 
-    // S = Q K^T over d in k16 steps ascending
-    float s[NS][4];
+    // per fragment: S = Q K^T over d in k16 steps ascending, then its online-softmax step (the fragments one after the
+    // other keeps one S tile live; the V fragments below are shared)
+    uint32_t pk[MW][NS][2];
 #pragma unroll
-    for (int nb = 0; nb < NS; ++nb)
+    for (int mw = 0; mw < MW; ++mw) {
+      float s[NS][4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[nb][e] = 0.0f;
+      for (int nb = 0; nb < NS; ++nb)
 #pragma unroll
-    for (int kd = 0; kd < KD; ++kd) {
-      uint32_t qf[4];
-      ldsm_x4(qf, qaddr + kd * 32);
+        for (int e = 0; e < 4; ++e) s[nb][e] = 0.0f;
 #pragma unroll
-      for (int n2 = 0; n2 < NS / 2; ++n2) {
-        uint32_t bk[4];
-        ldsm_x4(bk, smem_u32(Kt + (n2 * 16 + (lane & 7) + 8 * (lane >> 4)) * S + kd * 16 + 8 * ((lane >> 3) & 1)));
-        mma16816(s[2 * n2], qf, bk[0], bk[1]);
-        mma16816(s[2 * n2 + 1], qf, bk[2], bk[3]);
+      for (int kd = 0; kd < KD; ++kd) {
+        uint32_t qf[4];
+        ldsm_x4(qf, qaddr + (mw * 16 * S + kd * 16) * 2);
+#pragma unroll
+        for (int n2 = 0; n2 < NS / 2; ++n2) {
+          uint32_t bk[4];
+          ldsm_x4(bk, smem_u32(Kt + (n2 * 16 + (lane & 7) + 8 * (lane >> 4)) * S + kd * 16 + 8 * ((lane >> 3) & 1)));
+          mma16816(s[2 * n2], qf, bk[0], bk[1]);
+          mma16816(s[2 * n2 + 1], qf, bk[2], bk[3]);
+        }
       }
-    }
-
-    // scale, mask by absolute key position, tile max per row
-    float mt[2] = {-INFINITY, -INFINITY};
+      // scale, mask by absolute key position, tile max per row
+      float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int nb = 0; nb < NS; ++nb)
+      for (int nb = 0; nb < NS; ++nb)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = t * kBN + nb * 8 + 2 * tq + (e & 1);
-        const int pr = e < 2 ? pos0 : pos1;
-        const float x = __fmul_rn(s[nb][e], sl2);
-        s[nb][e] = key <= pr ? x : -INFINITY;
-        mt[e >> 1] = fmaxf(mt[e >> 1], s[nb][e]);
-      }
-    float alpha[2], mu[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 1));
-      mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 2));
-      const float mn = fmaxf(m[h], mt[h]);
-      mu[h] = mn == -INFINITY ? 0.0f : mn;
-      alpha[h] = exp2f(__fsub_rn(m[h], mu[h]));
-      m[h] = mn;
-      l[h] = __fmul_rn(l[h], alpha[h]);
-    }
-    // p = 2^(s' - mu); l += p in FP32 (thread's columns ascending); P = bf16(p): the PV MMA's operand
-    uint32_t pk[NS][2];
-#pragma unroll
-    for (int nb = 0; nb < NS; ++nb)
+        for (int e = 0; e < 4; ++e) {
+          const int key = t * kBN + nb * 8 + 2 * tq + (e & 1);
+          const float x = __fmul_rn(s[nb][e], sl2);
+          s[nb][e] = key <= pos(mw, e >> 1) ? x : -INFINITY;
+          mt[e >> 1] = fmaxf(mt[e >> 1], s[nb][e]);
+        }
+      float alpha[2], mu[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float p0 = exp2f(__fsub_rn(s[nb][2 * h], mu[h])), p1 = exp2f(__fsub_rn(s[nb][2 * h + 1], mu[h]));
-        l[h] = __fadd_rn(l[h], p0);
-        l[h] = __fadd_rn(l[h], p1);
-        pk[nb][h] = pack_bf16(p0, p1);
+        mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 1));
+        mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 2));
+        const float mn = fmaxf(m[mw][h], mt[h]);
+        mu[h] = mn == -INFINITY ? 0.0f : mn;
+        alpha[h] = exp2f(__fsub_rn(m[mw][h], mu[h]));
+        m[mw][h] = mn;
+        l[mw][h] = __fmul_rn(l[mw][h], alpha[h]);
       }
+      // p = 2^(s' - mu); l += p in FP32 (thread's columns ascending); P = bf16(p): the PV MMA's operand
 #pragma unroll
-    for (int nb = 0; nb < NB; ++nb)
+      for (int nb = 0; nb < NS; ++nb)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[nb][e] = __fmul_rn(acc[nb][e], alpha[e >> 1]);
-    // acc += P V over the tile's keys in k16 steps ascending
+        for (int h = 0; h < 2; ++h) {
+          const float p0 = exp2f(__fsub_rn(s[nb][2 * h], mu[h])), p1 = exp2f(__fsub_rn(s[nb][2 * h + 1], mu[h]));
+          l[mw][h] = __fadd_rn(l[mw][h], p0);
+          l[mw][h] = __fadd_rn(l[mw][h], p1);
+          pk[mw][nb][h] = pack_bf16(p0, p1);
+        }
+#pragma unroll
+      for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mw][nb][e] = __fmul_rn(acc[mw][nb][e], alpha[e >> 1]);
+    }
+    // acc += P V over the tile's keys in k16 steps ascending (one V fragment load feeds the MW fragments)
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk) {
-      const uint32_t pa[4] = {pk[2 * kk][0], pk[2 * kk][1], pk[2 * kk + 1][0], pk[2 * kk + 1][1]};
 #pragma unroll
       for (int n2 = 0; n2 < NB / 2; ++n2) {
         uint32_t bv[4];
         ldsm_x4_t(bv, smem_u32(Vt + (kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * S + n2 * 16 + 8 * (lane >> 4)));
-        mma16816(acc[2 * n2], pa, bv[0], bv[1]);
-        mma16816(acc[2 * n2 + 1], pa, bv[2], bv[3]);
+#pragma unroll
+        for (int mw = 0; mw < MW; ++mw) {
+          const uint32_t pa[4] = {pk[mw][2 * kk][0], pk[mw][2 * kk][1], pk[mw][2 * kk + 1][0], pk[mw][2 * kk + 1][1]};
+          mma16816(acc[mw][2 * n2], pa, bv[0], bv[1]);
+          mma16816(acc[mw][2 * n2 + 1], pa, bv[2], bv[3]);
+        }
       }
     }
     __syncthreads();  // every warp is done with stage st before the next iteration's load overwrites it
 
     if ((t + 1) * kBN % kChunk == 0 || t + 1 == t_end) {  // end of chunk c_cur
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        l[h] = __fadd_rn(l[h], __shfl_xor_sync(0xffffffffu, l[h], 1));
-        l[h] = __fadd_rn(l[h], __shfl_xor_sync(0xffffffffu, l[h], 2));
-      }
+      for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          l[mw][h] = __fadd_rn(l[mw][h], __shfl_xor_sync(0xffffffffu, l[mw][h], 1));
+          l[mw][h] = __fadd_rn(l[mw][h], __shfl_xor_sync(0xffffffffu, l[mw][h], 2));
+        }
       if (!mode) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const bool need = (h ? pos1 : pos0) >= c_cur * kChunk;
-          const MergeCoef mc = merge_coef(Mm[h], m[h]);
-          const bool first = c_cur == 0;
+        for (int mw = 0; mw < MW; ++mw)
 #pragma unroll
-          for (int nb = 0; nb < NB; ++nb)
+          for (int h = 0; h < 2; ++h) {
+            const bool need = pos(mw, h) >= c_cur * kChunk;
+            const bool first = c_cur == 0;
+            const float Mm = MMLget(mw, h, 0), Ml = MMLget(mw, h, 1);
+            const MergeCoef mc = merge_coef(Mm, m[mw][h]);
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
-              const float mv = merge_val(Macc[nb][2 * h + j], mc.a, acc[nb][2 * h + j], mc.b);
-              Macc[nb][2 * h + j] = need ? (first ? acc[nb][2 * h + j] : mv) : Macc[nb][2 * h + j];
+            for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+              for (int j = 0; j < 2; ++j) {
+                const float inc = acc[mw][nb][2 * h + j];
+                if (need) Mset(mw, nb, 2 * h + j, first ? inc : merge_val(Mget(mw, nb, 2 * h + j), mc.a, inc, mc.b));
+              }
+            if (need) {
+              MMLset(mw, h, 1, first ? l[mw][h] : merge_val(Ml, mc.a, l[mw][h], mc.b));
+              MMLset(mw, h, 0, first ? m[mw][h] : mc.m);
             }
-          const float ml = merge_val(Ml[h], mc.a, l[h], mc.b);
-          Ml[h] = need ? (first ? l[h] : ml) : Ml[h];
-          Mm[h] = need ? (first ? m[h] : mc.m) : Mm[h];
-        }
+          }
       } else {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int pr = h ? pos1 : pos0;
-          const int r = h ? r1 : r0;
-          if (pr < c_cur * kChunk) continue;  // the row does not reach this chunk
-          if (pr < kChunk) {                  // its only chunk: finalised here, as the whole-row path would
-            const int64_t o = s_idx[r] * a.D;
+        for (int mw = 0; mw < MW; ++mw)
 #pragma unroll
-            for (int nb = 0; nb < NB; ++nb) {
-              const int d = nb * 8 + 2 * tq;
-              if (d < a.D) {
-                const uint32_t pr2 = static_cast<uint32_t>(final_out(acc[nb][2 * h], l[h])) |
-                                     (static_cast<uint32_t>(final_out(acc[nb][2 * h + 1], l[h])) << 16);
-                *reinterpret_cast<uint32_t*>(a.out + o + d) = pr2;
+          for (int h = 0; h < 2; ++h) {
+            const int r = rowi(mw, h), pr = s_pos[r];
+            if (pr < c_cur * kChunk) continue;  // the row does not reach this chunk
+            if (pr < kChunk) {                  // its only chunk: finalised here, as the whole-row path would
+              const int64_t o = s_idx[r] * a.D;
+              const float il = final_inv(l[mw][h]);
+#pragma unroll
+              for (int nb = 0; nb < NB; ++nb) {
+                const int d = nb * 8 + 2 * tq;
+                if (d < a.D) {
+                  const uint32_t v2 = static_cast<uint32_t>(final_out(acc[mw][nb][2 * h], il)) |
+                                      (static_cast<uint32_t>(final_out(acc[mw][nb][2 * h + 1], il)) << 16);
+                  *reinterpret_cast<uint32_t*>(a.out + o + d) = v2;
+                }
               }
-            }
-            if (tq == 0) a.lse[s_idx[r]] = final_lse(m[h], l[h]);
-          } else {  // a partial of a longer row: the merge kernel combines the chunks in ascending order
-            const int64_t slot = (static_cast<int64_t>(item) * a.Hkv + kh) * 16 + (r & 15);
+              if (tq == 0) a.lse[s_idx[r]] = final_lse(m[mw][h], l[mw][h]);
+            } else {  // a partial of a longer row: the merge kernel combines the chunks in ascending order
+              const int64_t slot = (static_cast<int64_t>(item) * a.Hkv + kh) * BM + r;
 #pragma unroll
-            for (int nb = 0; nb < NB; ++nb) {
-              const int d = nb * 8 + 2 * tq;
-              *reinterpret_cast<float2*>(a.ws_acc + slot * DP + d) = make_float2(acc[nb][2 * h], acc[nb][2 * h + 1]);
+              for (int nb = 0; nb < NB; ++nb) {
+                const int d = nb * 8 + 2 * tq;
+                *reinterpret_cast<float2*>(a.ws_acc + slot * DP + d) =
+                    make_float2(acc[mw][nb][2 * h], acc[mw][nb][2 * h + 1]);
+              }
+              if (tq == 0) *reinterpret_cast<float2*>(a.ws_ml + slot * 2) = make_float2(m[mw][h], l[mw][h]);
             }
-            if (tq == 0) *reinterpret_cast<float2*>(a.ws_ml + slot * 2) = make_float2(m[h], l[h]);
           }
-        }
       }
       ++c_cur;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        m[h] = -INFINITY;
-        l[h] = 0.0f;
+      for (int mw = 0; mw < MW; ++mw) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          m[mw][h] = -INFINITY;
+          l[mw][h] = 0.0f;
+        }
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[mw][nb][e] = 0.0f;
       }
-#pragma unroll
-      for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[nb][e] = 0.0f;
     }
   }
   cp_async_wait<0>();
 
   // whole-row mode: finalise every valid row; both modes: invalid positions give NaN rows (chunk 0's CTA)
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int pr = h ? pos1 : pos0;
-    const int r = h ? r1 : r0;
-    if (pr == -2 && (!mode || chunk == 0)) {
-      const int64_t o = s_idx[r] * a.D;
-      for (int d = 2 * tq; d < a.D; d += 8) *reinterpret_cast<uint32_t*>(a.out + o + d) = 0x7fc07fc0u;
-      if (tq == 0) a.lse[s_idx[r]] = __int_as_float(0x7fc00000);
-    } else if (pr >= 0 && !mode) {
-      const int64_t o = s_idx[r] * a.D;
+  for (int mw = 0; mw < MW; ++mw)
 #pragma unroll
-      for (int nb = 0; nb < NB; ++nb) {
-        const int d = nb * 8 + 2 * tq;
-        if (d < a.D) {
-          const uint32_t pr2 = static_cast<uint32_t>(final_out(Macc[nb][2 * h], Ml[h])) |
-                               (static_cast<uint32_t>(final_out(Macc[nb][2 * h + 1], Ml[h])) << 16);
-          *reinterpret_cast<uint32_t*>(a.out + o + d) = pr2;
+    for (int h = 0; h < 2; ++h) {
+      const int r = rowi(mw, h), pr = s_pos[r];
+      if (pr == -2 && (!mode || chunk == 0)) {
+        const int64_t o = s_idx[r] * a.D;
+        for (int d = 2 * tq; d < a.D; d += 8) *reinterpret_cast<uint32_t*>(a.out + o + d) = 0x7fc07fc0u;
+        if (tq == 0) a.lse[s_idx[r]] = __int_as_float(0x7fc00000);
+      } else if (pr >= 0 && !mode) {
+        const int64_t o = s_idx[r] * a.D;
+        const float il = final_inv(MMLget(mw, h, 1));
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb) {
+          const int d = nb * 8 + 2 * tq;
+          if (d < a.D) {
+            const uint32_t v2 = static_cast<uint32_t>(final_out(Mget(mw, nb, 2 * h), il)) |
+                                (static_cast<uint32_t>(final_out(Mget(mw, nb, 2 * h + 1), il)) << 16);
+            *reinterpret_cast<uint32_t*>(a.out + o + d) = v2;
+          }
         }
+        if (tq == 0) a.lse[s_idx[r]] = final_lse(MMLget(mw, h, 0), MMLget(mw, h, 1));
       }
-      if (tq == 0) a.lse[s_idx[r]] = final_lse(Mm[h], Ml[h]);
     }
-  }
 }
 
 // Chunk mode: one warp per (query i, head h) whose row spans more than one chunk merges the partials of chunks
@@ -487,19 +565,19 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(const FwdArgs a) {
   constexpr int PER = DP / 32;  // elements per lane: d = PER * lane + j
   if (a.plan[0] != 1 || a.plan[1] != 1) return;
   const int lane = threadIdx.x & 31;
-  const int64_t gw = static_cast<int64_t>(blockIdx.x) * 4 + (threadIdx.x >> 5);
+  const int gw = static_cast<int>(blockIdx.x) * 4 + (threadIdx.x >> 5);  // < Tq * Hq < 2^31 (host check)
   if (gw >= a.Tq * a.Hq) return;
   const int64_t i = gw / a.Hq;
-  const int h = static_cast<int>(gw % a.Hq), kh = h / a.G, g = h % a.G;
+  const int h = gw % a.Hq, kh = h / a.G, g = h % a.G;
   const int B = a.B;
   const int b = static_cast<int>(seq_of(a.cu_q, B, i));
   const int64_t q0 = a.cu_q[b], lk = a.cu_k[b + 1] - a.cu_k[b], p = a.q_pos[i];
   if (!(p >= 0 && p < lk) || p < kChunk) return;  // NaN row or a single chunk: written by the chunk-0 CTA
   const int nchr = static_cast<int>(p / kChunk) + 1;
-  const int64_t row = (i - q0) * a.G + g;
-  const int qb = static_cast<int>(row / 16), r = static_cast<int>(row % 16);
+  const int row = static_cast<int>(i - q0) * a.G + g;
+  const int qb = row / 16, r = row % 16;
   const int item0 = a.plan[4 + B + b] + qb * a.plan[5 + 2 * B + b];
-  const auto slot = [&](int c) { return (static_cast<int64_t>(item0 + c) * a.Hkv + kh) * 16 + r; };
+  const auto slot = [&](int c) { return (static_cast<int64_t>(item0 + c) * a.Hkv + kh) * 16 + r; };  // split CTAs: 16 rows
   float acc[PER];
   const float2 ml0 = *reinterpret_cast<const float2*>(a.ws_ml + slot(0) * 2);
   float Mm = ml0.x, Ml = ml0.y;
@@ -514,10 +592,11 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(const FwdArgs a) {
     Mm = mc.m;
   }
   const int64_t o = (i * a.Hq + h) * a.D;
+  const float il = final_inv(Ml);
 #pragma unroll
   for (int j = 0; j < PER; ++j) {
     const int d = PER * lane + j;
-    if (d < a.D) a.out[o + d] = final_out(acc[j], Ml);
+    if (d < a.D) a.out[o + d] = final_out(acc[j], il);
   }
   if (lane == 0) a.lse[i * a.Hq + h] = final_lse(Mm, Ml);
 }
@@ -594,7 +673,7 @@ __global__ void __launch_bounds__(128) attention_bwd_dq_kernel(const BwdArgs a) 
   const int qb = item - a.plan[3 + b];
   const int64_t q0 = a.cu_q[b], nq = a.cu_q[b + 1] - q0, k0 = a.cu_k[b];
   for (int r = tid; r < BM; r += NT) {
-    const int64_t row = static_cast<int64_t>(qb) * BM + r;
+    const int row = qb * BM + r;  // < Tq * Hq < 2^31 (host check)
     int pos = -1;
     int64_t idx = -1;
     float l2 = 0.0f, de = 0.0f;
@@ -763,12 +842,12 @@ __global__ void __launch_bounds__(128) attention_bwd_dkv_kernel(const BwdArgs a)
   cp_async_commit();
 
   // query row blocks: rows R = position * G + g, blocks of kBMQ aligned to R = 0
-  const int64_t rb_lo = static_cast<int64_t>(key0) * G / kBMQ;
-  const int64_t rb_hi = maxpos >= key0 ? ((static_cast<int64_t>(maxpos) + 1) * G - 1) / kBMQ : rb_lo - 1;
-  const int64_t n_rb = rb_hi - rb_lo + 1;
-  const auto load_rows = [&](int64_t rb, int st) {  // row metadata (plain loads; a barrier follows) then Q / dO rows
+  const int rb_lo = key0 * G / kBMQ;
+  const int rb_hi = maxpos >= key0 ? ((maxpos + 1) * G - 1) / kBMQ : rb_lo - 1;
+  const int n_rb = rb_hi - rb_lo + 1;
+  const auto load_rows = [&](int rb, int st) {  // row metadata (plain loads; a barrier follows) then Q / dO rows
     for (int r = tid; r < kBMQ; r += NT) {
-      const int64_t R = rb * kBMQ + r, p = R / G;
+      const int R = rb * kBMQ + r, p = R / G;  // < Tk * Hq < 2^31 (host check)
       int pos = -1;
       int64_t idx = -1;
       float l2 = 0.0f, de = 0.0f;
@@ -807,8 +886,8 @@ __global__ void __launch_bounds__(128) attention_bwd_dkv_kernel(const BwdArgs a)
   const int kr0 = key0 + w * 16 + g;  // this thread's keys: kr0 (accumulator rows g) and kr0 + 8
   const int aoff = (w * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * S + 8 * (lane >> 4);  // A fragments of K / V
 
-  for (int64_t it = 0; it < n_rb; ++it) {
-    const int st = static_cast<int>(it & 1);
+  for (int it = 0; it < n_rb; ++it) {
+    const int st = it & 1;
     // the next block's metadata lands in the other stage: every warp is past the previous iteration's reads
     if (it + 1 < n_rb) load_rows(rb_lo + it + 1, st ^ 1);
     cp_async_commit();
@@ -894,8 +973,9 @@ __global__ void __launch_bounds__(128) attention_bwd_dkv_kernel(const BwdArgs a)
 
 // ---- explicit instantiations (compile_check compiles exactly these) -----------------------------------------------
 #define WS1_ATTN_INST(DP)                                                                  \
-  template __global__ void attention_fwd_kernel<DP, 4>(const FwdArgs);                   \
-  template __global__ void attention_fwd_kernel<DP, 1>(const FwdArgs);                   \
+  template __global__ void attention_fwd_kernel<DP, 4, 2>(const FwdArgs);                \
+  template __global__ void attention_fwd_kernel<DP, 4, 1>(const FwdArgs);                \
+  template __global__ void attention_fwd_kernel<DP, 1, 1>(const FwdArgs);                \
   template __global__ void attention_merge_kernel<DP>(const FwdArgs);                    \
   template __global__ void attention_bwd_dq_kernel<DP>(const BwdArgs);                   \
   template __global__ void attention_bwd_dkv_kernel<DP>(const BwdArgs);
@@ -952,9 +1032,9 @@ Meta check_inputs(const char* op, const at::Tensor& q, const at::Tensor& k, cons
   TORCH_CHECK(cu_q.numel() == cu_k.numel() && cu_q.numel() >= 2, op, ": cu_seqlens_q/k must both be [B+1]");
   TORCH_CHECK(q_pos.numel() == q.size(0), op, ": q_pos must be [", q.size(0), "]");
   Meta m{q.size(0), k.size(0), q.size(1), k.size(1), q.size(2), cu_q.numel() - 1, {}, {}, {}};
-  TORCH_CHECK(m.Tq < (int64_t{1} << 31) && m.Tk < (int64_t{1} << 31) && m.B < (int64_t{1} << 28) && m.Hq < 65536 &&
-                  m.Hkv < 65536,
-              op, ": shape too large");
+  TORCH_CHECK(m.Hq < 65536 && m.Hkv < 65536 && m.B < (int64_t{1} << 28) && m.Tq * m.Hq < (int64_t{1} << 31) &&
+                  m.Tk * m.Hq < (int64_t{1} << 31),
+              op, ": shape too large (Tq * Hq and Tk * Hq must be < 2^31)");
   if (capturing()) {
     TORCH_CHECK(!need_host, op, " cannot be captured into a CUDA graph: its key plan is built from q_pos on the host");
     return m;
@@ -986,17 +1066,20 @@ at::Tensor aligned16(const at::Tensor& t) {
   return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 ? t : t.clone(at::MemoryFormat::Contiguous);
 }
 
-// The device's multiprocessor count (cached per device; an attribute query, no sync).
-int sm_count(const at::Tensor& t) {
-  static std::atomic<int> cache[64];
+// A device attribute (multiprocessors, opt-in shared memory per block), cached per device; a query, no sync.
+int device_attr(const at::Tensor& t, cudaDeviceAttr attr, int which) {
+  static std::atomic<int> cache[2][64];
   const int dev = t.device().index();
-  if (dev >= 0 && dev < 64 && cache[dev].load(std::memory_order_relaxed) > 0) return cache[dev].load(std::memory_order_relaxed);
+  if (dev >= 0 && dev < 64 && cache[which][dev].load(std::memory_order_relaxed) > 0)
+    return cache[which][dev].load(std::memory_order_relaxed);
   int n = 0;
-  const cudaError_t e = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-  TORCH_CHECK(e == cudaSuccess && n > 0, "ws1_cuda::attention: cannot read the multiprocessor count: ", cudaGetErrorString(e));
-  if (dev >= 0 && dev < 64) cache[dev].store(n, std::memory_order_relaxed);
+  const cudaError_t e = cudaDeviceGetAttribute(&n, attr, dev);
+  TORCH_CHECK(e == cudaSuccess && n > 0, "ws1_cuda::attention: cannot read a device attribute: ", cudaGetErrorString(e));
+  if (dev >= 0 && dev < 64) cache[which][dev].store(n, std::memory_order_relaxed);
   return n;
 }
+int sm_count(const at::Tensor& t) { return device_attr(t, cudaDevAttrMultiProcessorCount, 0); }
+int smem_optin(const at::Tensor& t) { return device_attr(t, cudaDevAttrMaxSharedMemoryPerBlockOptin, 1); }
 
 template <class Kern>
 void set_smem(Kern kern, int bytes, const char* op) {
@@ -1020,11 +1103,12 @@ void run_forward(const char* op, const Meta& m, const at::Tensor& q, const at::T
                  const at::Tensor& cu_q, const at::Tensor& cu_k, const at::Tensor& q_pos, double scale, at::Tensor& out,
                  at::Tensor& lse) {
   const int64_t G = m.Hq / m.Hkv;
-  // Chunk mode (one KV chunk per 1-warp CTA, then the merge kernel) for decode-sized calls, whose rows alone would
-  // leave most SMs idle; whole rows per 4-warp CTA otherwise. A choice of speed only: both give the same bits.
-  const int sms = sm_count(q);
-  const bool split = m.Tq * m.Hq < int64_t{64} * sms;
-  const int bm = split ? 16 : 64;
+  // Chunk mode (one KV chunk per 1-warp CTA of 16 rows, then the merge kernel) for decode-sized calls, whose rows
+  // alone would leave most SMs idle; whole rows per 4-warp CTA otherwise (128 rows where the device's shared memory
+  // holds the running state, else 64). Choices of speed only: every configuration gives the same bits.
+  const bool split = m.Tq * m.Hq < int64_t{64} * sm_count(q);
+  const bool mw2 = !split && A::FwdCfg<DP, 4, 2>::smem_bytes <= smem_optin(q);
+  const int bm = split ? 16 : mw2 ? 128 : 64;
   int64_t cap = ceil_div(m.Tq * G, bm) + m.B;
   if (split) cap = std::max(cap, ceil_div(m.Tk, A::kChunk) + m.B);
   TORCH_CHECK(cap < (int64_t{1} << 31) - 1, op, ": too many (query block, chunk) items");
@@ -1039,16 +1123,21 @@ void run_forward(const char* op, const Meta& m, const at::Tensor& q, const at::T
     at::Tensor ws_acc = at::empty({cap * m.Hkv * 16 * DP}, fo), ws_ml = at::empty({cap * m.Hkv * 16 * 2}, fo);
     args.ws_acc = ws_acc.data_ptr<float>();
     args.ws_ml = ws_ml.data_ptr<float>();
-    using C = A::FwdCfg<DP, 1>;
-    set_smem(A::attention_fwd_kernel<DP, 1>, C::smem_bytes, op);
-    A::attention_fwd_kernel<DP, 1><<<grid, C::NT, C::smem_bytes, stream()>>>(args);
+    using C = A::FwdCfg<DP, 1, 1>;
+    set_smem(A::attention_fwd_kernel<DP, 1, 1>, C::smem_bytes, op);
+    A::attention_fwd_kernel<DP, 1, 1><<<grid, C::NT, C::smem_bytes, stream()>>>(args);
     check_launch(op);
     A::attention_merge_kernel<DP><<<static_cast<unsigned>(ceil_div(m.Tq * m.Hq, 4)), 128, 0, stream()>>>(args);
     check_launch(op);
-  } else {
-    using C = A::FwdCfg<DP, 4>;
-    set_smem(A::attention_fwd_kernel<DP, 4>, C::smem_bytes, op);
-    A::attention_fwd_kernel<DP, 4><<<grid, C::NT, C::smem_bytes, stream()>>>(args);
+  } else if (mw2) {  // 32 rows per warp (H100 / H200: 227 KB of shared memory per block)
+    using C = A::FwdCfg<DP, 4, 2>;
+    set_smem(A::attention_fwd_kernel<DP, 4, 2>, C::smem_bytes, op);
+    A::attention_fwd_kernel<DP, 4, 2><<<grid, C::NT, C::smem_bytes, stream()>>>(args);
+    check_launch(op);
+  } else {  // 16 rows per warp, running state in registers (A100: 163 KB)
+    using C = A::FwdCfg<DP, 4, 1>;
+    set_smem(A::attention_fwd_kernel<DP, 4, 1>, C::smem_bytes, op);
+    A::attention_fwd_kernel<DP, 4, 1><<<grid, C::NT, C::smem_bytes, stream()>>>(args);
     check_launch(op);
   }
 }

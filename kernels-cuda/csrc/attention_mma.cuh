@@ -103,8 +103,10 @@ __device__ __forceinline__ MergeCoef merge_coef(float m_run, float m_new) {
 __device__ __forceinline__ float merge_val(float run, float a, float inc, float b) {
   return __fadd_rn(__fmul_rn(run, a), __fmul_rn(inc, b));
 }
-// out[d] = bf16(acc[d] / l) (IEEE division, +0 for a zero), lse = m ln 2 + ln l (natural log of sum exp(scale s)).
-__device__ __forceinline__ uint16_t final_out(float acc, float l) { return bf16_rne(plus_zero(__fdiv_rn(acc, l))); }
+// out[d] = bf16(acc[d] * (1 / l)) (one IEEE reciprocal per row, then a product per element: no per-element division
+// and its slow-path call; +0 for a zero), lse = m ln 2 + ln l (natural log of sum exp(scale s)).
+__device__ __forceinline__ float final_inv(float l) { return __fdiv_rn(1.0f, l); }
+__device__ __forceinline__ uint16_t final_out(float acc, float inv_l) { return bf16_rne(plus_zero(__fmul_rn(acc, inv_l))); }
 __device__ __forceinline__ float final_lse(float m, float l) { return plus_zero(__fadd_rn(__fmul_rn(m, kLn2), logf(l))); }
 
 }  // namespace attn

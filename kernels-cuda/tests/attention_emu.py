@@ -114,8 +114,12 @@ def merge_val(run, a, inc, b):
     return fadd(fmul(run, a), fmul(inc, b))
 
 
-def final_out(acc, l):
-    return bf16_rne(plus_zero(fdiv(acc, l)))
+def final_inv(l):
+    return fdiv(F32(1.0), l)
+
+
+def final_out(acc, inv_l):
+    return bf16_rne(plus_zero(fmul(acc, inv_l)))
 
 
 def final_lse(m, l):
@@ -237,8 +241,9 @@ class Args:
         self.__dict__.update(kw)
 
 
-def fwd_cta(a, DP, NWM, bx, kh, variant=None):
-    BM, S, C8, NB, NS = 16 * NWM, DP + KPAD, DP // 8, DP // 8, KBN // 8
+def fwd_cta(a, DP, NWM, MW, bx, kh, variant=None):
+    """attention_fwd_kernel<DP, NWM, MW>, CTA (bx, kh)."""
+    BM, S, C8, NB, NS = 16 * MW * NWM, DP + KPAD, DP // 8, DP // 8, KBN // 8
     KD = DP // 16
     smem = np.full(BM * S + 4 * KBN * S, 0xFFFF, U16)  # uninitialised shared memory reads as NaN
     Qs, Ks = 0, BM * S
@@ -252,9 +257,9 @@ def fwd_cta(a, DP, NWM, bx, kh, variant=None):
                 a.lse[row] = np.nan
         return
     B, mode, items = a.B, int(plan[1]), int(plan[2])
-    item = bx
-    if item >= items:
+    if bx >= items:
         return
+    item = items - 1 - bx  # reverse: the heaviest query blocks first
     start = plan[(4 + B if mode else 3):]
     b = item_seq(start, B, item)
     qb, chunk = item - int(start[b]), 0
@@ -310,19 +315,14 @@ def fwd_cta(a, DP, NWM, bx, kh, variant=None):
 
     if t_begin < t_end:
         load_kv(t_begin, 0)
-    W = [dict() for _ in range(NWM)]
+    W = []
     for w in range(NWM):
-        st_ = W[w]
-        st_["r0"] = w * 16 + G_
-        st_["r1"] = st_["r0"] + 8
-        st_["pos"] = (s_pos[st_["r0"]], s_pos[st_["r1"]])
-        st_["qaddr"] = Qs + (w * 16 + (LANE & 7) + 8 * ((LANE >> 3) & 1)) * S + 8 * (LANE >> 4)
-        st_["acc"] = np.zeros((NB, 4, 32), F32)
-        st_["Macc"] = np.zeros((NB, 4, 32), F32)
-        st_["m"] = np.full((2, 32), NEG_INF)
-        st_["l"] = np.zeros((2, 32), F32)
-        st_["Mm"] = np.full((2, 32), NEG_INF)
-        st_["Ml"] = np.zeros((2, 32), F32)
+        rowi = [[w * 16 * MW + 16 * mw + G_ + 8 * h for h in range(2)] for mw in range(MW)]
+        W.append(dict(rowi=rowi, pos=[[s_pos[rowi[mw][h]] for h in range(2)] for mw in range(MW)],
+                      qaddr=Qs + (w * 16 * MW + (LANE & 7) + 8 * ((LANE >> 3) & 1)) * S + 8 * (LANE >> 4),
+                      acc=np.zeros((MW, NB, 4, 32), F32), Macc=np.zeros((MW, NB, 4, 32), F32),
+                      m=np.full((MW, 2, 32), NEG_INF), l=np.zeros((MW, 2, 32), F32),
+                      Mm=np.full((MW, 2, 32), NEG_INF), Ml=np.zeros((MW, 2, 32), F32)))
     sl2 = F32(a.scale_log2)
     c_cur = t_begin * KBN // csz
     for t in range(t_begin, t_end):
@@ -332,111 +332,111 @@ def fwd_cta(a, DP, NWM, bx, kh, variant=None):
         Kt, Vt = Ks + st * KBN * S, Vs + st * KBN * S
         for w in range(NWM):
             X = W[w]
-            pos0, pos1 = X["pos"]
-            s = np.zeros((NS, 4, 32), F32)
-            n2 = np.arange(NS // 2)[:, None]
-            for kd in range(KD):
-                qf = ldsm_x4(smem, X["qaddr"] + kd * 16)
-                bk = ldsm_x4(smem, Kt + (n2 * 16 + (LANE & 7) + 8 * (LANE >> 4)) * S + kd * 16 + 8 * ((LANE >> 3) & 1))
-                s[0::2] = mma16816(s[0::2], qf, bk[:, 0], bk[:, 1])
-                s[1::2] = mma16816(s[1::2], qf, bk[:, 2], bk[:, 3])
-            mt = np.full((2, 32), NEG_INF)
-            for nb in range(NS):
-                for e in range(4):
-                    key = t * KBN + nb * 8 + 2 * TQ + (e & 1) - shift
-                    pr = pos0 if e < 2 else pos1
-                    x = fmul(s[nb, e], sl2)
-                    s[nb, e] = np.where((key >= 0) & (key <= pr), x, NEG_INF)
-                    mt[e >> 1] = fmaxf(mt[e >> 1], s[nb, e])
-            alpha, mu = np.empty((2, 32), F32), np.empty((2, 32), F32)
-            for h in range(2):
-                mt[h] = fmaxf(mt[h], shfl_xor(mt[h], 1))
-                mt[h] = fmaxf(mt[h], shfl_xor(mt[h], 2))
-                mn = fmaxf(X["m"][h], mt[h])
-                mu[h] = np.where(mn == NEG_INF, F32(0), mn)
-                alpha[h] = exp2f(fsub(X["m"][h], mu[h]))
-                X["m"][h] = mn
-                X["l"][h] = fmul(X["l"][h], alpha[h])
-            pk = np.empty((NS, 2, 32), U32)
-            for nb in range(NS):
+            pk = np.empty((MW, NS, 2, 32), U32)
+            for mw in range(MW):
+                s = np.zeros((NS, 4, 32), F32)
+                n2 = np.arange(NS // 2)[:, None]
+                for kd in range(KD):
+                    qf = ldsm_x4(smem, X["qaddr"] + mw * 16 * S + kd * 16)
+                    bk = ldsm_x4(smem, Kt + (n2 * 16 + (LANE & 7) + 8 * (LANE >> 4)) * S + kd * 16 + 8 * ((LANE >> 3) & 1))
+                    s[0::2] = mma16816(s[0::2], qf, bk[:, 0], bk[:, 1])
+                    s[1::2] = mma16816(s[1::2], qf, bk[:, 2], bk[:, 3])
+                mt = np.full((2, 32), NEG_INF)
+                for nb in range(NS):
+                    for e in range(4):
+                        key = t * KBN + nb * 8 + 2 * TQ + (e & 1) - shift
+                        x = fmul(s[nb, e], sl2)
+                        s[nb, e] = np.where((key >= 0) & (key <= X["pos"][mw][e >> 1]), x, NEG_INF)
+                        mt[e >> 1] = fmaxf(mt[e >> 1], s[nb, e])
+                alpha, mu = np.empty((2, 32), F32), np.empty((2, 32), F32)
                 for h in range(2):
-                    p0, p1 = exp2f(fsub(s[nb, 2 * h], mu[h])), exp2f(fsub(s[nb, 2 * h + 1], mu[h]))
-                    X["l"][h] = fadd(X["l"][h], p0)
-                    X["l"][h] = fadd(X["l"][h], p1)
-                    pk[nb, h] = pack_bf16(p0, p1)
-            for e in range(4):
-                X["acc"][:, e] = fmul(X["acc"][:, e], alpha[e >> 1])
+                    mt[h] = fmaxf(mt[h], shfl_xor(mt[h], 1))
+                    mt[h] = fmaxf(mt[h], shfl_xor(mt[h], 2))
+                    mn = fmaxf(X["m"][mw, h], mt[h])
+                    mu[h] = np.where(mn == NEG_INF, F32(0), mn)
+                    alpha[h] = exp2f(fsub(X["m"][mw, h], mu[h]))
+                    X["m"][mw, h] = mn
+                    X["l"][mw, h] = fmul(X["l"][mw, h], alpha[h])
+                for nb in range(NS):
+                    for h in range(2):
+                        p0, p1 = exp2f(fsub(s[nb, 2 * h], mu[h])), exp2f(fsub(s[nb, 2 * h + 1], mu[h]))
+                        X["l"][mw, h] = fadd(X["l"][mw, h], p0)
+                        X["l"][mw, h] = fadd(X["l"][mw, h], p1)
+                        pk[mw, nb, h] = pack_bf16(p0, p1)
+                for e in range(4):
+                    X["acc"][mw, :, e] = fmul(X["acc"][mw, :, e], alpha[e >> 1])
             n2 = np.arange(NB // 2)[:, None]
             for kk in range(KBN // 16):
-                pa = np.stack([pk[2 * kk, 0], pk[2 * kk, 1], pk[2 * kk + 1, 0], pk[2 * kk + 1, 1]])
                 bv = ldsm_x4(smem, Vt + (kk * 16 + (LANE & 7) + 8 * ((LANE >> 3) & 1)) * S + n2 * 16 + 8 * (LANE >> 4),
                              trans=True)
-                X["acc"][0::2] = mma16816(X["acc"][0::2], pa, bv[:, 0], bv[:, 1])
-                X["acc"][1::2] = mma16816(X["acc"][1::2], pa, bv[:, 2], bv[:, 3])
+                for mw in range(MW):
+                    pa = np.stack([pk[mw, 2 * kk, 0], pk[mw, 2 * kk, 1], pk[mw, 2 * kk + 1, 0], pk[mw, 2 * kk + 1, 1]])
+                    X["acc"][mw, 0::2] = mma16816(X["acc"][mw, 0::2], pa, bv[:, 0], bv[:, 1])
+                    X["acc"][mw, 1::2] = mma16816(X["acc"][mw, 1::2], pa, bv[:, 2], bv[:, 3])
         if (t + 1) * KBN % csz == 0 or t + 1 == t_end:
             for w in range(NWM):
                 X = W[w]
-                pos0, pos1 = X["pos"]
-                for h in range(2):
-                    X["l"][h] = fadd(X["l"][h], shfl_xor(X["l"][h], 1))
-                    X["l"][h] = fadd(X["l"][h], shfl_xor(X["l"][h], 2))
-                if not mode:
+                for mw in range(MW):
                     for h in range(2):
-                        need = (pos1 if h else pos0) >= c_cur * csz
-                        m_, a_, b_ = merge_coef(X["Mm"][h], X["m"][h])
-                        first = c_cur == 0
-                        for j in range(2):
-                            mv = merge_val(X["Macc"][:, 2 * h + j], a_, X["acc"][:, 2 * h + j], b_)
-                            X["Macc"][:, 2 * h + j] = np.where(need, X["acc"][:, 2 * h + j] if first else mv,
-                                                               X["Macc"][:, 2 * h + j])
-                        ml = merge_val(X["Ml"][h], a_, X["l"][h], b_)
-                        X["Ml"][h] = np.where(need, X["l"][h] if first else ml, X["Ml"][h])
-                        X["Mm"][h] = np.where(need, X["m"][h] if first else m_, X["Mm"][h])
-                else:
+                        X["l"][mw, h] = fadd(X["l"][mw, h], shfl_xor(X["l"][mw, h], 1))
+                        X["l"][mw, h] = fadd(X["l"][mw, h], shfl_xor(X["l"][mw, h], 2))
                     for h in range(2):
-                        pr = pos1 if h else pos0
-                        r = X["r1"] if h else X["r0"]
+                        pr, r = X["pos"][mw][h], X["rowi"][mw][h]
+                        if not mode:
+                            need = pr >= c_cur * csz
+                            first = c_cur == 0
+                            m_, a_, b_ = merge_coef(X["Mm"][mw, h], X["m"][mw, h])
+                            for j in range(2):
+                                inc = X["acc"][mw, :, 2 * h + j]
+                                mv = merge_val(X["Macc"][mw, :, 2 * h + j], a_, inc, b_)
+                                X["Macc"][mw, :, 2 * h + j] = np.where(need, inc if first else mv, X["Macc"][mw, :, 2 * h + j])
+                            ml = merge_val(X["Ml"][mw, h], a_, X["l"][mw, h], b_)
+                            X["Ml"][mw, h] = np.where(need, X["l"][mw, h] if first else ml, X["Ml"][mw, h])
+                            X["Mm"][mw, h] = np.where(need, X["m"][mw, h] if first else m_, X["Mm"][mw, h])
+                            continue
                         need = pr >= c_cur * csz                      # the row reaches this chunk
                         single, part = need & (pr < csz), need & (pr >= csz)
                         d = np.arange(NB)[:, None] * 8 + 2 * TQ        # [NB, 32]
                         o = s_idx[r] * a.D
                         okd = single & (d < a.D)                       # its only chunk: finalised here
-                        a.out[(o + d)[okd]] = final_out(X["acc"][:, 2 * h], X["l"][h])[okd]
-                        a.out[(o + d + 1)[okd]] = final_out(X["acc"][:, 2 * h + 1], X["l"][h])[okd]
+                        il = final_inv(X["l"][mw, h])
+                        a.out[(o + d)[okd]] = final_out(X["acc"][mw, :, 2 * h], il)[okd]
+                        a.out[(o + d + 1)[okd]] = final_out(X["acc"][mw, :, 2 * h + 1], il)[okd]
                         ls = single & (TQ == 0)
-                        a.lse[s_idx[r][ls]] = final_lse(X["m"][h], X["l"][h])[ls]
-                        slot = (item * a.Hkv + kh) * 16 + (r & 15)     # a partial for the merge kernel
+                        a.lse[s_idx[r][ls]] = final_lse(X["m"][mw, h], X["l"][mw, h])[ls]
+                        slot = (item * a.Hkv + kh) * BM + r            # a partial for the merge kernel
                         okp = np.broadcast_to(part, d.shape)
                         for j in range(2):
-                            val = X["acc"][:, 2 * h + j]
+                            val = X["acc"][mw, :, 2 * h + j]
                             if variant == "partials_bf16":
                                 val = bf16_f32(bf16_rne(val))
                             a.ws_acc[(slot * DP + d + j)[okp]] = val[okp]
                         pm = part & (TQ == 0)
-                        a.ws_ml[(slot * 2)[pm]], a.ws_ml[(slot * 2 + 1)[pm]] = X["m"][h][pm], X["l"][h][pm]
+                        a.ws_ml[(slot * 2)[pm]], a.ws_ml[(slot * 2 + 1)[pm]] = X["m"][mw, h][pm], X["l"][mw, h][pm]
                 X["m"][:] = NEG_INF
                 X["l"][:] = 0
                 X["acc"][:] = 0
             c_cur += 1
     for w in range(NWM):
         X = W[w]
-        for h in range(2):
-            pr = X["pos"][h]
-            r = X["r1"] if h else X["r0"]
-            o = s_idx[r] * a.D
-            if not mode or chunk == 0:                                   # invalid positions: NaN rows
-                for dd in range(0, a.D, 8):
-                    okn = pr == -2
-                    a.out[(o + dd + 2 * TQ)[okn]] = NAN_BF16
-                    a.out[(o + dd + 2 * TQ + 1)[okn]] = NAN_BF16
-                a.lse[s_idx[r][(pr == -2) & (TQ == 0)]] = np.nan
-            if not mode:
-                d = np.arange(NB)[:, None] * 8 + 2 * TQ
-                okd = (pr >= 0) & (d < a.D)
-                a.out[(o + d)[okd]] = final_out(X["Macc"][:, 2 * h], X["Ml"][h])[okd]
-                a.out[(o + d + 1)[okd]] = final_out(X["Macc"][:, 2 * h + 1], X["Ml"][h])[okd]
-                ls = (pr >= 0) & (TQ == 0)
-                a.lse[s_idx[r][ls]] = final_lse(X["Mm"][h], X["Ml"][h])[ls]
+        for mw in range(MW):
+            for h in range(2):
+                pr, r = X["pos"][mw][h], X["rowi"][mw][h]
+                o = s_idx[r] * a.D
+                if not mode or chunk == 0:                                   # invalid positions: NaN rows
+                    for dd in range(0, a.D, 8):
+                        okn = pr == -2
+                        a.out[(o + dd + 2 * TQ)[okn]] = NAN_BF16
+                        a.out[(o + dd + 2 * TQ + 1)[okn]] = NAN_BF16
+                    a.lse[s_idx[r][(pr == -2) & (TQ == 0)]] = np.nan
+                if not mode:
+                    d = np.arange(NB)[:, None] * 8 + 2 * TQ
+                    okd = (pr >= 0) & (d < a.D)
+                    il = final_inv(X["Ml"][mw, h])
+                    a.out[(o + d)[okd]] = final_out(X["Macc"][mw, :, 2 * h], il)[okd]
+                    a.out[(o + d + 1)[okd]] = final_out(X["Macc"][mw, :, 2 * h + 1], il)[okd]
+                    ls = (pr >= 0) & (TQ == 0)
+                    a.lse[s_idx[r][ls]] = final_lse(X["Mm"][mw, h], X["Ml"][mw, h])[ls]
 
 
 def merge_warp(a, DP, gw, variant=None):
@@ -470,7 +470,7 @@ def merge_warp(a, DP, gw, variant=None):
         Mm = m_
     o = (i * a.Hq + h) * a.D
     ok = d < a.D
-    a.out[(o + d)[ok]] = final_out(acc, Ml)[ok]
+    a.out[(o + d)[ok]] = final_out(acc, final_inv(Ml))[ok]
     a.lse[i * a.Hq + h] = final_lse(Mm, Ml)
 
 
@@ -479,9 +479,14 @@ def _u16(t):
     return t.contiguous().view(torch.int16).numpy().view(U16).reshape(-1).copy()
 
 
-def attention(q, k, v, cu_q, cu_k, q_pos, scale, sms=132, variant=None):
-    """The forward as the .cu's host code runs it: (out [Tq, Hq, D] BF16, lse [Tq, Hq] FP32). ``sms`` stands for the
-    device's multiprocessor count (it only picks chunk mode or whole-row mode)."""
+FWD_SMEM_MW2 = {64: (128 * 72 + 4 * 64 * 72) * 2 + (128 * 64 + 4 * 2 * 128) * 4,
+                128: (128 * 136 + 4 * 64 * 136) * 2 + (128 * 128 + 4 * 2 * 128) * 4}  # FwdCfg<DP, 4, 2>::smem_bytes
+
+
+def attention(q, k, v, cu_q, cu_k, q_pos, scale, sms=132, smem_optin=232448, variant=None):
+    """The forward as the .cu's host code runs it: (out [Tq, Hq, D] BF16, lse [Tq, Hq] FP32). ``sms`` and
+    ``smem_optin`` stand for the device's multiprocessor count and opt-in shared memory per block (H100 / H200 by
+    default; 166912 is an A100's): they only pick the launch configuration."""
     Tq, Hq, D = q.shape
     Tk, Hkv, _ = k.shape
     assert D % 8 == 0 and 8 <= D <= KDMAX and Hq % Hkv == 0
@@ -489,7 +494,8 @@ def attention(q, k, v, cu_q, cu_k, q_pos, scale, sms=132, variant=None):
     G = Hq // Hkv
     DP = 64 if D <= 64 else 128
     split = Tq * Hq < 64 * sms
-    bm = 16 if split else 64
+    mw2 = not split and FWD_SMEM_MW2[DP] <= smem_optin
+    bm = 16 if split else 128 if mw2 else 64
     cap = -(-Tq * G // bm) + B
     if split:
         cap = max(cap, -(-Tk // KCHUNK) + B)
@@ -499,10 +505,10 @@ def attention(q, k, v, cu_q, cu_k, q_pos, scale, sms=132, variant=None):
              out=np.full(Tq * Hq * D, 0x5555, U16), lse=np.full(Tq * Hq, 7.0, F32),
              ws_acc=np.full(cap * Hkv * 16 * DP, np.nan, F32), ws_ml=np.full(cap * Hkv * 16 * 2, np.nan, F32),
              Tq=Tq, B=B, Hq=Hq, Hkv=Hkv, G=G, D=D, scale_log2=F32(scale) * LOG2E, grid_x=cap)
-    nwm = 1 if split else 4
+    nwm, mw = (1, 1) if split else (4, 2 if mw2 else 1)
     for kh in range(Hkv):
         for bx in range(cap):
-            fwd_cta(a, DP, nwm, bx, kh, variant)
+            fwd_cta(a, DP, nwm, mw, bx, kh, variant)
     if split:
         for gw in range(Tq * Hq):
             merge_warp(a, DP, gw, variant)

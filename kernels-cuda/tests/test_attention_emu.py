@@ -5,7 +5,8 @@ k16 sum and exp2f / logf are models — see its docstring), so these tests show,
 * the fragment index math computes causal GQA attention and its gradients (against FP64; several head dims, GQA
   ratios, packed lengths, both launch modes);
 * decode == chunked prefill (chunks at arbitrary boundaries, across the 64-key tile and the 256-key chunk) == prefill,
-  a sequence packed behind others == alone, a query among any others == alone, chunk mode == whole-row mode — bitwise,
+  a sequence packed behind others == alone, a query among any others == alone, chunk mode == whole-row mode with 32
+  or 16 rows per warp (the H100 and the A100 configurations) — bitwise,
   out and lse; the backward's dq / dk / dv are bitwise the same packed or alone, with pad rows inside a sequence, and
   for a decode step against the prefill's backward with dO on that row only;
 * the in-kernel guards of a captured call (NaN rows, never a wrong read);
@@ -83,7 +84,8 @@ def test_tile_constants_and_address_expressions_are_the_cuda_sources():
     cu_src = re.sub(r"\s+", "", (PKG / "csrc" / "attention.cu").read_text())
     emu_src = re.sub(r"\s+", "", Path(E.__file__).read_text()).replace("LANE", "lane")
     exprs = [
-        "(w*16+(lane&7)+8*((lane>>3)&1))*S+8*(lane>>4)",                  # A fragments (Q, dO, K, V rows)
+        "(w*16*MW+(lane&7)+8*((lane>>3)&1))*S+8*(lane>>4)",               # forward Q A fragments
+        "(w*16+(lane&7)+8*((lane>>3)&1))*S+8*(lane>>4)",                  # backward A fragments (Q, dO, K, V rows)
         "(n2*16+(lane&7)+8*(lane>>4))*S+kd*16+8*((lane>>3)&1)",           # B fragments, k = d (K, V, Q, dO rows)
         "(kk*16+(lane&7)+8*((lane>>3)&1))*S+n2*16+8*(lane>>4)",           # B fragments, k = keys / rows (.trans)
     ]
@@ -154,8 +156,11 @@ def test_decode_and_chunked_prefill_equal_prefill_bitwise(long_case):
 
 def test_modes_and_neighbours_do_not_change_a_query(long_case):
     q, k, v, pos, sc, out, lse = long_case
-    # the whole prefill in chunk mode (1-warp CTAs, capacity fallback to whole rows) == whole-row mode
+    # the whole prefill in chunk mode (1-warp CTAs, capacity fallback to whole rows), and in whole-row mode with 16
+    # rows per warp (an A100's shared memory) == whole-row mode with 32 rows per warp
     o, ls = E.attention(q, k, v, cu([S_LONG]), cu([S_LONG]), pos, sc, sms=10**6)
+    assert ndiff(o, out) == 0 and ndiff(ls, lse) == 0
+    o, ls = E.attention(q, k, v, cu([S_LONG]), cu([S_LONG]), pos, sc, sms=1, smem_optin=166912)
     assert ndiff(o, out) == 0 and ndiff(ls, lse) == 0
     # a subset of the queries (other CTA neighbours, other block maxima) == their rows in the prefill
     sel = torch.tensor([3, 64, 65, 200, 257, 299])
