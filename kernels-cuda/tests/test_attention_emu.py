@@ -192,6 +192,21 @@ def test_three_chunks_merged_by_the_split_path_equal_registers():
         assert ndiff(o, full[j:j + 1]) == 0 and ndiff(ls, fl[j:j + 1]) == 0, p
 
 
+def test_a_head_group_across_fragment_boundaries():
+    """G = 5 (a query's heads straddle 16-row fragments and CTAs), D = 40 (zero-padded to 64): decode over two chunks,
+    a chunk, and the prefill in every configuration agree bitwise."""
+    D, Hq, Hkv, S = 40, 10, 2, 270
+    q, k, v = qkv(13, [S], Hq, Hkv, D)
+    pos = positions([S])
+    out, lse = E.attention(q, k, v, cu([S]), cu([S]), pos, D ** -0.5, sms=1)
+    for sms, optin in ((1, 166912), (10**6, 232448)):
+        o, ls = E.attention(q, k, v, cu([S]), cu([S]), pos, D ** -0.5, sms=sms, smem_optin=optin)
+        assert ndiff(o, out) == 0 and ndiff(ls, lse) == 0, sms
+    for c0, c1 in ((269, 270), (200, 270), (13, 14)):
+        o, ls = E.attention(q[c0:c1], k[:c1], v[:c1], cu([c1 - c0]), cu([c1]), pos[c0:c1], D ** -0.5)
+        assert ndiff(o, out[c0:c1]) == 0 and ndiff(ls, lse[c0:c1]) == 0, (c0, c1)
+
+
 def test_guards_of_a_captured_call_give_nan_rows_never_a_wrong_read():
     q, k, v = qkv(3, [20], 4, 2, 32)
     pos = positions([20])
