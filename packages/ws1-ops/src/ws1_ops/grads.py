@@ -62,11 +62,18 @@ class CanonicalGrads:
         uses: dict[int, int] = {}
         for pid, _op in self._stash:
             uses[pid] = uses.get(pid, 0) + 1
+        # one canonical order per set of key tensors: every op of a forward shares the model's keys tensor, so a
+        # backward sorts once per forward (a key sort on a device is a host sync), not once per parameter
+        orders: dict[tuple[int, ...], torch.Tensor] = {}
         # fixed order: by op name, then first use; a parameter used by two ops sums them in that order
         for (pid, _op), s in sorted(self._stash.items(), key=lambda kv: kv[0][1]):
-            keys = torch.cat(s.keys)
-            cols = [torch.cat([t[i] for t in s.tensors]) for i in range(len(s.tensors[0]))]
-            perm = canonical_order(keys, keys.shape[0])
+            kid = tuple(id(k) for k in s.keys)
+            if kid not in orders:
+                keys = _cat(s.keys)
+                orders[kid] = canonical_order(keys, keys.shape[0])
+            # one call's rows are used in place: a cat of one tensor would copy it (an lm_head dy is [T, V] FP32)
+            cols = [_cat([t[i] for t in s.tensors]) for i in range(len(s.tensors[0]))]
+            perm = orders[kid]
             if s.inner > 1:
                 # rows of the stashed tensors are (token, inner) flattened: canonical token order, inner ascending
                 perm = expand_rows(perm, s.inner)
@@ -83,6 +90,10 @@ class CanonicalGrads:
             p = params[pid]
             p.grad = g if p.grad is None else p.grad + g
             self.params_done.append(p)
+
+
+def _cat(ts: list[torch.Tensor]) -> torch.Tensor:
+    return ts[0] if len(ts) == 1 else torch.cat(ts)
 
 
 def current() -> CanonicalGrads | None:

@@ -370,6 +370,8 @@ def _settle_pending() -> None:
 
 def note(k: Kernel, direction: str, device_type: str) -> None:
     """Record a call of ``k`` about to run (callers call the kernel right after)."""
+    if not _recorders and not _pending:
+        return      # nothing records (a benchmark, a trainer step): no lock, no counter read per call
     with _rec_lock:
         _settle_pending()
         if _recorders:

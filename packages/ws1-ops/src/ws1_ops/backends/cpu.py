@@ -12,6 +12,7 @@ import torch
 
 import ws1_kernels_cpu  # noqa: F401  registers torch.ops.ws1_cpu
 
+from ..canonical import is_identity
 from ..registry import Impl
 
 FAMILY = "cpu"
@@ -28,6 +29,12 @@ def COUNTER() -> dict[str, dict[str, int]]:  # noqa: N802  (the backend shape's 
     return json.loads(K.calls())
 
 
+def _rows(t, perm):
+    """t's rows in canonical order: t itself when ``perm`` is the identity (the same values in the same
+    order and layout, so the same bits; an lm_head dy is [T, V] FP32, its gather a copy of gigabytes)."""
+    return t.contiguous() if is_identity(perm, t.shape[0]) else t.index_select(0, perm)
+
+
 def _gemm_dx(dy, x, w):
     # dx[m, k] = sum_n dy[m, n] w[n, k]: per row, the same serial-FMA GEMM (b = w.T as a strided view)
     return K.gemm(dy, w.t(), True)
@@ -35,21 +42,21 @@ def _gemm_dx(dy, x, w):
 
 def _gemm_dw(dy, x, perm):
     # dw[n, k] = sum_m dy[m, n] x[m, k], serially over the rows in canonical order (padding dropped)
-    return K.gemm(dy.index_select(0, perm).t(), x.index_select(0, perm).t(), True)
+    return K.gemm(_rows(dy, perm).t(), _rows(x, perm).t(), True)
 
 
 def _rms_dw(dy, x, rstd, w, perm):
-    return K.rms_norm_bwd(dy.index_select(0, perm), x.index_select(0, perm), w, rstd.index_select(0, perm))[1]
+    return K.rms_norm_bwd(_rows(dy, perm), _rows(x, perm), w, _rows(rstd, perm))[1]
 
 
 def _qk_dw(dy, x, rstd, w, perm):
     # rows are (token, head) pairs [R, D]: the qk_norm kernel on [R, 1, D]
-    dy, x, rstd = dy.index_select(0, perm), x.index_select(0, perm), rstd.index_select(0, perm)
+    dy, x, rstd = _rows(dy, perm), _rows(x, perm), _rows(rstd, perm)
     return K.qk_norm_bwd(dy[:, None], x[:, None], w, rstd[:, None])[1]
 
 
 def _emb_dw(dy, ids, V, perm):
-    return K.embedding_bwd(dy.index_select(0, perm), ids.index_select(0, perm), V)
+    return K.embedding_bwd(_rows(dy, perm), _rows(ids, perm), V)
 
 
 def _op(name):

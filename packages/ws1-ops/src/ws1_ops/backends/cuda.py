@@ -16,6 +16,7 @@ import torch
 
 import ws1_kernels_cuda  # noqa: F401  registers torch.ops.ws1_cuda
 
+from ..canonical import is_identity
 from ..registry import Impl
 
 FAMILY = "cuda"
@@ -38,6 +39,15 @@ def _on(data: torch.Tensor, *index: torch.Tensor) -> list[torch.Tensor]:
     return [t.to(data.device).contiguous() for t in index]
 
 
+def _rows(t, perm):
+    """t's rows in canonical order (``perm`` on t's device): t itself when ``perm`` is the identity (the
+    same values, order and layout, so the same bits; an lm_head dy is [T, V] FP32, its gather gigabytes)."""
+    if is_identity(perm, t.shape[0]):
+        return t.contiguous()
+    (perm,) = _on(t, perm)
+    return t.index_select(0, perm).contiguous()
+
+
 def _gemm_dx(dy, x, w):
     # dx[m, k] = sum_n dy[m, n] w[n, k]: one serial FP32 FMA chain per output (b = w.T as a strided view)
     return K.gemm(dy, w.t(), True)
@@ -45,26 +55,22 @@ def _gemm_dx(dy, x, w):
 
 def _gemm_dw(dy, x, perm):
     # dw[n, k] = sum_m dy[m, n] x[m, k], serially over the rows in canonical order (padding dropped)
-    (perm,) = _on(dy, perm)
-    return K.gemm(dy.index_select(0, perm).t(), x.index_select(0, perm).t(), True)
+    return K.gemm(_rows(dy, perm).t(), _rows(x, perm).t(), True)
 
 
 def _rms_dw(dy, x, rstd, w, perm):
-    (perm,) = _on(dy, perm)
-    return K.rms_norm_bwd(dy.index_select(0, perm).contiguous(), x.index_select(0, perm).contiguous(), w,
-                          rstd.index_select(0, perm).contiguous())[1]
+    return K.rms_norm_bwd(_rows(dy, perm), _rows(x, perm), w, _rows(rstd, perm))[1]
 
 
 def _qk_dw(dy, x, rstd, w, perm):
     # rows are (token, head) pairs [R, D]: the qk_norm kernel on [R, 1, D]
-    (perm,) = _on(dy, perm)
-    dy, x, rstd = dy.index_select(0, perm), x.index_select(0, perm), rstd.index_select(0, perm)
+    dy, x, rstd = _rows(dy, perm), _rows(x, perm), _rows(rstd, perm)
     return K.qk_norm_bwd(dy[:, None].contiguous(), x[:, None].contiguous(), w, rstd[:, None].contiguous())[1]
 
 
 def _emb_dw(dy, ids, V, perm):
-    ids, perm = _on(dy, ids, perm)
-    return K.embedding_bwd(dy.index_select(0, perm), ids.index_select(0, perm).contiguous(), V)
+    (ids,) = _on(dy, ids)
+    return K.embedding_bwd(_rows(dy, perm), _rows(ids, perm), V)
 
 
 def _emb_fwd(ids, weight):
