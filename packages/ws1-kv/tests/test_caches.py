@@ -166,3 +166,42 @@ def test_paged_and_contiguous_store_the_same_bits(ops):
             rk, rv = c.read(0, s)
             assert torch.equal(rk.view(torch.int16), torch.cat(ks).view(torch.int16))
             assert torch.equal(rv.view(torch.int16), torch.cat(vs).view(torch.int16))
+
+
+def test_b1_in_slot_order_reads_its_storage_in_place():
+    """B1, sequences in ascending slot order: attention reads the storage rows as one view (no gather), each
+    sequence's keys from its slot's row 0; its keys 0..end-1 are the gathered ones. Out of slot order: a gather."""
+    c = ContiguousKVCache(1, HKV, D, max_seqs=3, max_len=8)
+    ka, va = kv(5, 7)
+    kb, vb = kv(3, 8)
+    for s in ("a", "b", "c"):
+        c.begin(s)
+    append(c, "a", ka[:4], va[:4])
+    append(c, "c", kb[:2], vb[:2])
+    step = c.reserve({"a": 1, "c": 1})
+    c.write(0, step, torch.cat([ka[4:], kb[2:]]), torch.cat([va[4:], vb[2:]]))
+    K, V, cu = c.keys_for_attention(0, step)
+    assert step.view == (0, 16 + 3) and cu.tolist() == [0, 16, 19]
+    assert K.data_ptr() == c._storage(0, None)[0].data_ptr()          # in place
+    G, _ = c.gather(0, step)
+    for b, (s0, n) in enumerate(zip(cu.tolist()[:-1], step.ends)):
+        assert torch.equal(K[s0:s0 + n].view(torch.int16), G[step.cu_seqlens_k[b]:step.cu_seqlens_k[b] + n].view(torch.int16))
+    back = c.reserve({"c": 1, "a": 1})
+    assert back.view is None and c.keys_for_attention(0, back)[2].tolist() == back.cu_seqlens_k.tolist()
+
+
+@pytest.mark.parametrize("cache", caches(), ids=lambda c: c.kind)
+def test_advance_then_fill_tokens(cache):
+    """advance(): cursors move for rows written in place, ids unknown; fill_tokens() supplies them later."""
+    cache.begin("a")
+    append(cache, "a", *kv(4, 9), tokens=[1, 2, 3, 4])
+    cache.advance({"a": 5})
+    assert cache.length("a") == 9 and cache.seqs["a"].tokens == [1, 2, 3, 4, -1, -1, -1, -1, -1]
+    cache.fill_tokens("a", 4, [5, 6, 7, 8, 9])
+    assert cache.seqs["a"].tokens == list(range(1, 10))
+    if cache.kind == "paged":
+        assert cache.stats()["registered_blocks"] == 2                  # both full blocks of 4, the 2nd now known
+    with pytest.raises(KVCacheError, match="not all committed"):
+        cache.fill_tokens("a", 8, [1, 2])
+    with pytest.raises(CacheFull):
+        cache.advance({"a": 100})

@@ -38,21 +38,36 @@ class Step:
     """One model step over some sequences, turned into index tensors.
 
     Shapes: ``write_rows`` [T] (storage row of each new token, sequences in ``seq_ids`` order, each
-    sequence's new tokens in position order), ``q_pos`` [T], ``read_rows`` [sum(ends)] (storage rows of
-    positions 0..end-1 of each sequence), ``cu_seqlens_q`` / ``cu_seqlens_k`` [B+1]."""
+    sequence's new tokens in position order; on the cache's device), ``q_pos`` [T], ``read_rows``
+    [sum(ends)] (storage rows of positions 0..end-1 of each sequence, on the device; made on first use),
+    ``cu_seqlens_q`` / ``cu_seqlens_k`` [B+1] (host; ``dev`` holds their device copies, made once per step
+    rather than once per layer).
+
+    ``view``: when the sequences' storage rows lie in ascending runs that start at each sequence's
+    position 0 (B1's slots in ascending slot order), attention can read the keys in place: rows
+    [lo, hi) of the storage as one contiguous view, sequence b's keys from ``dev["cu_view_k"][b]`` on
+    (its range runs up to the next sequence's slot; only keys 0..q_pos are ever read). No gather then."""
 
     seq_ids: tuple
     starts: tuple[int, ...]
     counts: tuple[int, ...]
     write_rows: torch.Tensor
-    read_rows: torch.Tensor
+    read_host: torch.Tensor
     q_pos: torch.Tensor
     cu_seqlens_q: torch.Tensor
     cu_seqlens_k: torch.Tensor
+    dev: dict = field(default_factory=dict, compare=False)
+    view: tuple[int, int] | None = None
 
     @property
     def ends(self) -> tuple[int, ...]:
         return tuple(s + n for s, n in zip(self.starts, self.counts))
+
+    @property
+    def read_rows(self) -> torch.Tensor:
+        if "read_rows" not in self.dev:
+            self.dev["read_rows"] = self.read_host.to(self.write_rows.device)
+        return self.dev["read_rows"]
 
 
 def _offsets(lengths: Sequence[int]) -> torch.Tensor:
@@ -153,12 +168,26 @@ class KVCache(ABC):
         self._allocate(plan)
         write = torch.cat([self._rows(s, a, b) for s, a, b in plan])
         read = torch.cat([self._rows(s, 0, b) for s, _, b in plan])
+        q_pos = torch.cat([torch.arange(a, b, dtype=torch.int64, device="cpu") for _, a, b in plan])
+        cu_q, cu_k = _offsets([b - a for _, a, b in plan]), _offsets([b for _, _, b in plan])
+        # the index tensors on the storage's device, once per step (every layer uses them)
+        dev = {"q_pos": q_pos.to(self.device), "cu_seqlens_q": cu_q.to(self.device), "cu_seqlens_k": cu_k.to(self.device)}
+        starts = self._view_starts(plan)
+        view = None
+        if starts is not None:
+            lo, hi = starts[0], starts[-1] + plan[-1][2]
+            view = (lo, hi)
+            dev["cu_view_k"] = torch.tensor([s - lo for s in starts] + [hi - lo], dtype=torch.int64, device="cpu").to(self.device)
         return Step(
             seq_ids=tuple(s for s, _, _ in plan), starts=tuple(a for _, a, _ in plan), counts=tuple(b - a for _, a, b in plan),
-            write_rows=write.to(self.device), read_rows=read.to(self.device),   # index the storage where it lives
-            q_pos=torch.cat([torch.arange(a, b, dtype=torch.int64, device="cpu") for _, a, b in plan]),
-            cu_seqlens_q=_offsets([b - a for _, a, b in plan]), cu_seqlens_k=_offsets([b for _, _, b in plan]),
+            write_rows=write.to(self.device), read_host=read,   # write rows index the storage where it lives
+            q_pos=q_pos, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, dev=dev, view=view,
         )
+
+    def _view_starts(self, plan) -> list[int] | None:
+        """Storage row of each planned sequence's position 0 when attention can read the keys in place (see
+        :class:`Step`), else None. B2 (block tables) never can."""
+        return None
 
     def _storage(self, layer: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if not 0 <= layer < self.n_layers:
@@ -186,6 +215,17 @@ class KVCache(ABC):
         ks, vs = self._storage(layer, None)
         return ks.index_select(0, step.read_rows), vs.index_select(0, step.read_rows)
 
+    def keys_for_attention(self, layer: int, step: Step) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(K, V, cu_seqlens_k) for the step's attention on the device: the storage rows read in place
+        (``step.view``, no copy) when the layout allows, else the packed :meth:`gather`. The same keys at
+        the same positions either way, so the same bits (a query reads keys 0..q_pos of its sequence)."""
+        if step.view is not None:
+            ks, vs = self._storage(layer, None)
+            lo, hi = step.view
+            return ks[lo:hi], vs[lo:hi], step.dev["cu_view_k"]
+        k, v = self.gather(layer, step)
+        return k, v, step.dev["cu_seqlens_k"]
+
     def commit(self, step: Step, tokens: dict[Hashable, Sequence[int]] | None = None) -> None:
         """Advance each sequence's cursor past the step's tokens (``tokens``: their ids, for B2's prefix reuse)."""
         for sid, start, n in zip(step.seq_ids, step.starts, step.counts):
@@ -198,6 +238,40 @@ class KVCache(ABC):
                 raise KVCacheError(f"{self.kind} cache: sequence {sid!r}: {len(ids)} token ids for {n} new positions")
             st.tokens.extend(ids if ids is not None else [-1] * n)
             self._on_commit(sid, st, start)
+
+    def advance(self, counts: dict[Hashable, int]) -> None:
+        """Commit ``counts[seq]`` positions per sequence whose K/V something else wrote at the rows the cache
+        assigns them (the rollout engine's replayed decode graphs write in place): the checks and allocation
+        of :meth:`reserve`, the cursor move of :meth:`commit`, token ids unknown (-1) until
+        :meth:`fill_tokens`; no index tensors are made."""
+        if not counts:
+            return
+        plan = []
+        for sid, n in counts.items():
+            st = self._state(sid)
+            if st.finished:
+                raise SequenceFinished(f"{self.kind} cache: sequence {sid!r} is finished; it takes no more tokens")
+            if st.length + n > self.max_len:
+                raise CacheFull(f"{self.kind} cache: sequence {sid!r} would hold {st.length + n} tokens; max_len is {self.max_len}")
+            plan.append((sid, st.length, st.length + n))
+        self._allocate(plan)
+        for sid, start, end in plan:
+            st = self.seqs[sid]
+            st.length = end
+            st.tokens.extend([-1] * (end - start))
+            self._on_commit(sid, st, start)
+
+    def fill_tokens(self, seq_id: Hashable, start: int, ids: Sequence[int]) -> None:
+        """The token ids of committed positions [start, start + len(ids)) that were committed without them
+        (the rollout engine learns its sampled tokens once per window of decode steps); B2 registers the
+        blocks they complete for prefix reuse, as a commit with the ids would have."""
+        st = self._state(seq_id)
+        ids = [int(t) for t in ids]
+        if start < 0 or start + len(ids) > st.length:
+            raise KVCacheError(f"{self.kind} cache: sequence {seq_id!r}: positions [{start}, {start + len(ids)}) are not all "
+                               f"committed (length {st.length})")
+        st.tokens[start:start + len(ids)] = ids
+        self._on_commit(seq_id, st, start)
 
     def read(self, layer: int, seq_id: Hashable) -> tuple[torch.Tensor, torch.Tensor]:
         """K, V [length, Hkv, D] committed for one sequence."""

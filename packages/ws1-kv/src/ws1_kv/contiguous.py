@@ -32,13 +32,25 @@ class ContiguousKVCache(KVCache):
 
     def _admit(self, seq_id: Hashable) -> None:
         check_room(self.kind, 1, len(self._free_slots), "slot(s)")
-        self._slot[seq_id] = self._free_slots.pop(0)
+        # the lowest free slot: the live sequences stay packed at the front (the rollout engine's decode
+        # graphs cover slots 0..n-1); which slot a sequence holds never changes a bit
+        slot = min(self._free_slots)
+        self._free_slots.remove(slot)
+        self._slot[seq_id] = slot
 
     def _allocate(self, plan) -> None:
         pass  # a slot holds max_len positions; reserve() already checked the length
 
     def _release(self, seq_id: Hashable) -> None:
         self._free_slots.append(self._slot.pop(seq_id))
+
+    def _view_starts(self, plan) -> list[int] | None:
+        # in place when the step's sequences come in ascending slot order (each slot's rows run from its
+        # position 0 up to the next slot, which covers every key the sequence has)
+        slots = [self._slot[s] for s, _, _ in plan]
+        if any(b <= a for a, b in zip(slots, slots[1:])):
+            return None
+        return [slot * self.max_len for slot in slots]
 
     def _rows(self, seq_id: Hashable, start: int, end: int) -> torch.Tensor:
         return torch.arange(start, end, dtype=torch.int64, device="cpu") + self._slot[seq_id] * self.max_len
