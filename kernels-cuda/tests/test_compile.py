@@ -1,7 +1,11 @@
-"""The device code compiles for sm_80 and sm_90a with warnings as errors, ptxas reports no spill, every
+"""The device code compiles for sm_80 and sm_90a with warnings as errors, ptxas reports no spill, the SASS holds
+what the kernels are built on (the sm_90a GEMM: HGMMA.64x128x16 and TMA loads/stores, no local memory), every
 manifest-declared source defines its entry point — and each of those checks is shown able to fail.
 
-~35 s on 2 cores (11 files x 2 archs, nvcc alone, no torch headers) plus ~6 s for the controls."""
+The CI subset (compile_check --subset ci): the light files for both archs (~35 s on 2 cores) and two of the four
+CUTLASS translation units for sm_90a (~1.5-2 min of nvcc each, in parallel; compile_check's docstring says why
+two cover the four); kernels-cuda/build/compile_check caches results by content, so a rerun of unchanged
+sources takes seconds. `nox -s build_cuda` compiles all four."""
 import json
 import os
 import shutil
@@ -21,7 +25,7 @@ needs_nvcc = pytest.mark.skipif(cc.find_nvcc() is None and os.environ.get("WS1_R
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("build")
-    rc, rep = cc.run(out, jobs=2)
+    rc, rep = cc.run(out, jobs=2, subset="ci")
     return rc, rep, out
 
 
@@ -30,14 +34,23 @@ def test_every_kernel_compiles_for_both_archs_without_spills(report):
     rc, rep, out = report
     assert rep["problems"] == [] and rc == 0, "\n".join(rep["problems"])
     files = {f["file"]: f for f in rep["files"]}
-    assert set(files) == {p.name for p in (PKG / "csrc").glob("*.cu")}
+    assert set(files) == {p.name for p in cc.selected("ci")}
+    assert {n for n in files if n.startswith("wgmma_gemm_")} == set(cc.CI_HEAVY)
     for name, f in files.items():
         assert f["ok"] and f["kernels"], name
         archs = {k["arch"] for k in f["kernels"]}
-        assert archs == {"sm_80", "sm_90a"}, (name, archs)
-    hot = [k for n in ("det_gemm.cu", "lm_head.cu", "attention.cu") for k in files[n]["kernels"]]
-    assert any("mma_gemm_kernel" in k["name"] for k in hot) and any("attention_fwd_kernel" in k["name"] for k in hot)
+        assert archs == ({"sm_90a"} if cc.is_heavy(PKG / "csrc" / name) else {"sm_80", "sm_90a"}), (name, archs)
+    hot = [k for n in ("det_gemm.cu", "lm_head.cu", "attention.cu", *cc.CI_HEAVY) for k in files[n]["kernels"]]
+    assert any("mma_gemm_kernel" in k["name"] for k in hot) and any("attention" in k["name"] for k in hot)
     assert all(k["spill_stores"] == 0 and k["spill_loads"] == 0 and k["registers"] > 0 for k in hot)
+    # the sm_90a GEMM: every instantiated kernel (2 configurations per TU) runs wgmma m64n128k16 and TMA, no LDL/STL
+    for name in cc.CI_HEAVY:
+        facts = [f for f in files[name]["sass_facts"] if f["arch"] == "sm_90a" and "GemmUniversal" in f["kernel"]
+                 and "wgmma m64n128k16 BF16->FP32 (HGMMA)" in f]
+        assert len(facts) >= 2, (name, facts)
+        for f in facts:
+            assert f["wgmma m64n128k16 BF16->FP32 (HGMMA)"] > 0 and f["TMA tensor load (UTMALDG)"] > 0, f
+            assert f["local memory (LDL/STL)"] == 0 and f["another wgmma shape"] == 0, f
     # the evidence files are written, the JSON says what it is
     data = json.loads((out / "cuda_resources.json").read_text())
     assert data["verdict"] == "green" and "nothing here executed a kernel" in data["note"]
@@ -116,3 +129,79 @@ ptxas info    : Used 255 registers, used 1 barriers, 46080 bytes smem, 400 bytes
         ("sm_90a", 255, 4, 12, 8, 46080, 1)
     problems = cc.check([{"file": "x.cu", "ok": True, "kernels": [dict(k, name="k")], "log": log}], {})
     assert any("spills on sm_90a" in p for p in problems) and any("no ['sm_80'] image" in p for p in problems)
+
+
+@needs_nvcc
+def test_sass_expectations_can_fail(tmp_path, monkeypatch):
+    """Negative control of the SASS check: the spilling kernel (local memory on every host) checked against a
+    row that forbids local memory and requires wgmma is red on both counts, naming the kernel."""
+    src = tmp_path / "spill.cu"
+    src.write_text(SPILLING)
+    monkeypatch.setattr(cc, "SASS_EXPECT", [{"file": "spill.cu", "arch": "sm_90a", "kernel": "spill_kernel",
+                                             "require": {"wgmma (HGMMA)": r"\bHGMMA\b"}, "forbid": cc.NO_LOCAL}])
+    rc, rep = cc.run(None, jobs=1, sources=[src])
+    assert rc == 1
+    assert any("spill_kernel" in p and "lacks wgmma (HGMMA)" in p for p in rep["problems"]), rep["problems"]
+    assert any("spill_kernel" in p and "local memory (LDL/STL)" in p and "has" in p for p in rep["problems"]), rep["problems"]
+
+
+def test_the_sass_parser_and_checker():
+    dump = """
+Fatbin elf code:
+================
+arch = sm_90a
+code version = [1,8]
+
+\tcode for sm_90a
+\t\tFunction : _Z1kv
+        /*0000*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4].tnspA, RZ, !UPT, gsb0 ;  /* 0x61e00000041879f0 */
+        /*0010*/                   UTMALDG.3D [UR8], [UR4] ;  /* 0x000000000008 */
+        /*0020*/                   STL [R1], R2 ;  /* 0x000000000008 */
+"""
+    sass = cc.parse_sass(dump)
+    assert list(sass) == [("sm_90a", "_Z1kv")] and len(sass[("sm_90a", "_Z1kv")]) == 3
+    row = {"file": "x.cu", "arch": "sm_90a", "kernel": "_Z1kv", "require": {"h": r"\bHGMMA\.64x128x16\.F32\.BF16\b",
+           "w": r"\bHMMA\b"}, "forbid": cc.NO_LOCAL}
+    problems, facts = cc.sass_problems("x.cu", [], sass, table=[row])
+    assert facts[0]["h"] == 1 and facts[0]["w"] == 0
+    assert any("lacks w" in p for p in problems) and any("local memory" in p for p in problems)
+    problems, _ = cc.sass_problems("x.cu", [], None, table=[row])
+    assert problems and "no cuobjdump" in problems[0]
+    problems, _ = cc.sass_problems("x.cu", [], {("sm_80", "_Z1kv"): []}, table=[row])
+    assert problems == ["x.cu: no sm_90a kernel matching /_Z1kv/ in the SASS"]
+
+
+def test_the_heavy_subset_is_what_the_docs_say():
+    """The CI subset holds every light file and exactly CI_HEAVY of the CUTLASS TUs; all four exist."""
+    heavy = sorted(p.name for p in (PKG / "csrc").glob("wgmma_gemm_*.cu"))
+    assert heavy == ["wgmma_gemm_dw.cu", "wgmma_gemm_dx.cu", "wgmma_gemm_fwd_bf16.cu", "wgmma_gemm_fwd_f32.cu"]
+    ci = {p.name for p in cc.selected("ci")}
+    assert set(cc.CI_HEAVY) <= ci and not (set(heavy) - set(cc.CI_HEAVY)) & ci
+    assert {p.name for p in cc.selected("all")} == {p.name for p in (PKG / "csrc").glob("*.cu")}
+
+
+def test_missing_cutlass_headers_are_red_with_one_line(monkeypatch):
+    """A CUTLASS TU without CUTLASS's headers is a named failure (never skipped, never compiled without them)."""
+    monkeypatch.setattr(cc, "cutlass_include", lambda: None)
+    r = cc.compile_one(cc.find_nvcc() or "nvcc", PKG / "csrc" / "wgmma_gemm_dw.cu", use_cache=False)
+    assert not r["ok"] and "no CUTLASS headers" in r["log"] and "requirements/cutlass.txt" in r["log"]
+    assert any("wgmma_gemm_dw.cu: compile failed" in p and "CUTLASS" in p for p in cc.check([r], {}))
+
+
+@needs_nvcc
+def test_the_cache_is_keyed_by_the_file_and_its_headers(tmp_path, monkeypatch):
+    """A second compile of unchanged sources comes from the cache; an edit of a header the file includes voids
+    its entry, an edit of a header it does not include leaves it."""
+    monkeypatch.setattr(cc, "CACHE", tmp_path / "cache")
+    (tmp_path / "used.cuh").write_text("#pragma once\n__device__ inline float f(float x) { return x + 1.0f; }\n")
+    (tmp_path / "other.cuh").write_text("#pragma once\n")
+    src = tmp_path / "k.cu"
+    src.write_text('#include "used.cuh"\n__global__ void k(float* p) { p[0] = f(p[0]); }\n')
+    nvcc = cc.find_nvcc()
+    assert cc.compile_one(nvcc, src)["cached"] is False
+    assert cc.compile_one(nvcc, src)["cached"] is True
+    (tmp_path / "other.cuh").write_text("#pragma once\n// edited\n")
+    assert cc.compile_one(nvcc, src)["cached"] is True
+    (tmp_path / "used.cuh").write_text("#pragma once\n__device__ inline float f(float x) { return x + 2.0f; }\n")
+    r = cc.compile_one(nvcc, src)
+    assert r["cached"] is False and r["ok"]
