@@ -6,7 +6,11 @@ Clock / compare / row helpers this script uses): CUDA events, contenders alterna
 over --reps; ``graph`` (captured calls replayed: device time) and ``eager`` (plain Python calls).
 
 * det_gemm vs ``torch.matmul`` (cuBLAS) at M in {1, 59, 256, 4096}, K 4096, N in {4096, 12288}; weights
-  rotate over > 2x L2 so neither side is timed on an L2-resident weight;
+  rotate over > 2x L2 so neither side is timed on an L2-resident weight; the same layers' backward GEMMs
+  (dx = dy W and dW = dy^T x with BF16 dy: vs cuBLAS BF16 -> FP32; dx with an FP32 dy, lm_head's case: vs
+  cuBLAS FP32 with TF32 off, and vs cuBLAS BF16 for the record); lm_head at V 151936 vs cuBLAS BF16 -> FP32.
+  Every GEMM row carries its roofline time (max of FLOPs / 790 TFLOP/s and bytes / 4.3 TB/s, the H200's
+  measured ceilings; the CUDA-core FP32 path against the datasheet's 67 TFLOP/s) and ws1's fraction of it;
 * attention prefill (the 4 fixture samples packed; B1 S2048) and decode (B1 Skv32, B32 Skv2048), Hq 32,
   Hkv 8, D 128, vs ``F.scaled_dot_product_attention`` (padded layout, enable_gqa) and vs FlashAttention-2
   (``flash_attn``: varlen prefill, decode with one query per sequence) when it is importable — reported
@@ -15,8 +19,9 @@ over --reps; ``graph`` (captured calls replayed: device time) and ``eager`` (pla
 * the chain (teacher forcing of the 4 fixture samples through the synthetic qwen3-8b-L2 model, forward
   and forward+backward) on cuda_bf16 vs the same model in plain PyTorch BF16 (benchmarks/plain_qwen3.py).
 
-Targets (issue 13): det_gemm speed >= 0.8 at M >= 256 and >= 0.6 at M <= 59 (graph mode); attention
-decode >= 0.7x FlashAttention-2; chain time ratio (forward+backward) <= 1.25.
+Targets (issue 24, printed MET/MISS beside the roofline): det_gemm, lm_head and the backward GEMMs >= 0.9x
+cuBLAS at M >= 256, >= 0.8x at M <= 64 (graph mode); attention decode >= 0.7x FlashAttention-2; chain time
+ratio (forward+backward) <= 1.25.
 
     python benchmarks/bench_cuda.py [--reps 10] [--json PATH] [--only gemm,attention,logprob,chain]
 
@@ -43,30 +48,114 @@ def _k():
     return torch.ops.ws1_cuda
 
 
-def gemm_cases(clock, dev, args) -> list[dict]:
-    g = torch.Generator(device="cpu").manual_seed(0)
+# Measured H200 ceilings (the first GPU run; docs/cuda.md "Cost model"): cuBLAS BF16 dense and a device copy.
+# The CUDA-core FP32 ceiling is the datasheet's (not measured here): labelled so wherever it is printed.
+BF16_TFLOPS, HBM_TBS, FP32_SIMT_TFLOPS = 790.0, 4.3, 67.0
+
+
+def roofline_ms(flops: float, nbytes: float, tflops: float = BF16_TFLOPS) -> float:
+    """max(FLOPs / peak, bytes / bandwidth): the floor no kernel beats (each operand read once, C written once)."""
+    return max(flops / (tflops * 1e9), nbytes / (HBM_TBS * 1e9))
+
+
+def _rotating(g, dev, shape, scale, copies):
+    return [(torch.randn(*shape, generator=g, device="cpu") * scale).to(BF).to(dev) for _ in range(copies)]
+
+
+def _mm_f32_out():
+    """cuBLAS BF16 x BF16 -> FP32 (torch.mm's out_dtype, torch >= 2.8), or None: the honest contender for an FP32
+    output; without it the contender is BF16 out (cuBLAS writes half the bytes: said in the row)."""
+    try:
+        a = torch.zeros(8, 8, dtype=BF, device="cuda")
+        torch.mm(a, a, out_dtype=torch.float32)
+        return lambda x, y: torch.mm(x, y, out_dtype=torch.float32)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _gemm_row(clock, args, name, fns, flops, nbytes, extra, tflops=BF16_TFLOPS):
     rows = []
+    inner = max(3, min(200, int(2e11 / (flops + 1))))
+    for mode in _modes(clock):
+        r = _row(name, mode, compare(clock, fns, args.reps, inner, mode == "graph"), extra)
+        r["roofline_ms"] = roofline_ms(flops, nbytes, tflops)
+        r["roofline_basis"] = f"{tflops:g} TFLOP/s{' (datasheet)' if tflops == FP32_SIMT_TFLOPS else ''}, {HBM_TBS:g} TB/s"
+        r["tflops_ws1"] = flops / (r["ws1_ms"] * 1e9)
+        r["tflops_torch"] = flops / (r["torch_ms"] * 1e9)
+        r["ws1_over_roofline"] = r["roofline_ms"] / r["ws1_ms"]
+        print(f"    roofline {r['roofline_ms']:.4f} ms ({r['roofline_basis']}): ws1 at {r['ws1_over_roofline']:.2f} of it", flush=True)
+        rows.append(r)
+    return rows
+
+
+def gemm_cases(clock, dev, args) -> list[dict]:
+    """det_gemm and lm_head forward, and the backward's gemm (dx, dW; BF16 operands -> the tensor-core path, an
+    FP32 dy -> the CUDA-core serial chain), each against cuBLAS, at the issue's shapes. Weights rotate over > 2x L2."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    f32_out = _mm_f32_out()
+    rows = []
+    K = 4096
     for N in (4096, 12288):
+        copies = max(1, -(-2 * L2_BYTES // (N * K * 2)))
+        ws = _rotating(g, dev, (N, K), 0.02, copies)
+        it = {"ws1": 0, "torch": 0}
+
+        def nxt(side, ws=ws, it=it, copies=copies):
+            it[side] = (it[side] + 1) % copies
+            return ws[it[side]]
+
         for M in (1, 59, 256, 4096):
-            K = 4096
             x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
-            copies = max(1, -(-2 * L2_BYTES // (N * K * 2)))
-            ws = [(torch.randn(N, K, generator=g, device="cpu") * 0.02).to(BF).to(dev) for _ in range(copies)]
-            it = {"ws1": 0, "torch": 0}
-
-            def nxt(side, ws=ws, it=it, copies=copies):
-                it[side] = (it[side] + 1) % copies
-                return ws[it[side]]
-
-            fns = {"ws1": lambda x=x, nxt=nxt: _k().det_gemm(x, nxt("ws1")),
-                   "torch": lambda x=x, nxt=nxt: torch.matmul(x, nxt("torch").t())}
-            inner = max(5, min(200, int(2e11 / (2 * M * K * N + 1))))
-            for mode in _modes(clock):
-                r = _row(f"det_gemm M{M} K{K} N{N}", mode, compare(clock, fns, args.reps, inner, mode == "graph"),
-                         {"M": M, "K": K, "N": N, "weight_copies": copies})
-                r["tflops_ws1"] = 2 * M * K * N / (r["ws1_ms"] * 1e9)
-                r["tflops_torch"] = 2 * M * K * N / (r["torch_ms"] * 1e9)
-                rows.append(r)
+            flops, nb = 2 * M * K * N, 2 * (M * K + N * K + M * N)
+            rows += _gemm_row(clock, args, f"det_gemm M{M} K{K} N{N}",
+                              {"ws1": lambda x=x, nxt=nxt: _k().det_gemm(x, nxt("ws1")),
+                               "torch": lambda x=x, nxt=nxt: torch.matmul(x, nxt("torch").t())},
+                              flops, nb, {"kind": "det_gemm", "M": M, "K": K, "N": N, "weight_copies": copies, "vs": "cuBLAS BF16"})
+            # the backward of the same layer: dx = dy @ W (dy BF16: det_gemm's output gradient), dW = dy^T x
+            dy = (torch.randn(M, N, generator=g, device="cpu") * 0.1).to(BF).to(dev)
+            nb_dx = 2 * (M * N + N * K) + 4 * M * K
+            mm = f32_out or (lambda a, b: torch.mm(a, b))
+            vs = "cuBLAS BF16 -> FP32" if f32_out else "cuBLAS BF16 -> BF16 (no out_dtype in this torch)"
+            rows += _gemm_row(clock, args, f"backward dx BF16 M{M} N{N} K{K}",
+                              {"ws1": lambda dy=dy, nxt=nxt: _k().gemm(dy, nxt("ws1").t(), True),
+                               "torch": lambda dy=dy, nxt=nxt, mm=mm: mm(dy, nxt("torch"))},
+                              flops, nb_dx, {"kind": "backward_bf16", "M": M, "K": K, "N": N, "vs": vs})
+            if M >= 59:
+                perm = torch.randperm(M, generator=g).to(dev)
+                dyp, xp = dy.index_select(0, perm), x.index_select(0, perm)
+                nb_dw = 2 * (M * N + M * K) + 4 * N * K
+                rows += _gemm_row(clock, args, f"backward dW BF16 M{M} N{N} K{K}",
+                                  {"ws1": lambda dyp=dyp, xp=xp: _k().gemm(dyp.t(), xp.t(), True),
+                                   "torch": lambda dyp=dyp, xp=xp, mm=mm: mm(dyp.t(), xp)},
+                                  flops, nb_dw, {"kind": "backward_bf16", "M": M, "K": K, "N": N, "vs": vs})
+            # the same dx in FP32 (lm_head's dy is FP32): the CUDA-core serial chain, against cuBLAS FP32 (TF32 off)
+            # and, for the record, against cuBLAS BF16
+            if M in (59, 256):
+                dy32 = torch.randn(M, N, generator=g, device="cpu").to(dev) * 0.1
+                w0 = ws[0]
+                w32 = w0.float()
+                rows += _gemm_row(clock, args, f"backward dx FP32 M{M} N{N} K{K} vs cuBLAS FP32",
+                                  {"ws1": lambda dy32=dy32, w0=w0: _k().gemm(dy32, w0.t(), True),
+                                   "torch": lambda dy32=dy32, w32=w32: torch.mm(dy32, w32)},
+                                  flops, 4 * M * N + 2 * N * K + 4 * M * K,
+                                  {"kind": "backward_fp32", "M": M, "K": K, "N": N, "vs": "cuBLAS FP32 (TF32 off)"},
+                                  tflops=FP32_SIMT_TFLOPS)
+                rows += _gemm_row(clock, args, f"backward dx FP32 M{M} N{N} K{K} vs cuBLAS BF16",
+                                  {"ws1": lambda dy32=dy32, w0=w0: _k().gemm(dy32, w0.t(), True),
+                                   "torch": lambda dy=dy, w0=w0: torch.mm(dy, w0)},
+                                  flops, 4 * M * N + 2 * N * K + 4 * M * K,
+                                  {"kind": "backward_fp32_vs_bf16", "M": M, "K": K, "N": N, "vs": "cuBLAS BF16 (information)"},
+                                  tflops=FP32_SIMT_TFLOPS)
+    # lm_head: the vocabulary projection, FP32 logits
+    V = V_FULL
+    wv = (torch.randn(V, K, generator=g, device="cpu") * 0.02).to(BF).to(dev)
+    for M in (1, 59, 256, 4096):
+        x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
+        vs = "cuBLAS BF16 -> FP32" if f32_out else "cuBLAS BF16 -> BF16 (no out_dtype in this torch)"
+        mm = f32_out or (lambda a, b: torch.mm(a, b))
+        rows += _gemm_row(clock, args, f"lm_head M{M} K{K} V{V}",
+                          {"ws1": lambda x=x, wv=wv: _k().lm_head(x, wv), "torch": lambda x=x, wv=wv, mm=mm: mm(x, wv.t())},
+                          2 * M * K * V, 2 * (M * K + V * K) + 4 * M * V, {"kind": "lm_head", "M": M, "K": K, "N": V, "vs": vs})
     return rows
 
 
@@ -163,12 +252,15 @@ def chain_cases(clock, dev, args) -> list[dict]:
 
 
 def targets(rows: list[dict]) -> list[dict]:
+    """Issue 24: det_gemm, lm_head and the backward's GEMMs >= 0.9x cuBLAS at M >= 256, >= 0.8x at M <= 64 (graph
+    mode), each beside its roofline. The FP32 backward is judged against cuBLAS FP32; its ratio to cuBLAS BF16 is
+    printed, not judged (an FP32 product cannot be compared with a BF16 one as a target)."""
     out = []
     for r in rows:
-        if r["case"].startswith("det_gemm") and r["mode"] == "graph":
-            want = 0.8 if r["M"] >= 256 else 0.6
-            out.append({"target": f"det_gemm speed >= {want} vs cuBLAS (graph) at M{r['M']} N{r['N']}", "value": r["speed"],
-                        "met": r["speed"] >= want})
+        if r.get("kind") in ("det_gemm", "lm_head", "backward_bf16", "backward_fp32") and r["mode"] == "graph":
+            want = 0.9 if r["M"] >= 256 else 0.8
+            out.append({"target": f"{r['case']}: speed >= {want} vs {r['vs']} (graph)", "value": r["speed"], "met": r["speed"] >= want,
+                        "roofline_ms": r["roofline_ms"], "ws1_ms": r["ws1_ms"], "torch_ms": r["torch_ms"]})
         if r["case"].startswith("attention decode") and r.get("vs", "").startswith("flash_attn"):
             out.append({"target": f"{r['case']}: speed >= 0.7 vs FlashAttention-2", "value": r["speed"], "met": r["speed"] >= 0.7})
         if r["case"].startswith("chain") and r["case"].endswith("forward+backward"):
@@ -210,8 +302,11 @@ def main(argv=None) -> int:
             print(f"  {name}: FAILED {errors[name]}", flush=True)
     tg = targets(rows)
     for t in tg:
-        print(f"  target {'MET ' if t['met'] else 'MISS'} {t['target']}: {t['value']:.3f}")
-    gemm_config = "64x128 (M > 64) / 32x32 (M <= 64) CTA tiles, BK 32, 3 stages, 4 warps, WMMA bf16 m16n16k16 (mma.sync)"
+        roof = f"  (ws1 {t['ws1_ms']:.4f} ms, cuBLAS {t['torch_ms']:.4f} ms, roofline {t['roofline_ms']:.4f} ms)" if "roofline_ms" in t else ""
+        print(f"  target {'MET ' if t['met'] else 'MISS'} {t['target']}: {t['value']:.3f}{roof}")
+    gemm_config = ("sm_90: wgmma m64n128k16 + TMA (CUTLASS collectives, persistent): 256x128x64 cooperative (wide) or "
+                   "64x128x64 ping-pong (narrow; M <= 128 or < 132 wide tiles), same bits; sm_80: mma.sync 64x128 / 32x32; "
+                   "FP32 operands: CUDA-core serial chain 128x128x16")
     result = {"host": host, "gemm_config": gemm_config, "cases": rows,
               "targets": tg, "errors": errors, "calls": json.loads(_k().calls())}
     path = args.json or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "evidence", "bench", "cuda.json")

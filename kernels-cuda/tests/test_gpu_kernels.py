@@ -25,6 +25,9 @@ def K():
     return torch.ops.ws1_cuda
 
 
+K_ = K  # the GEMM tests name a dimension K
+
+
 def bits(t):
     t = t.detach().contiguous()
     return t.view(torch.int16) if t.dtype == BF else t.view(torch.int32) if t.dtype == F32 else t
@@ -59,36 +62,196 @@ def rows_alone_vs_batched(fn, inputs, sizes=(1, 2, 7, 59, 64, 65, 130), seed=0):
                 same(o[r:r + 1], a, f"M={M} row {r} (source row {i})")
 
 
-def test_det_gemm_rows_are_invariant_and_accurate():
-    x, w = rnd(70, 4096, seed=1, scale=0.5), rnd(384, 4096, seed=2, scale=0.02)
-    rows_alone_vs_batched(lambda a: K().det_gemm(a, w), [x])
-    ref = x.double() @ w.double().t()
-    torch.testing.assert_close(K().lm_head(x, w).double(), ref, atol=1e-3, rtol=1e-3)
-    # det_gemm is lm_head's FP32 accumulator rounded once (RNE)
-    same(K().det_gemm(x, w), K().lm_head(x, w).to(BF), "det_gemm vs bf16(lm_head)")
+# ---- GEMMs (det_gemm, lm_head, the backward's gemm) ------------------------------------------------------
+# The sm_90a GEMM's configuration rule (kernels-cuda/csrc/wgmma_gemm.h pick_config), mirrored to choose sizes on
+# both sides of every boundary; the bits must not depend on it.
+NARROW_MAX_M, WIDE_MIN_TILES = 128, 132
 
 
-def test_gemm_edges_and_the_elementwise_loader_give_the_same_bits():
-    # M, N, K not multiples of the tile; K % 8 != 0 takes the element-wise loader
-    for M, N, Kd in ((1, 1, 1), (3, 130, 37), (65, 129, 100), (64, 128, 32)):
+def sm90():
+    return torch.cuda.get_device_capability()[0] == 9
+
+
+def config(M, N):
+    return "narrow" if M <= NARROW_MAX_M or -(-M // 256) * -(-N // 128) < WIDE_MIN_TILES else "wide"
+
+
+def rows_match(out, alone, idx, what):
+    """out[r] == alone[idx[r]] bitwise for every r (vectorized: M up to 4096)."""
+    ref = alone.index_select(0, idx.to(alone.device))
+    diff = (bits(out) != bits(ref)).any(1).nonzero().flatten().tolist()
+    assert not diff, f"{what}: rows {diff[:8]} (of {out.shape[0]}) differ bitwise from the same rows computed alone"
+
+
+def invariance_sizes(N):
+    """Row counts on both sides of each configuration boundary for a weight of N rows (N = 4096: narrow up to
+    M = 1024, wide from 1025)."""
+    sizes = [1, 2, 7, 59, 64, 65, 128, 129, 130, 300, 1024, 1025, 4096]
+    cfgs = {config(M, N) for M in sizes}
+    assert cfgs == {"narrow", "wide"}, f"the sizes must straddle the configuration boundary for N={N}: {cfgs}"
+    return sizes
+
+
+@pytest.mark.parametrize("op", ["det_gemm", "lm_head"])
+def test_gemm_rows_are_invariant_across_every_configuration_boundary(op):
+    """Each row alone (M = 1: the narrow configuration, a decode step) == the same row among M = 2 .. 4096 rows at
+    random positions (narrow up to 1024 rows, wide from 1025 at N 4096), bitwise; on sm_80 the mma.sync kernel's
+    two configurations (M <= 64, M > 64) are crossed too."""
+    n_src, K, N = 96, 4096, 4096
+    x, w = rnd(n_src, K, seed=1, scale=0.5), rnd(N, K, seed=2, scale=0.02)
+    f = getattr(K_(), op)
+    alone = torch.cat([f(x[i:i + 1], w) for i in range(n_src)])
+    g = gen(3)
+    for M in invariance_sizes(N):
+        idx = torch.randint(0, n_src, (M,), generator=g)
+        rows_match(f(x.index_select(0, idx.to(DEV)), w), alone, idx, f"{op} M={M} ({config(M, N) if sm90() else 'sm_80'})")
+
+
+def test_lm_head_vocabulary_width_odd_tile_count_is_invariant():
+    """N = 151936 (1187 column tiles of 128: odd, so the wide configuration's 1 x 2 clusters have a lone last
+    tile) at M = 300 (wide) against the same rows alone (narrow)."""
+    K, N = 256, 151936
+    x, w = rnd(40, K, seed=4, scale=0.5), rnd(N, K, seed=5, scale=0.05)
+    alone = torch.cat([K_().lm_head(x[i:i + 1], w) for i in range(40)])
+    idx = torch.randint(0, 40, (300,), generator=gen(6))
+    if sm90():
+        assert config(1, N) == "narrow" and config(300, N) == "wide"
+    rows_match(K_().lm_head(x.index_select(0, idx.to(DEV)), w), alone, idx, "lm_head V=151936 M=300")
+    torch.testing.assert_close(alone.double(), x.double() @ w.double().t(), atol=1e-3, rtol=1e-3)
+
+
+def test_gemm_accuracy_against_fp64():
+    for M, N, K in ((1, 4096, 4096), (59, 12288, 512), (300, 640, 4096), (4096, 256, 1024)):
+        x, w = rnd(M, K, seed=M, scale=0.5), rnd(N, K, seed=N, scale=0.02)
+        ref = x.double() @ w.double().t()
+        lm = K_().lm_head(x, w)
+        err = ((lm.double() - ref).norm() / ref.norm()).item()
+        assert err < 3e-5, f"lm_head M{M} N{N} K{K}: relative error {err:.2e} (FP32 accumulation of exact BF16 products)"
+        torch.testing.assert_close(K_().det_gemm(x, w).double(), ref, atol=2e-2, rtol=1e-2)
+
+
+def test_det_gemm_is_lm_head_rounded_once_to_nearest_even():
+    """det_gemm == RNE(lm_head) bitwise: random data, and rows built to land on BF16 ties and next to them
+    (x = [1, 1, 1], w = [a, 2^-8 * a's ulp step, +-tiny or 0]: the three products do not overlap, so the FP32
+    sum is exact whatever the accumulator's internal width), where a round-half-up or a truncation would differ;
+    a NaN input gives NaN in both."""
+    x, w = rnd(70, 4096, seed=7, scale=0.5), rnd(384, 4096, seed=8, scale=0.02)
+    same(K_().det_gemm(x, w), K_().lm_head(x, w).to(BF), "det_gemm vs RNE(lm_head), random")
+    base = 1.0 + torch.arange(0, 128, dtype=torch.float64) / 128            # BF16 values in [1, 2): ulp 2^-7
+    rows = []
+    for tiny in (0.0, 2.0 ** -16, -(2.0 ** -16)):
+        for a in base.tolist():
+            rows.append([a, 2.0 ** -8, tiny])                                  # a + half an ulp (+- tiny)
+    w3 = torch.tensor(rows, dtype=torch.float64).to(BF).to(DEV)
+    assert (w3.double().cpu() == torch.tensor(rows, dtype=torch.float64)).all(), "the tie rows must be exact in BF16"
+    x3 = torch.ones(5, 3, dtype=BF, device=DEV)
+    lm, dg = K_().lm_head(x3, w3), K_().det_gemm(x3, w3)
+    exact = torch.tensor([sum(r) for r in rows], dtype=torch.float64)
+    assert (lm[0].double().cpu() == exact.float().double()).all(), "the FP32 sums must be exact for this test to mean anything"
+    same(dg, lm.to(BF), "det_gemm vs RNE(lm_head) at ties")
+    ties = dg[0, :128].float().cpu()
+    assert (ties.view(torch.int32) >> 16 & 1 == 0).all(), "an exact tie must round to the even neighbour"
+    xn = x.clone()
+    xn[3, 5] = float("nan")
+    assert K_().det_gemm(xn, w)[3].isnan().all() and K_().lm_head(xn, w)[3].isnan().all()
+
+
+def _pad_cols(t, n):
+    out = torch.zeros(t.shape[0], n, dtype=t.dtype, device=t.device)
+    out[:, :t.shape[1]] = t
+    return out
+
+
+def test_gemm_edges_and_unaligned_inputs_give_the_same_bits():
+    """M, N, K off every tile multiple; K % 8 != 0 (copied into a K8-wide zero-padded buffer on sm_90) equals the
+    same data zero-padded by hand to K8 (the aligned path), bitwise; N % 8 != 0 equals the zero-padded weight's
+    first N columns; a 2-byte-offset (unaligned) view equals the aligned tensor."""
+    for M, N, Kd in ((1, 1, 1), (3, 130, 37), (65, 129, 100), (64, 128, 32), (257, 300, 70)):
         x, w = rnd(M, Kd, seed=M, scale=0.5), rnd(N, Kd, seed=N, scale=0.1)
-        torch.testing.assert_close(K().lm_head(x, w).double(), x.double() @ w.double().t(), atol=1e-4, rtol=1e-4)
-    # the same data through a view whose row stride is odd (no 16-byte cp.async): bitwise the same
+        torch.testing.assert_close(K_().lm_head(x, w).double(), x.double() @ w.double().t(), atol=1e-4, rtol=1e-4)
+        k8 = -(-Kd // 8) * 8
+        for op in ("det_gemm", "lm_head"):
+            f = getattr(K_(), op)
+            same(f(x, w), f(_pad_cols(x, k8), _pad_cols(w, k8)), f"{op} M{M} N{N} K{Kd}: K % 8 padding vs by hand")
+            n8 = -(-N // 8) * 8
+            wp = torch.zeros(n8, Kd, dtype=BF, device=DEV)
+            wp[:N] = w
+            same(f(x, w), f(x, wp)[:, :N].contiguous(), f"{op} M{M} N{N} K{Kd}: N % 8 padding")
     x, w = rnd(33, 256, seed=3), rnd(200, 256, seed=4, scale=0.1)
     xb = torch.zeros(33, 257, dtype=BF, device=DEV)
     xb[:, 1:] = x
     assert xb[:, 1:].stride() == (257, 1)
-    same(K().det_gemm(xb[:, 1:], w), K().det_gemm(x, w), "vectorized vs element-wise loader")
+    same(K_().det_gemm(xb[:, 1:], w), K_().det_gemm(x, w), "unaligned view vs aligned tensor")
 
 
-def test_fp32_gemm_backward_shapes_and_accuracy():
-    dy, x, w = rnd(37, 300, seed=5, dtype=F32), rnd(37, 260, seed=6), rnd(300, 260, seed=7, scale=0.05)
-    dx = K().gemm(dy, w.t(), True)
-    torch.testing.assert_close(dx.double(), dy.double() @ w.double(), atol=1e-4, rtol=1e-4)
+def serial_chain(a, b):
+    """The serial-chain definition: c[m, n] = (((0 + a0 b0) + a1 b1) + ...) in FP32, k ascending. For operands
+    whose products are exact in FP32 (BF16 values) each fmaf is one IEEE FP32 addition, so torch computes it
+    exactly with a mul (exact) and an add per k."""
+    acc = torch.zeros(a.shape[0], b.shape[0], dtype=F32, device=DEV)
+    for k in range(a.shape[1]):
+        acc = acc + a[:, k:k + 1].float() * b[:, k].float()[None, :]
+    return acc
+
+
+def test_backward_gemm_fp32_path_is_the_serial_chain():
+    """Any FP32 operand (lm_head's backward: the FP32 logit gradient) takes the CUDA-core kernel: bitwise the
+    serial chain (FP32 values that are BF16-exact, so the reference is exact), through transposed views too;
+    and FP32 values in general against FP64."""
+    dy = rnd(37, 300, seed=5).float()          # BF16-exact FP32 values
+    w = rnd(300, 260, seed=7, scale=0.05)
+    dx = K_().gemm(dy, w.t(), True)
+    same(dx, serial_chain(dy, w.t()), "dx vs the serial chain")
+    x = rnd(37, 260, seed=6)
     perm = torch.randperm(37, generator=gen(8)).to(DEV)
-    dw = K().gemm(dy.index_select(0, perm).t(), x.index_select(0, perm).t(), True)
-    torch.testing.assert_close(dw.double(), dy.double().t() @ x.double(), atol=1e-4, rtol=1e-4)
-    rows_alone_vs_batched(lambda a: K().gemm(a, w.t(), True), [dy], sizes=(1, 5, 64, 65))
+    dw = K_().gemm(dy.index_select(0, perm).t(), x.index_select(0, perm).t(), True)
+    same(dw, serial_chain(dy.index_select(0, perm).t(), x.index_select(0, perm).t()), "dW vs the serial chain")
+    arch = "sm_{}{}".format(*torch.cuda.get_device_capability())
+    assert json.loads(K_().calls())["ws1_cuda::gemm"].get(f"{arch}:simt_fp32", 0) >= 2
+    dyf = rnd(37, 300, seed=9, dtype=F32)
+    torch.testing.assert_close(K_().gemm(dyf, w.t(), True).double(), dyf.double() @ w.double(), atol=1e-5, rtol=1e-5)
+    rows_alone_vs_batched(lambda a: K_().gemm(a, w.t(), True), [dyf], sizes=(1, 5, 64, 65, 130))
+
+
+def test_backward_gemm_bf16_path_accuracy_and_invariance():
+    """Both operands BF16 (det_gemm's backward): on sm_90 the wgmma kernel (calls() 'sm_90:wgmma'), FP32 out:
+    dx against FP64, rows alone vs batched across the configuration boundary; dW over rows in a given order
+    against FP64, and the same rows in the same order give the same bits whatever other call came before."""
+    N, Kw = 4096, 4096      # dx's C is [M, 4096]: narrow up to M = 1024, wide from 1025
+    w = rnd(N, Kw, seed=10, scale=0.02)
+    dy = rnd(96, N, seed=11, scale=0.1)
+    alone = torch.cat([K_().gemm(dy[i:i + 1], w.t(), True) for i in range(96)])
+    g = gen(12)
+    sizes = (2, 65, 129, 300, 1024, 1025, 2048)
+    assert {config(M, Kw) for M in sizes} == {"narrow", "wide"}
+    for M in sizes:
+        idx = torch.randint(0, 96, (M,), generator=g)
+        rows_match(K_().gemm(dy.index_select(0, idx.to(DEV)), w.t(), True), alone, idx, f"dx M={M}")
+    ref = dy.double() @ w.double()
+    err = ((alone.double() - ref).norm() / ref.norm()).item()
+    assert err < 3e-5, f"dx relative error {err:.2e}"
+    x = rnd(300, Kw, seed=13)
+    dyr = rnd(300, N, seed=14, scale=0.1)
+    perm = torch.randperm(300, generator=gen(15)).to(DEV)
+    a, b = dyr.index_select(0, perm).t(), x.index_select(0, perm).t()
+    dw = K_().gemm(a, b, True)
+    ref = dyr.double().t() @ x.double()
+    err = ((dw.double() - ref).norm() / ref.norm()).item()
+    assert err < 3e-5, f"dW relative error {err:.2e}"
+    K_().gemm(rnd(7, N, seed=16).index_select(0, torch.arange(7, device=DEV)).t(), rnd(7, Kw, seed=17).t(), True)
+    same(K_().gemm(a, b, True), dw, "dW: the same rows in the same order")
+    if sm90():
+        assert json.loads(K_().calls())["ws1_cuda::gemm"].get("sm_90:wgmma", 0) >= 3
+        # BF16 out is the FP32 result rounded once
+        same(K_().gemm(a, b, False), dw.to(BF), "gemm BF16 out vs RNE(FP32 out)")
+
+
+def test_gemm_path_is_reported():
+    arch = "sm_{}{}".format(*torch.cuda.get_device_capability())
+    want = "wgmma" if sm90() else "mma_sync"
+    before = json.loads(K_().calls()).get("ws1_cuda::det_gemm", {}).get(f"{arch}:{want}", 0)
+    K_().det_gemm(rnd(3, 64), rnd(16, 64))
+    assert json.loads(K_().calls())["ws1_cuda::det_gemm"][f"{arch}:{want}"] == before + 1
 
 
 @pytest.mark.parametrize("op, shape, wdim", [("rms_norm", (70, 4096), 4096), ("qk_norm", (20, 32, 128), 128)])
