@@ -105,6 +105,13 @@ def test_gemm_rows_are_invariant_across_every_configuration_boundary(op):
     for M in invariance_sizes(N):
         idx = torch.randint(0, n_src, (M,), generator=g)
         rows_match(f(x.index_select(0, idx.to(DEV)), w), alone, idx, f"{op} M={M} ({config(M, N) if sm90() else 'sm_80'})")
+    # negative control: the same check against a variant of ours that splits K in two halves and adds them (what a
+    # split chosen by the batch shape would do) is red — 96 rows x 4096 columns of K 4096 sums cannot all agree
+    h = K // 2
+    split = K_().lm_head(x[:, :h], w[:, :h]) + K_().lm_head(x[:, h:], w[:, h:])
+    split = split.to(BF) if op == "det_gemm" else split
+    with pytest.raises(AssertionError, match="differ bitwise"):
+        rows_match(split, alone, torch.arange(n_src), "control: split-K variant")
 
 
 def test_lm_head_vocabulary_width_odd_tile_count_is_invariant():
