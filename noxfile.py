@@ -273,8 +273,10 @@ def tests_slow(session: nox.Session) -> None:
 @nox.session
 def build_cuda(session: nox.Session) -> None:
     """kernels-cuda, compiled here without a GPU: every .cu for sm_80 and sm_90a with nvcc alone (warnings
-    as errors), ptxas's resource report per kernel per arch to evidence/build/cuda_resources.{json,md};
-    red on a compile error, any spill or a declared entry point missing (~35 s). ``-- --link``: then the
+    as errors; the CUTLASS GEMM TUs for sm_90a), ptxas's resource report per kernel per arch and the SASS
+    expectations (wgmma/TMA in the sm_90a GEMM, no local memory) to evidence/build/cuda_resources.{json,md};
+    red on a compile error, any spill, a SASS expectation missed or a declared entry point missing (~35 s
+    for the light files, minutes for the four CUTLASS TUs; cached by content). ``-- --link``: then the
     full torch-linked build in .venv-cuda (ci/setup_cuda_build.sh: torch 2.14.1 CUDA 13, first run ~25 min
     on 2 cores) and a load check there (schemas, Meta shapes, no kernel executed). No nvcc: exit 2."""
     rc = subprocess.call([PY, "kernels-cuda/tools/compile_check.py", "--out", "evidence/build"], cwd=ROOT)
