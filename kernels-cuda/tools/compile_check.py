@@ -77,6 +77,17 @@ SASS_EXPECT: list[dict] = [
     {"file": "det_gemm.cu", "arch": "sm_90a", "kernel": r"mma_gemm_kernel|fp32_gemm_kernel", "require": {}, "forbid": NO_LOCAL},
     {"file": "det_gemm.cu", "arch": "sm_80", "kernel": r"mma_gemm_kernel", "require": {"mma.sync (HMMA)": r"\bHMMA\b"},
      "forbid": NO_LOCAL},
+    # attention.cu: every compute kernel on mma.sync m16n8k16 (BF16 in, FP32 accumulate) fed by ldmatrix and cp.async,
+    # no local memory; the sm_80 image of the 170 KB prefill configuration <128, 4, 2> is a trap (never launched there)
+    *[{"file": "attention.cu", "arch": arch, "kernel": kern,
+       "require": {"mma.sync m16n8k16 BF16->FP32 (HMMA.16816.F32.BF16)": r"\bHMMA\.16816\.F32\.BF16\b",
+                   "ldmatrix (LDSM.16.M88.4)": r"\bLDSM\.16\.M88\.4\b", "cp.async (LDGSTS)": r"\bLDGSTS\b"},
+       "forbid": NO_LOCAL}
+      for arch, kern in (("sm_90a", r"attention_fwd_kernel<|attention_bwd_dq_kernel<|attention_bwd_dkv_kernel<"),
+                         ("sm_80", r"attention_fwd_kernel<\d+, [14], 1>|attention_fwd_kernel<64, 4, 2>|"
+                                   r"attention_bwd_dq_kernel<|attention_bwd_dkv_kernel<"))],
+    *[{"file": "attention.cu", "arch": arch, "kernel": r"attention_(plan|merge|bwd_prep)_kernel", "require": {},
+       "forbid": NO_LOCAL} for arch in ("sm_80", "sm_90a")],
 ]
 
 
