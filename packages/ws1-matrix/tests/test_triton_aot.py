@@ -1,9 +1,10 @@
 """triton-aot: the Triton kernels through the real GPU compiler (triton.compile + Triton's ptxas), no GPU.
 
 Each test compiles a few configurations for sm_90a (1-10 s each on one core). The negative controls
-are kernels of ours compiled the way the docs forbid: with FP fusion on (rope's FP64 sincos becomes
-fma.rn.f64) and attention's dk/dv with the old 64-key tile at head_dim 128 (spills), both certain
-with the ptxas that Triton bundles."""
+are kernels of ours compiled the way the docs forbid, each certain with the ptxas that Triton
+bundles: FP fusion on (rope's FP64 sincos becomes fma.rn.f64), attention's forward with 128 rows on
+one warpgroup (spills), dW with 16-row tiles (no wgmma on Hopper: mma.sync), and attention's decode
+layout with 8 warps (other wgmma shapes than the prefill layout's)."""
 
 import json
 import os
@@ -22,8 +23,9 @@ def launches():
     return triton_aot.record_in_child(["test", "qwen3-8b"], execute=False)
 
 
-def _one(launches, kernel, shapes, **kwargs):
-    recs = [r for r in launches if r["kernel"].endswith(":" + kernel) and r["shapes"] == shapes]
+def _one(launches, kernel, shapes, table="sm90", where=lambda r: True, **kwargs):
+    recs = [r for r in launches if r["kernel"].endswith(":" + kernel) and r["shapes"] == shapes
+            and r["table"] == table and where(r)]
     assert recs, f"no recorded launch of {kernel} at {shapes}"
     rec = dict(recs[0])
     rec["kwargs"] = {**rec["kwargs"], **kwargs}
@@ -32,9 +34,20 @@ def _one(launches, kernel, shapes, **kwargs):
 
 def test_every_node_launch_is_recorded_with_the_family_options(launches):
     kernels = {r["kernel"].split(":")[1] for r in launches}
-    assert len(kernels) == 26, sorted(kernels)
+    assert len(kernels) == 27, sorted(kernels)
     assert all(r["kwargs"]["enable_fp_fusion"] is False for r in launches)
     assert {r["shapes"] for r in launches} == {"test", "qwen3-8b"}
+    assert {r["table"] for r in launches} == {"sm90", "sm80"}
+    # the Hopper GEMM tiers and both attention layouts are among the recorded launches
+    fwd = {(r["kwargs"]["BM"], r["kwargs"]["BN"]) for r in launches
+           if r["kernel"].endswith(":det_gemm_fwd_kernel") and r["table"] == "sm90"}
+    assert fwd == {(64, 32), (64, 128), (128, 128)}, fwd
+    lm = {(r["kwargs"]["BM"], r["kwargs"]["BN"]) for r in launches
+          if r["kernel"].endswith(":lm_head_fwd_kernel") and r["table"] == "sm90"}
+    assert lm == {(64, 32), (64, 128), (128, 256)}, lm
+    att = {(r["kwargs"]["BM"], r["kwargs"]["GP"]) for r in launches
+           if r["kernel"].endswith(":attention_fwd_kernel") and r["table"] == "sm90" and r["shapes"] == "qwen3-8b"}
+    assert att == {(128, 1), (64, 4)}, att
 
 
 def test_session_compiles_and_judges(tmp_path):
@@ -51,6 +64,9 @@ def test_session_compiles_and_judges(tmp_path):
     dx = [r for r in doc["results"] if r["kernel"].endswith("det_gemm_bwd_dx_kernel")
           and r["constexprs"].get("SPLIT_A")]
     assert dx and all(r["mma"]["wgmma"] > 0 and r["spill_stores"] == 0 for r in dx)  # FP32 dy on tensor cores
+    bf = [r for r in doc["results"] if r["kernel"].endswith("det_gemm_bwd_dx_kernel") and not r["constexprs"]["SPLIT_A"]]
+    assert len(bf) == 3 and all(r["constexprs"]["TMA"] and r["tma_loads"] and r["sass"]["HGMMA"] and r["sass"]["UTMALDG"]
+                                and not r["sass"]["HMMA"] for r in bf)          # the three tiers: wgmma + TMA
     assert "| rope_fwd_kernel | sm_90a |" in (tmp_path / "build" / "triton_aot.md").read_text()
 
 
@@ -65,10 +81,38 @@ def test_negative_control_fusion_on_is_caught(launches, tmp_path):
 
 
 def test_negative_control_spilling_tile_is_caught(launches, tmp_path):
-    rec = _one(launches, "attention_bwd_dkdv_kernel", "qwen3-8b", BN=64)   # the tile before issue 17
+    rec = _one(launches, "attention_fwd_kernel", "qwen3-8b", where=lambda r: r["kwargs"]["BM"] == 128,
+               num_warps=4)                                    # 128 rows on one warpgroup: 2 accumulators
     r = triton_aot.compile_one(rec, 90, str(tmp_path))
     assert r["constexprs"]["BD"] == 128 and r["spill_stores"] > 0
     assert any("spills" in x for x in triton_aot.verdict(r))
+
+
+def test_negative_control_mma_sync_on_hopper_is_caught(launches, tmp_path):
+    rec = _one(launches, "det_gemm_bwd_dw_kernel", "qwen3-8b", where=lambda r: not r["kwargs"]["SPLIT_A"], BM=16,
+               num_warps=4)                                    # wgmma needs 64 rows per warpgroup
+    r = triton_aot.compile_one(rec, 90, str(tmp_path))
+    assert r["mma"]["wgmma"] == 0 and r["sass"]["HMMA"] > 0
+    assert any("without wgmma" in x for x in triton_aot.verdict(r)) and any("SASS" in x for x in triton_aot.verdict(r))
+    ok = triton_aot.compile_one(_one(launches, "det_gemm_bwd_dw_kernel", "qwen3-8b",
+                                     where=lambda r: not r["kwargs"]["SPLIT_A"]), 90, str(tmp_path))
+    assert ok["sass"]["HGMMA"] > 0 and not triton_aot.verdict(ok)
+
+
+def test_negative_control_layouts_with_other_wgmma_shapes_are_caught(launches, tmp_path):
+    """The decode layout compiled with 8 warps splits its 64 rows' columns over two warpgroups:
+    other wgmma shapes than the prefill layout's, so the bits of a row could differ between them."""
+    pre = _one(launches, "attention_fwd_kernel", "qwen3-8b", where=lambda r: r["kwargs"]["BM"] == 128)
+    dec = _one(launches, "attention_fwd_kernel", "qwen3-8b", where=lambda r: r["kwargs"]["BM"] == 64)
+    good = [triton_aot.compile_one(r, 90, str(tmp_path)) for r in (pre, dec)]
+    for r in good:
+        r["red"] = []
+    triton_aot.shape_agreement(good)
+    assert good[0]["wgmma_shapes"] == good[1]["wgmma_shapes"] and not any(r["red"] for r in good), good[0]["wgmma_shapes"]
+    bad = [good[0], triton_aot.compile_one({**dec, "kwargs": {**dec["kwargs"], "num_warps": 8}}, 90, str(tmp_path))]
+    bad[1]["red"] = []
+    triton_aot.shape_agreement(bad)
+    assert all(any("wgmma shapes" in x for x in r["red"]) for r in bad)
 
 
 def test_compile_error_is_red(launches, tmp_path):

@@ -114,8 +114,11 @@ def test_bf16_rounding_is_round_to_nearest_even():
     special = [1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, 1.0 + 2 ** -8 + 2 ** -20, -(1.0 + 2 ** -8), 3.3961e38, -3.3961e38,
                float("inf"), float("-inf"), 0.0, -0.0, 1e-40, -3e-39, float("nan")]
     x = torch.cat([torch.tensor(special), torch.randn(1011, generator=torch.Generator().manual_seed(0)) * 100])
-    y = torch.empty(1024, dtype=torch.bfloat16)
-    _round[(1,)](x, y, 1024, BLOCK=1024)
+    from tdev import DEV
+
+    y = torch.empty(1024, dtype=torch.bfloat16, device=DEV)
+    _round[(1,)](x.to(DEV), y, 1024, BLOCK=1024)
+    y = y.cpu()
     assert torch.equal(y[:12].view(torch.int16), x[:12].bfloat16().view(torch.int16))
     assert torch.equal(y[13:].view(torch.int16), x[13:].bfloat16().view(torch.int16))
     # NaN: quiet, sign and high payload kept — the cpu kernels' rule (f32_to_bf16_bits): 0x7FC00000 -> 0x7FC0
@@ -147,8 +150,12 @@ def test_fp32_dy_gemms_keep_fp32_accuracy(tri):
         exact, scale = a.double() @ b.double(), a.double().abs() @ b.double().abs()
         return float(((got.double() - exact).abs() / scale).max())
 
-    assert err(gemm_dx(dy, None, w), dy, w) < 1e-6
-    assert err(gemm_dw(dy, x, perm), dy.T, x) < 1e-6
+    from tdev import to_dev
+
+    dx = lambda a: gemm_dx(*to_dev((a, None, w))).cpu()  # noqa: E731
+    dw = lambda a: gemm_dw(*to_dev((a, x, perm))).cpu()  # noqa: E731
+    assert err(dx(dy), dy, w) < 1e-6
+    assert err(dw(dy), dy.T, x) < 1e-6
     one_mma = dy.bfloat16().float()
-    assert err(gemm_dx(one_mma, None, w), dy, w) > 1e-4
-    assert err(gemm_dw(one_mma, x, perm), dy.T, x) > 1e-4
+    assert err(dx(one_mma), dy, w) > 1e-4
+    assert err(dw(one_mma), dy.T, x) > 1e-4

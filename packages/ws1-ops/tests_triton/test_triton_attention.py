@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import ws1_ops
-from ws1_contract import bitwise, within_tolerance
+from ws1_contract import bitwise, load_contract, within_tolerance
 from ws1_ops import reference
 
 HQ, HKV, D = 4, 2, 64
@@ -141,31 +141,108 @@ def test_gqa_with_qwen3_head_shape(tri, contract):
     _same(last, out[L - 1:], "decode of the last token")
 
 
-def _attention_with_bn(q, k, v, cu_q, cu_k, pos, bn):
-    """The real forward kernel launched with key tile BN = ``bn`` (the launcher always uses 64)."""
+def _attention_with(q, k, v, cu_q, cu_k, pos, bn=None, kv_chunk=None):
+    """The real forward kernels launched as the launcher does, but with key tile ``bn`` and/or
+    split-KV chunk ``kv_chunk`` of the test's choosing (the launcher always uses BN 64, KV_CHUNK 2048)."""
+    from tdev import to_cpu, to_dev
+
     from ws1_ops.triton import attention as ta
 
-    qs, lq, _, _ = ta._meta("attention", q, k, v, cu_q, cu_k, pos)
-    out = torch.empty_like(q)
-    lse = torch.empty(q.shape[:2], dtype=torch.float32)
-    tiles = ta._tiles(qs, lq, ta.BM, False, q.device)
-    ta.attention_fwd_kernel[(tiles.shape[0], q.shape[1])](q, k, v, out, lse, cu_q, cu_k, pos, tiles, D ** -0.5, q.shape[1],
-                                                          k.shape[1], D, BM=ta.BM, BN=bn, BD=D, DOT_F32=True)
-    return out
+    q, k, v, cu_q, cu_k, pos = to_dev((q, k, v, cu_q, cu_k, pos))
+    saved = ta.BN, ta.KV_CHUNK
+    ta.BN, ta.KV_CHUNK = bn or ta.BN, kv_chunk or ta.KV_CHUNK
+    try:
+        out, _ = ta.attention(q, k, v, cu_q, cu_k, pos, D ** -0.5)
+    finally:
+        ta.BN, ta.KV_CHUNK = saved
+    return to_cpu(out)
 
 
 @pytest.mark.parametrize("decode_bn, expect_diffs", [(64, False), (16, True)])
 def test_negative_control_key_tile_chosen_by_query_count_is_caught(decode_bn, expect_diffs, tri):
-    """A decode path with its own key tile (16 instead of 64, as a split-KV / flash-decoding path
-    chosen by the query count would) reduces the keys in another order: decode no longer matches
-    prefill bitwise, and the check says so. With the fixed tile the same probe matches everywhere."""
+    """A decode path with its own key tile (16 instead of 64, as a flash-decoding path chosen by
+    the query count would) reduces the keys in another order: decode no longer matches prefill
+    bitwise, and the check says so. With the fixed tile the same probe matches everywhere."""
     L = 70
     (q, k, v), = _seqs([L], seed=12)
     full = _prefill([(q, k, v)])
     diffs = []
     for t in (5, 20, 33, 47, 63, 64, 69):
-        out = _attention_with_bn(q[t:t + 1], k[:t + 1], v[:t + 1], torch.tensor([0, 1]), torch.tensor([0, t + 1]),
-                                 torch.tensor([t]), decode_bn)
+        out = _attention_with(q[t:t + 1], k[:t + 1], v[:t + 1], torch.tensor([0, 1]), torch.tensor([0, t + 1]),
+                              torch.tensor([t]), bn=decode_bn)
         if not bitwise(out, full[t:t + 1]).passed:
             diffs.append(t)
     assert bool(diffs) == expect_diffs, diffs
+
+
+def test_split_kv_chunks_decode_equals_prefill(tri, monkeypatch):
+    """Split-KV with several chunks (KV_CHUNK 128 here, so a 300-token sequence has 3): prefill (a
+    block's chunks merged by the merge kernel), chunked prefill in both layouts and token-by-token
+    decode (one program per chunk, then the merge) give every query the same bits, across the
+    chunk and tile edges; and the result stays accurate."""
+    from ws1_ops.triton import attention as ta
+
+    monkeypatch.setattr(ta, "KV_CHUNK", 128)
+    L = 300
+    (q, k, v), = _seqs([L], seed=21)
+    full = _prefill([(q, k, v)])
+    for c0, c1 in ((120, 140), (100, 230), (250, 300)):      # a decode-layout chunk, prefill-layout chunks
+        out = ws1_ops.attention(q[c0:c1], k[:c1], v[:c1], torch.tensor([0, c1 - c0]), torch.tensor([0, c1]),
+                                torch.arange(c0, c1))
+        _same(out, full[c0:c1], f"chunk {c0}:{c1}")
+    for t in (0, 63, 64, 127, 128, 129, 255, 256, 299):
+        out = ws1_ops.attention(q[t:t + 1], k[:t + 1], v[:t + 1], torch.tensor([0, 1]), torch.tensor([0, t + 1]),
+                                torch.tensor([t]))
+        _same(out, full[t:t + 1], f"decode t={t}")
+    cu, pos = torch.tensor([0, L]), torch.arange(L)
+    th = load_contract().resolve("forward_accuracy", "attention", "bfloat16")
+    r = within_tolerance(full, reference.attention(q, k, v, cu, cu, pos), th.atol, th.rtol, "attention")
+    assert r.passed, r.detail
+
+
+def test_split_kv_at_the_real_chunk_edge(tri):
+    """KV_CHUNK 2048 itself (small heads): queries around key 2048 in a prefill-layout chunk
+    (70 queries: two chunks merged) equal their decode steps (split over two chunks)."""
+    g = torch.Generator().manual_seed(31)
+    L, c0 = 2100, 2030
+    q, k, v = (torch.randn(L, h, 16, generator=g).to(BF) for h in (2, 1, 1))
+    chunk = ws1_ops.attention(q[c0:], k, v, torch.tensor([0, L - c0]), torch.tensor([0, L]), torch.arange(c0, L))
+    for t in (2030, 2047, 2048, 2099):
+        out = ws1_ops.attention(q[t:t + 1], k[:t + 1], v[:t + 1], torch.tensor([0, 1]), torch.tensor([0, t + 1]),
+                                torch.tensor([t]))
+        _same(out, chunk[t - c0:t - c0 + 1], f"decode t={t}")
+
+
+def test_negative_control_decode_chunk_differs_from_prefill(tri):
+    """Decode split over chunks of 64 keys while the prefill used 128: a query's keys are merged at
+    other points, decode no longer equals prefill past the first chunk, and the check says so.
+    (With the same chunk on both sides the probe matches: test_split_kv_chunks_decode_equals_prefill.)"""
+    L = 200
+    (q, k, v), = _seqs([L], seed=22)
+    full = _attention_with(q, k, v, torch.tensor([0, L]), torch.tensor([0, L]), torch.arange(L), kv_chunk=128)
+    diffs = []
+    for t in (10, 63, 100, 150, 199):
+        out = _attention_with(q[t:t + 1], k[:t + 1], v[:t + 1], torch.tensor([0, 1]), torch.tensor([0, t + 1]),
+                              torch.tensor([t]), kv_chunk=64)
+        if not bitwise(out, full[t:t + 1]).passed:
+            diffs.append(t)
+    assert diffs and set(diffs) <= {100, 150, 199} and 10 not in diffs and 63 not in diffs, diffs
+
+
+def test_null_update_with_tiny_values(tri):
+    """The masked tiles' null update (module docstring of ws1_ops.triton.attention): a query whose
+    last key tile is 0 shares a prefill block with queries that need tiles 1 and 2, so its state
+    goes through two MMAs of all-zero P; alone (decode) it does not. V holds denormal and zero
+    columns and signed zeros, where a flush or a sign change of the accumulator would show."""
+    g = torch.Generator().manual_seed(41)
+    L = 150
+    q, k, v = (torch.randn(L, h, D, generator=g).to(BF) for h in (HQ, HKV, HKV))
+    v[:, :, 0] = 1e-39                       # denormal (BF16 keeps FP32's exponent range)
+    v[:, :, 1] = 0.0
+    v[:, :, 2] = -0.0
+    v[:, :, 3] = torch.where(torch.arange(L)[:, None] % 2 == 0, 3e-39, -3e-39).to(BF)
+    full = _prefill([(q, k, v)])
+    for t in (0, 1, 5, 31, 62, 63):
+        out = ws1_ops.attention(q[t:t + 1], k[:t + 1], v[:t + 1], torch.tensor([0, 1]), torch.tensor([0, t + 1]),
+                                torch.tensor([t]))
+        _same(out, full[t:t + 1], f"decode t={t}")

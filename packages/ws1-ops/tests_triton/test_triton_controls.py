@@ -3,6 +3,7 @@ attention, so a GPU host's C10 runs its control on its profile's kernels (a cpu-
 tensors). The base kernel's decode step equals its prefill row bitwise; the control's differs."""
 import pytest
 import torch
+from tdev import DEV
 
 import ws1_ops
 from ws1_ops.backends import controls
@@ -11,11 +12,12 @@ from ws1_ops.backends import controls
 def _decode_vs_prefill():
     g = torch.Generator(device="cpu").manual_seed(0)
     S, Hq, Hkv, D = 40, 4, 2, 16
-    q, k, v = (torch.randn(S, h, D, generator=g, device="cpu").to(torch.bfloat16) for h in (Hq, Hkv, Hkv))
-    cu = torch.tensor([0, S], device="cpu")
-    pre = ws1_ops.attention(q, k, v, cu, cu, torch.arange(S, device="cpu"))
-    dec = ws1_ops.attention(q[S - 1:], k, v, torch.tensor([0, 1], device="cpu"), cu, torch.tensor([S - 1], device="cpu"))
-    return pre[S - 1:], dec
+    # on the kernels' device (DEV: the CPU in the interpreter, CUDA in device mode), as a gate would call them
+    q, k, v = (torch.randn(S, h, D, generator=g, device="cpu").to(torch.bfloat16).to(DEV) for h in (Hq, Hkv, Hkv))
+    cu = torch.tensor([0, S], device=DEV)
+    pre = ws1_ops.attention(q, k, v, cu, cu, torch.arange(S, device=DEV))
+    dec = ws1_ops.attention(q[S - 1:], k, v, torch.tensor([0, 1], device=DEV), cu, torch.tensor([S - 1], device=DEV))
+    return pre[S - 1:].cpu(), dec.cpu()
 
 
 def test_decode_control_on_the_triton_family(tri):

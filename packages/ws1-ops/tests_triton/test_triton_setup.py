@@ -1,5 +1,5 @@
-"""The interpreter is really in use, the family registers the manifest's kernel ids, and the
-profile itself stays refused on a host without a GPU."""
+"""The mode is really in use (the interpreter, or the compiled kernels on the device), the family
+registers the manifest's kernel ids, and the profile itself stays refused on a host without a GPU."""
 
 import pytest
 import torch
@@ -9,6 +9,7 @@ import ws1_ops
 from ws1_contract import load_manifest
 
 
+@pytest.mark.interpreter_only
 def test_kernels_are_interpreted_and_run_on_cpu_tensors(tri):
     from triton.runtime.interpreter import InterpretedFunction
 
@@ -29,19 +30,40 @@ def test_kernels_are_interpreted_and_run_on_cpu_tensors(tri):
     assert s["package"] == {"ws1_ops.triton.silu:silu_fwd_kernel": {"interpreter": 1}} and s["package_problems"] == []
 
 
+@pytest.mark.device_only
+def test_kernels_are_compiled_and_run_on_the_device(tri):
+    """Device mode: the launchers run JIT-compiled kernels on CUDA tensors, counted on the device's
+    path (sm90 on an H100/H200), with the device's configuration table."""
+    import triton
+
+    from ws1_ops.backends import triton as tb
+    from ws1_ops.triton import _common, _gemm
+
+    assert not _common.INTERPRET
+    for node, mod in tb.MODULES.items():
+        k = getattr(mod, f"{node}_fwd_kernel")
+        assert isinstance(k, _common.counted) and isinstance(k.fn, triton.runtime.jit.JITFunction), node
+    x = torch.randn(5, 16).bfloat16().cuda()
+    with ws1_ops.record() as rec:
+        y = ws1_ops.silu(x)
+    assert y.device.type == "cuda"
+    path = _common._gpu_path(torch.cuda.current_device())
+    s = rec.summary()["silu"]
+    assert s["package"] == {"ws1_ops.triton.silu:silu_fwd_kernel": {path: 1}} and s["package_problems"] == []
+    major = torch.cuda.get_device_capability()[0]
+    assert _common.arch(x) == ("sm90" if major == 9 else "sm80")
+    assert _gemm.plan_fwd(x, torch.zeros(8, 16, dtype=torch.bfloat16, device="cuda")).tma == (major == 9)
+
+
 def test_a_swapped_triton_callable_is_caught(tri):
     """A pure-Python callable behind the triton label launches nothing: the record says it did not run."""
     import dataclasses
 
-    from ws1_ops import registry
+    from tdev import swapped
 
-    real = registry._KERNELS[("silu", "triton")]
-    registry._KERNELS[("silu", "triton")] = dataclasses.replace(real, fwd=lambda x: torch.nn.functional.silu(x))
-    try:
+    with swapped("silu", lambda real: dataclasses.replace(real, fwd=lambda x: torch.nn.functional.silu(x))):
         with ws1_ops.record() as rec:
             ws1_ops.silu(torch.randn(5, 16).bfloat16())
-    finally:
-        registry._KERNELS[("silu", "triton")] = real
     s = rec.summary()["silu"]
     assert s["kernel_ids"] == ["ws1_ops.triton.silu:silu_fwd_kernel"]
     assert any("recorded kernel did not run" in p for p in s["package_problems"]), s
@@ -60,9 +82,11 @@ def test_every_launch_carries_the_fp_fusion_option(fusion, tri, monkeypatch):
         def __getitem__(self, grid):
             return lambda *args, **kwargs: seen.append(kwargs)
 
+    from tdev import DEV
+
     monkeypatch.setattr(_common, "FP_FUSION", fusion)
     monkeypatch.setattr(sw.swiglu_fwd_kernel, "fn", Spy())
-    sw.swiglu(torch.randn(3, 8).bfloat16(), torch.randn(3, 8).bfloat16())
+    sw.swiglu(torch.randn(3, 8).bfloat16().to(DEV), torch.randn(3, 8).bfloat16().to(DEV))
     assert [k["enable_fp_fusion"] for k in seen] == [fusion]
     assert _common.counted.options({"num_warps": 4}) == {"enable_fp_fusion": fusion, "num_warps": 4}
 
@@ -76,6 +100,7 @@ def test_every_node_registers_the_manifest_kernel_id():
         assert k.bwd is not None or k.param_grad is not None, node
 
 
+@pytest.mark.interpreter_only
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this host has a CUDA device")
 def test_profile_is_refused_without_a_gpu():
     """On a CPU host the profile never runs (so its cells stay red 'not executed on this host')."""
@@ -103,6 +128,7 @@ def test_cpu_tensors_outside_the_interpreter_are_refused(monkeypatch):
     (lambda m: m["swiglu"].swiglu(torch.zeros(2, 8, dtype=torch.bfloat16), torch.zeros(2, 9, dtype=torch.bfloat16)),
      "one shape"),
 ])
+@pytest.mark.interpreter_only   # CPU inputs: on a device the device check answers first
 def test_launchers_reject_bad_inputs_with_one_line(call, match):
     from ws1_ops.backends import triton as tb
 

@@ -19,7 +19,14 @@
    instructions (``mma.sync`` / ``wgmma``) and FMAs in the PTX.
 3. **Judge**: red on a compile error, on any spill in a det_gemm, lm_head or attention kernel, on an
    FMA the docs do not promise (a kernel compiled with fusion on; an ``fma.rn.f32`` outside
-   ``_common.EXPLICIT_FMA``; any ``fma.rn.f64``), or on a promised FMA missing.
+   ``_common.EXPLICIT_FMA``; any ``fma.rn.f64``), or on a promised FMA missing; on an sm_90a
+   configuration of a GEMM or attention matrix kernel (``WGMMA_KERNELS``) without ``wgmma.mma_async``
+   in its PTX and HGMMA in its SASS (cuobjdump), with any ``mma.sync`` / HMMA, or whose wgmma ptxas
+   serialized; on a launch with TMA descriptors compiled without TMA loads (``cp.async.bulk.tensor``,
+   UTMALDG); and when attention's forward layouts issue different wgmma shapes (``SAME_WGMMA_SHAPES``).
+
+Launches are recorded once per configuration table (``_common.INTERPRET_ARCH``: the Hopper table
+for --arch 90, the sm_80 one for 80 and any other) and compiled for the arch whose table made them.
 
 ``DOT_F32``: the interpreter upcasts every dot operand (``_common.dot_f32`` is True there, and only
 there); a recorded launch is replayed with the GPU's value, False.
@@ -48,6 +55,10 @@ ARCHS = (90, 80)
 SHAPES = ("test", "qwen3-8b")
 # kernels that must not spill (the GEMMs and attention: the hot loops)
 NO_SPILL_MODULES = ("det_gemm", "lm_head", "attention")
+# kernels whose every sm_90a configuration must run its dots as wgmma (PTX wgmma.mma_async, SASS HGMMA,
+# no mma.sync, not serialized by ptxas): the GEMMs and attention's matrix kernels (issue 24)
+WGMMA_KERNELS = ("det_gemm_fwd_kernel", "lm_head_fwd_kernel", "det_gemm_bwd_dx_kernel", "det_gemm_bwd_dw_kernel",
+                 "attention_fwd_kernel", "attention_bwd_dq_kernel", "attention_bwd_dkdv_kernel")
 QWEN3_8B = dict(hidden=4096, inter=12288, heads=32, kv_heads=8, head_dim=128, vocab=151936)
 
 # ---- 1. recording (child process, TRITON_INTERPRET=1) ----------------------------------------------
@@ -55,9 +66,14 @@ QWEN3_8B = dict(hidden=4096, inter=12288, heads=32, kv_heads=8, head_dim=128, vo
 
 def _describe(a):
     import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
     if isinstance(a, torch.Tensor):
         return {"tensor": str(a.dtype).removeprefix("torch."), "align16": a.data_ptr() % 16 == 0}
+    if isinstance(a, TensorDescriptor):
+        return {"tensordesc": str(a.base.dtype).removeprefix("torch."), "align16": a.base.data_ptr() % 16 == 0,
+                "shape": [int(n) for n in a.shape], "strides": [int(n) for n in a.strides],
+                "block": [int(n) for n in a.block_shape], "padding": a.padding}
     if isinstance(a, bool) or isinstance(a, int) or isinstance(a, float) or a is None:
         return a
     raise TypeError(f"triton-aot: cannot record a kernel argument of type {type(a).__name__}")
@@ -89,18 +105,29 @@ def _cases(shapes: str):
     def leaf(t):
         return t.requires_grad_(True)
 
-    def gemm(N, K):
+    def gemm(N, K, m=n):
         def run():
-            x, w = leaf(make(n, K)), leaf(weight(N, K))
-            grads(ws1_ops.det_gemm(x, w, keys), x, w)
+            rk = ws1_ops.logical_keys(torch.zeros(m, dtype=torch.int64, device="cpu"), torch.arange(m, device="cpu"))
+            x, w = leaf(make(m, K)), leaf(weight(N, K))
+            grads(ws1_ops.det_gemm(x, w, rk), x, w)
         return run
 
-    def attention():
-        lens = [n - 2, 2] if n > 4 else [n]
-        cu = torch.tensor([0, *torch.tensor(lens, device="cpu").cumsum(0).tolist()], dtype=torch.int64, device="cpu")
+    def cu_of(lens):
+        return torch.tensor([0, *torch.tensor(lens, device="cpu").cumsum(0).tolist()], dtype=torch.int64, device="cpu")
+
+    def attention(lens=None):
+        lens = lens or ([n - 2, 2] if n > 4 else [n])
+        cu = cu_of(lens)
         pos = torch.cat([torch.arange(m, device="cpu") for m in lens])
-        q, k, v = leaf(make(n, NH, D)), leaf(make(n, NKV, D)), leaf(make(n, NKV, D))
+        T = sum(lens)
+        q, k, v = leaf(make(T, NH, D)), leaf(make(T, NKV, D)), leaf(make(T, NKV, D))
         grads(ws1_ops.attention(q, k, v, cu, cu, pos))
+
+    def decode(B, S):
+        """B sequences of S keys, one query each at position S - 1 (the split-KV decode layout)."""
+        q, k, v = make(B, NH, D), make(B * S, NKV, D), make(B * S, NKV, D)
+        with torch.no_grad():
+            ws1_ops.attention(q, k, v, cu_of([1] * B), cu_of([S] * B), torch.full((B,), S - 1, device="cpu"))
 
     def logits():
         return (make(n, V, dtype=f32) * 4).requires_grad_(True)
@@ -126,11 +153,30 @@ def _cases(shapes: str):
         ("logprob", lambda: grads(ws1_ops.logprob(logits(), torch.randint(0, V, (n,), generator=g, device="cpu")))),
         ("batch_invariant_logp", lambda: grads(ws1_ops.batch_invariant_logp(logits()))),
     ]
+    if shapes != "test":
+        # the other configurations the chain launches at these shapes: the GEMM tiers by M (Hopper:
+        # M <= 64 above, 64 < M < 1024 at 300 rows, M >= 1024 at 2048; forward, dx, dW; lm_head forward
+        # only, its backward's FP32-dy GEMMs have one configuration), attention's prefill layout with
+        # one and two key chunks (the merge kernel) and the split-KV decode layout across chunks
+        for m in (300, 2048):
+            out += [("det_gemm", gemm(NOUT, H, m)), ("det_gemm", gemm(NKV * D, H, m)), ("det_gemm", gemm(F, H, m)),
+                    ("det_gemm", gemm(H, F, m)),
+                    ("lm_head", lambda m=m: ws1_ops.lm_head(make(m, H), weight(V, H)))]
+        out += [("attention", lambda: attention([300])), ("attention", lambda: attention([2100, 7])),
+                ("attention", lambda: decode(4, 2100)), ("attention", lambda: decode(32, 2048))]
     return out
 
 
-def record(shapes: list[str], execute: bool = True) -> list[dict]:
-    """Every launch of the chain's nodes (forward + backward) at each shape set, as JSON records."""
+def table_of(arch: int) -> str:
+    """The configuration table (``ws1_ops.triton._common.ARCHS``) a device of compute capability
+    ``arch`` (90, 80, 86, ...) launches with: the Hopper table for 9.x, the sm_80 one otherwise."""
+    return "sm90" if arch // 10 == 9 else "sm80"
+
+
+def record(shapes: list[str], execute: bool = True, tables: tuple[str, ...] = ("sm90", "sm80")) -> list[dict]:
+    """Every launch of the chain's nodes (forward + backward) at each shape set, once per
+    configuration table (the interpreter runs a table's logic when ``_common.INTERPRET_ARCH`` names
+    it), as JSON records. Test shapes are executed with the first table only (the logic check)."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError("triton-aot record: run with TRITON_INTERPRET=1 (the child process does)")
     import warnings
@@ -144,7 +190,7 @@ def record(shapes: list[str], execute: bool = True) -> list[dict]:
     from ws1_ops.triton import _common
 
     launches: list[dict] = []
-    state = {"execute": True, "shapes": "", "node": ""}
+    state = {"execute": True, "shapes": "", "node": "", "table": ""}
     original = _common.counted.__getitem__
 
     def recording(self, grid):
@@ -152,6 +198,7 @@ def record(shapes: list[str], execute: bool = True) -> list[dict]:
 
         def run(*args, **kwargs):
             launches.append({"kernel": self.kernel_id, "shapes": state["shapes"], "node": state["node"],
+                             "table": state["table"],
                              "args": [_describe(a) for a in args],
                              "kwargs": {k: _describe(v) for k, v in _common.counted.options(kwargs).items()}})
             return launch(*args, **kwargs) if state["execute"] else None
@@ -159,15 +206,19 @@ def record(shapes: list[str], execute: bool = True) -> list[dict]:
         return run
 
     _common.counted.__getitem__ = recording
+    table0 = _common.INTERPRET_ARCH
     try:
         with registry._activate("triton_aot_record", "triton"):
-            for s in shapes:
-                state["shapes"], state["execute"] = s, execute and s == "test"
-                for node, thunk in _cases(s):
-                    state["node"] = node
-                    thunk()
+            for i, table in enumerate(tables):
+                _common.INTERPRET_ARCH = state["table"] = table
+                for s in shapes:
+                    state["shapes"], state["execute"] = s, execute and s == "test" and i == 0
+                    for node, thunk in _cases(s):
+                        state["node"] = node
+                        thunk()
     finally:
         _common.counted.__getitem__ = original
+        _common.INTERPRET_ARCH = table0
     return launches
 
 
@@ -190,10 +241,20 @@ def _kernel(kernel_id: str):
     return getattr(importlib.import_module(module), name)
 
 
-def _replay_args(rec: dict):
+def _replay_arg(a):
     import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
-    args = [_Arg(getattr(torch, a["tensor"]), a["align16"]) if isinstance(a, dict) else a for a in rec["args"]]
+    if not isinstance(a, dict):
+        return a
+    if "tensordesc" in a:   # a TMA descriptor: its dtype and block shape specialize the kernel
+        return TensorDescriptor(_Arg(getattr(torch, a["tensordesc"]), a["align16"]), a["shape"], a["strides"],
+                                a["block"], a["padding"])
+    return _Arg(getattr(torch, a["tensor"]), a["align16"])
+
+
+def _replay_args(rec: dict):
+    args = [_replay_arg(a) for a in rec["args"]]
     kwargs = dict(rec["kwargs"])
     if "DOT_F32" in kwargs:   # the GPU's value (module docstring)
         kwargs["DOT_F32"] = False
@@ -305,11 +366,37 @@ def compile_one(rec: dict, arch: int, cache_dir: str, fp_fusion: bool | None = N
     out.update(regs=int(regs.group(1)), spill_stores=int(spill.group(1)), spill_loads=int(spill.group(2)),
                shared_bytes=int(ck.metadata.shared),
                mma={"wgmma": _count(ptx, r"\bwgmma\.mma_async"), "mma.sync": _count(ptx, r"\bmma\.sync")},
+               # the wgmma instruction shapes (m64nNk16): what a row's bits may depend on (docs/triton.md)
+               wgmma_shapes=sorted(set(re.findall(r"\bwgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx))),
+               # TMA loads (cp.async.bulk.tensor) in the PTX
+               tma_loads=_count(ptx, r"\bcp\.async\.bulk\.tensor"),
+               # ptxas's "wgmma.mma_async instructions are serialized" (C7510-C7520): a Hopper kernel that
+               # waits for every wgmma, far from the tensor cores' rate
+               wgmma_serialized=bool(re.search(r"wgmma[^\n]*serialized", text)),
                # fma.rn.f32: tl.fma, an FP32 dot, or contraction; fma.rn.ftz.f32: libdevice's own
                # code (tl.log -> __nv_logf, built with ftz), never a contraction of ours
                fma={"f32": _count(ptx, r"\bfma\.rn\.f32\b"), "f64": _count(ptx, r"\bfma\.rn\.f64\b"),
                     "libdevice_ftz_f32": _count(ptx, r"\bfma\.rn\.ftz\.f32\b")})
+    if arch >= 90 and "cubin" in ck.asm:
+        out["sass"] = _sass_counts(ck.asm["cubin"], arch)
     return out
+
+
+def _sass_counts(cubin: bytes, arch: int) -> dict:
+    """Tensor-core and TMA instructions in the SASS of a compiled kernel (cuobjdump from Triton's
+    bundle): HGMMA (wgmma), HMMA (mma.sync), UTMALDG (TMA loads)."""
+    from triton.backends.nvidia import compiler as nv
+
+    tool = Path(nv.get_ptxas(arch).path).with_name("cuobjdump")
+    if not tool.is_file():
+        return {"error": f"no cuobjdump beside {tool.parent}"}
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "k.cubin"
+        f.write_bytes(cubin)
+        r = subprocess.run([str(tool), "-sass", str(f)], capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"error": r.stderr.strip()[-200:]}
+    return {op: len(re.findall(rf"\b{op}\b", r.stdout)) for op in ("HGMMA", "HMMA", "UTMALDG")}
 
 
 # ---- 3. judging ----------------------------------------------------------------------------------
@@ -334,7 +421,39 @@ def verdict(r: dict) -> list[str]:
             bad.append("no fma.rn.f32, but the source writes tl.fma")
     elif r["fma"]["f32"]:
         bad.append(f"{r['fma']['f32']} fma.rn.f32 that the source does not write")
+    if r["arch"] == "sm_90a" and name in WGMMA_KERNELS:
+        sass = r.get("sass", {})
+        if not r["mma"]["wgmma"] or r["mma"]["mma.sync"]:
+            bad.append(f"a Hopper configuration without wgmma (wgmma {r['mma']['wgmma']}, mma.sync {r['mma']['mma.sync']})")
+        if "error" in sass or not sass.get("HGMMA") or sass.get("HMMA"):
+            bad.append("SASS: " + (sass.get("error") or f"HGMMA {sass.get('HGMMA', 0)}, HMMA {sass.get('HMMA', 0)}"))
+        if r.get("wgmma_serialized"):
+            bad.append("ptxas serialized the wgmma instructions")
+    if r["constexprs"].get("TMA") is True and r["arch"] == "sm_90a":
+        if not r.get("tma_loads") or (r.get("sass") and not r["sass"].get("UTMALDG")):
+            bad.append("launched with TMA descriptors but compiled without TMA loads")
     return bad
+
+
+# kernels whose configurations (layouts) must give a row the same bits: on sm_90a they must issue the
+# same wgmma instruction shapes (attention's prefill and decode layouts: docs/triton.md)
+SAME_WGMMA_SHAPES = ("attention_fwd_kernel",)
+
+
+def shape_agreement(results: list[dict]) -> None:
+    """Add a red reason to every sm_90a configuration of a SAME_WGMMA_SHAPES kernel whose wgmma
+    instruction shapes differ from another configuration's at the same head_dim (BD)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        name = r["kernel"].split(":")[1]
+        if name in SAME_WGMMA_SHAPES and r["arch"] == "sm_90a" and "error" not in r:
+            groups.setdefault((name, r["constexprs"].get("BD")), []).append(r)
+    for (_name, bd), rs in groups.items():
+        shapes = {tuple(r["wgmma_shapes"]) for r in rs}
+        if len(shapes) > 1:
+            for r in rs:
+                r["red"].append(f"wgmma shapes {r['wgmma_shapes']} differ between the layouts at BD {bd}: "
+                                f"{sorted(shapes)}")
 
 
 def _table(results: list[dict]) -> str:
@@ -347,7 +466,8 @@ def _table(results: list[dict]) -> str:
         if "error" in r:
             rows.append(f"| {name} | {r['arch']} | {cx} | {r['num_warps']}/{r['num_stages']} | | | | | | RED: {r['error']} |")
             continue
-        mma = "wgmma" if r["mma"]["wgmma"] else "mma.sync" if r["mma"]["mma.sync"] else "no"
+        mma = (f"wgmma {' '.join(r['wgmma_shapes'])}" if r["mma"]["wgmma"] else "mma.sync" if r["mma"]["mma.sync"]
+               else "no") + (f", TMA {r['tma_loads']}" if r.get("tma_loads") else "")
         v = "; ".join(r["red"]) or "ok"
         rows.append(f"| {name} | {r['arch']} | {cx} | {r['num_warps']}/{r['num_stages']} | {r['regs']} | "
                     f"{r['spill_stores']}/{r['spill_loads']} | {r['shared_bytes']} | {mma} | "
@@ -355,13 +475,13 @@ def _table(results: list[dict]) -> str:
     return "\n".join(rows)
 
 
-def record_in_child(shapes: list[str], execute: bool = True) -> list[dict]:
+def record_in_child(shapes: list[str], execute: bool = True, archs: tuple[int, ...] = ARCHS) -> list[dict]:
     """:func:`record` in a fresh interpreter with ``TRITON_INTERPRET=1`` (Triton fixes interpreter vs
-    GPU when a kernel is defined, once per process)."""
+    GPU when a kernel is defined, once per process), for the tables of ``archs``."""
     with tempfile.NamedTemporaryFile("r", suffix=".json") as f:
         env = {**os.environ, "TRITON_INTERPRET": "1"}
         cmd = [sys.executable, "-m", "ws1_matrix.triton_aot", "--record-to", f.name, "--shapes", ",".join(shapes),
-               *([] if execute else ["--no-execute"])]
+               "--arch", ",".join(map(str, archs)), *([] if execute else ["--no-execute"])]
         subprocess.run(cmd, check=True, env=env)
         return json.load(open(f.name))
 
@@ -397,15 +517,16 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         print(f"triton-aot: triton is not installed ({exc})", file=sys.stderr)
         return 2
+    tables = tuple(dict.fromkeys(table_of(a) for a in archs))
     if ns.record_to:
-        json.dump(record(shapes, execute=not ns.no_execute), open(ns.record_to, "w"))
+        json.dump(record(shapes, execute=not ns.no_execute, tables=tables), open(ns.record_to, "w"))
         return 0
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("triton-aot: unset TRITON_INTERPRET (the compile step needs the kernels as JITFunctions)", file=sys.stderr)
         return 2
 
     t0 = time.perf_counter()
-    launches = record_in_child(shapes, execute=not ns.no_execute)
+    launches = record_in_child(shapes, execute=not ns.no_execute, archs=tuple(archs))
     t_rec = time.perf_counter() - t0
     wanted = [k for k in ns.kernels.split(",") if k]
     if wanted:
@@ -417,6 +538,8 @@ def main(argv: list[str] | None = None) -> int:
     where: dict[str, set] = {}
     for rec in launches:
         for arch in archs:
+            if table_of(arch) != rec["table"]:     # a launch is compiled for the arch whose table made it
+                continue
             key = config_key(rec, arch)
             configs.setdefault(key, rec)
             where.setdefault(key, set()).add(f"{rec['node']}@{rec['shapes']}")
@@ -428,6 +551,7 @@ def main(argv: list[str] | None = None) -> int:
     for key, r in zip(configs, results):
         r["used_by"] = sorted(where[key])
         r["red"] = verdict(r)
+    shape_agreement(results)
     results.sort(key=lambda r: (r["kernel"], r["arch"], json.dumps(r["constexprs"], sort_keys=True)))
     wall = time.perf_counter() - t0
     from triton.backends.nvidia.compiler import get_ptxas

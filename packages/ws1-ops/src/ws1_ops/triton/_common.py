@@ -38,6 +38,11 @@ _INTERP = tl.constexpr(INTERPRET)
 
 
 @triton.jit
+def _dot_interp(a, b, acc):
+    return acc + tl.sum(a[:, :, None] * b[None, :, :], axis=1)
+
+
+@triton.jit
 def dot(a, b, acc):
     """``acc + a @ b`` for a [BM, BK] and b [BK, BN] FP32/BF16 tiles, FP32 result.
 
@@ -49,7 +54,14 @@ def dot(a, b, acc):
     numpy's reduction along a non-innermost axis: k ascending for every output element, whatever
     BM is. Same values up to FP32 rounding; it checks logic and invariance, not GPU numerics."""
     if _INTERP:
-        out = acc + tl.sum(a[:, :, None] * b[None, :, :], axis=1)
+        if a.shape[0] * a.shape[1] * b.shape[1] > 1 << 20:
+            # the [BM, BK, BN] products would exceed Triton's largest tensor (2^20 elements, e.g. a
+            # 128 x 64 x 256 tile): the even and odd columns separately, each element's sum unchanged
+            b0, b1 = tl.split(tl.reshape(b, (b.shape[0], b.shape[1] // 2, 2)))
+            c0, c1 = tl.split(tl.reshape(acc, (acc.shape[0], acc.shape[1] // 2, 2)))
+            out = tl.reshape(tl.join(_dot_interp(a, b0, c0), _dot_interp(a, b1, c1)), (acc.shape[0], acc.shape[1]))
+        else:
+            out = _dot_interp(a, b, acc)
     else:
         out = tl.dot(a, b, acc, input_precision="ieee")
     return out
@@ -117,6 +129,31 @@ def launches() -> dict[str, dict[str, int]]:
     return out
 
 
+# ---- which configuration table a launch uses --------------------------------------------------
+# Tile constants are fixed per arch, dtype and weight shape (docs/triton.md, "Configurations"): a
+# device of compute capability 9.x (H100/H200) runs the Hopper table (wgmma-sized tiles, TMA
+# descriptors); every other device runs the sm_80 table (mma.sync tiles, pointer loads). The
+# interpreter has no device: it runs the logic of INTERPRET_ARCH's table ("sm90" unless a test or
+# triton-aot's recording switches it to "sm80"), so CI checks both tables' tiling and masking.
+ARCHS = ("sm90", "sm80")
+INTERPRET_ARCH = "sm90"
+
+
+@functools.lru_cache(maxsize=None)
+def _device_arch(index: int) -> str:
+    major, _ = torch.cuda.get_device_capability(index)
+    return "sm90" if major == 9 else "sm80"
+
+
+def arch(t: torch.Tensor) -> str:
+    """The configuration table for a launch on ``t``'s device: ``"sm90"`` or ``"sm80"`` (no host sync)."""
+    if INTERPRET:
+        if INTERPRET_ARCH not in ARCHS:
+            raise ValueError(f"triton: INTERPRET_ARCH must be one of {ARCHS}, got {INTERPRET_ARCH!r}")
+        return INTERPRET_ARCH
+    return _device_arch(t.device.index if t.device.index is not None else torch.cuda.current_device())
+
+
 def dot_f32(*tensors: torch.Tensor) -> bool:
     """Whether a kernel's dot operands are upcast to FP32: in the interpreter only. On the GPU every
     dot is a BF16 tensor-core MMA with FP32 accumulation; an FP32 operand (lm_head's backward) is
@@ -158,6 +195,21 @@ def rne_bf16(x):
     is_nan = (u & 0x7FFFFFFF) > 0x7F800000
     r = tl.where(is_nan, (u >> 16) | 0x40, r)
     return r.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
+def bf16_operand(x):
+    """A finite FP32 tile rounded to BF16 (RNE) for a tensor-core operand (attention's P and dS).
+
+    GPU: the hardware conversion (``cvt.rn.bf16.f32``, one instruction; :func:`rne_bf16` is ~8 integer
+    operations per element, which the attention inner loop pays on every [BM, BN] tile). Interpreter:
+    :func:`rne_bf16` (its own cast truncates). The two give the same bits for every finite value; they
+    differ only in a NaN's payload, and a NaN operand makes the row NaN either way."""
+    if _INTERP:
+        out = rne_bf16(x)
+    else:
+        out = x.to(tl.bfloat16, fp_downcast_rounding="rtne")
+    return out
 
 
 @triton.jit

@@ -1,64 +1,132 @@
-"""attention on Triton: causal GQA over packed varlen sequences; one kernel for prefill, chunked
-prefill and decode.
+"""attention on Triton: causal GQA over packed varlen sequences; one set of kernels for prefill,
+chunked prefill and decode.
 
 Shapes: q [Tq, Hq, D] BF16, k, v [Tk, Hkv, D] BF16 (Hq % Hkv == 0), cu_seqlens_q / cu_seqlens_k
 [B+1] int64, q_pos [Tq] int64 (query i sees keys 0..q_pos[i] of its sequence)
--> (out [Tq, Hq, D] BF16, lse [Tq, Hq] FP32). Backward -> dq [Tq, Hq, D], dk, dv [Tk, Hkv, D] FP32.
+-> (out [Tq, Hq, D] BF16, lse [Tq, Hq] FP32, in log2 units: lse2 = log2 sum_k 2^(s2_k), the
+backward's own form). Backward -> dq [Tq, Hq, D], dk, dv [Tk, Hkv, D] FP32.
 
-Forward (one program per (query tile of BM rows of one sequence, query head)):
-* Key tiles of BN keys are aligned to absolute key position 0 of the sequence: tile j is keys
-  [j*BN, (j+1)*BN) in prefill, in a 7-token chunk and in a decode step alike.
-* Per tile, in FP32: s = (q . k) * scale; keys past the query's position get -inf, so p = 0;
-  m_new = max(m, rowmax s); alpha = exp(m - m_new); p = bf16(exp(s - m_new)) (the P@V operand,
-  RNE), l = l * alpha + rowsum p; acc = dot(p, v, acc * alpha).
-* A tile that lies wholly past a query's position leaves that query's (m, l, acc) untouched
-  (a select, not an update with zeros), so a query's sequence of operations is exactly tiles
-  0..q_pos // BN — fixed by its position and its keys, not by the other queries in its tile.
-* out = bf16(acc / l) (IEEE divide, RNE); lse = m + log(l).
-The row reductions (max, sum) run along the key axis of one query's row, and an MMA computes a
-row of its output from that row of its operand: a query's bits do not depend on which row of the
-tile it occupies or on who else is in the tile.
+A query's per-element order (forward), the same in prefill, chunked prefill and decode:
 
-Backward (FP32, no atomics, per sequence):
+* Scores in log2 units: s2 = (q . k) * qk_scale2, qk_scale2 = fp32(scale * log2(e)) (one constant;
+  exp2 / log2 instead of exp / log: the scale multiply is the only one per score).
+* The keys 0..pos are cut into chunks of KV_CHUNK = 2048 keys aligned to absolute key 0, and each
+  chunk into key tiles of BN = 64 keys aligned to absolute key 0. For every chunk c the query
+  starts fresh (m = -inf, l = 0, acc = 0) and runs the online softmax over the chunk's tiles in
+  ascending order, tiles past its position left out; per tile, in FP32:
+      m' = max(m, rowmax s2);  a = 2^(m - m');  p = bf16(2^(s2 - m'))  (RNE; the P.V operand)
+      l' = l * a + rowsum p;  acc' = dot(p, v, acc * a)           (BN/16 k16 MMAs chained on acc * a)
+* The chunks are merged in ascending order (chunk 0 as it is, then per chunk c >= 1):
+      M' = max(M, m_c);  L' = L * 2^(M - M') + l_c * 2^(m_c - M');  A' = A * 2^(M - M') + acc_c * 2^(m_c - M')
+  out = bf16(A / L) (IEEE divide, RNE), lse2 = M + log2(L). A query with one chunk (pos < 2048)
+  is finalized in the kernel that computed it; others write (m_c, l_c, acc_c) to a workspace and
+  ``attention_fwd_merge_kernel`` folds them. Written and read back in FP32, the partials are exact, so
+  the fold is the same arithmetic wherever it runs (no FMA contraction: ``_common.FP_FUSION``).
+  Prefill at S <= 2048 never touches the workspace; decode of a long context splits over the chunks
+  (one program per (sequence, kv head, chunk)) and merges in the same order.
+* Within a program, the tiles every query of the block sees wholly (tile end <= the block's
+  smallest position) run without masks; the remaining tiles run with the key mask (s2 = -inf,
+  p = 0 past the position). For a query that sees the whole tile the mask is an identity, so the
+  two loops give it the same bits. A masked tile can lie wholly past one query's position while
+  other queries of the block need it: for that query it is a *null update* — m' = m (its m is
+  finite), a = 2^0 = 1, l' = l * 1 + 0 = l, acc' = acc * 1 + MMA(zeros, v) — so its result is that
+  of its own tiles alone, whoever shares the block. In IEEE arithmetic every step is exact (x * 1,
+  x + 0; acc is never -0: it starts at +0 and a sum that reaches zero is +0); that the tensor cores'
+  MMA of an all-zero A row returns its accumulator unchanged is the one hardware assumption
+  (it is also what FlashAttention's masked tiles rely on). Before issue 24 a select kept the old
+  (m, l, acc) instead; at 64 rows per warpgroup that holds a second [64, 128] FP32 accumulator and
+  spilled (triton-aot: 88-688 B). The GPU tests decide it (decode == prefill, chunked == prefill,
+  packed == alone; test_null_update_with_tiny_values aims at denormal accumulators).
+* Keys that a masked tile reaches but no query of the block sees (past the block's largest
+  position: the sequence's later keys, the next sequence's rows through a TMA descriptor, rows of a
+  cache not written yet) have their V rows zeroed by a select (pointer loads: masked to zero) and
+  their scores replaced by -inf, so 0 * garbage never reaches acc: the same values as alone.
+
+Layouts (which queries share a program; they change no query's operations):
+* prefill: a block is BM queries of one head (BM 128, 8 warps on Hopper: two warpgroups of 64 rows);
+* decode (every sequence of the call has at most BM / GP queries): a block is up to BM / GP queries
+  x the GP heads of one kv head (GQA packed along M, GP = next_pow2(Hq / Hkv)), BM 64, 4 warps on
+  Hopper: K/V are read once per kv head instead of once per query head, and one program per
+  (sequence, kv head, chunk) runs in parallel (split-KV). Each warpgroup owns 64 rows in both
+  layouts, so the tensor-core instructions are the same (wgmma m64n64k16 for q.k, m64n128k16 for
+  p.v at D 128; ``python -m ws1_matrix triton-aot`` checks the shapes are equal), and a row's bits
+  rest on what the single-layout design already relied on: an MMA computes a row of its output
+  from that row of its operands. The GPU tests decide it (tests_triton in device mode: decode ==
+  prefill == chunked, packed == alone).
+* sm_80 (any non-Hopper device): BM 64, 8 warps, pointer loads, both layouts.
+
+Backward (FP32, no atomics, per sequence; p recomputed from lse2, not chunked):
 * delta[i, h] = sum_d dout * out (one program per query token; heads are the tile's rows).
-* dq: one program per (query tile, head), key tiles 0.. ascending as in the forward;
-  ds = p * (dp - delta), dq += bf16(ds) @ k; dq *= scale.
-* dk, dv: one program per (tile of BN_KV = 32 keys of one sequence, kv head); it loops over the group's query
-  heads ascending, then the sequence's query tiles ascending (tiles aligned to the sequence's first
-  query), dv += bf16(p)^T @ dout, dk += bf16(ds)^T @ q; dk *= scale. The order is fixed per
-  sequence, so packing, batch order and the other sequences cannot change a bit.
+* dq: one program per (query block, head), key tiles 0.. ascending; ds = p * (dp - delta),
+  dq += bf16(ds) @ k; dq *= scale. Full tiles unmasked, the rest masked (ds = 0 past the position:
+  the null update, as in the forward).
+* dk, dv: one program per (key tile of BN_KV keys of one sequence, kv head); it loops over the group's
+  query heads ascending, then the sequence's query tiles ascending from the first tile that can see
+  the key tile (all earlier ones contribute nothing; which tile is first is fixed per sequence),
+  dv += bf16(p)^T @ dout, dk += bf16(ds)^T @ q; dk *= scale. The order is fixed per sequence, so
+  packing, batch order and the other sequences cannot change a bit; a key's rows of dk, dv come
+  from its own rows of k, v, so the key tiling changes no key's operations.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ._common import bf16_round_f32, check_device, counted, dot_f32, index_on, next_pow2, rne_bf16
+from ._common import arch, bf16_operand, check_device, counted, dot, dot_f32, index_on, next_pow2, rne_bf16
 
-BM, BN = 64, 64            # query rows, keys per tile (fixed)
-# dk/dv: keys per program. 32, not BN: a program holds its keys' k, v, dk, dv for the whole loop,
-# and at head_dim 128 four [64, 128] tiles spilled (sm_90a: 255 registers, 252 B of spill stores);
-# with 32 keys, 243 (sm_90a) / 250 (sm_80) registers and no spill. Which keys share a program does
-# not change a key's operations (its rows of dk, dv come from its own row of k and v).
-BN_KV = 32
-# 8 warps in the forward too: with 4, head_dim 128 spilled on sm_80 (48 B); 8 also on sm_90a (wgmma)
-FWD_WARPS, BWD_WARPS = 8, 8
+BN = 64               # keys per tile, every arch and path (part of every query's order)
+KV_CHUNK = 2048       # keys per split-KV chunk, aligned to absolute key 0 (a multiple of BN; every path)
+LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class FwdConfig:
+    BM: int            # rows (query, head) per program
+    num_warps: int
+    num_stages: int
+
+
+# Forward configurations per arch and layout (fixed; see the module docstring). Hopper: 64 rows per
+# warpgroup in both layouts (the same wgmma shapes). sm_80: 8 warps (4 spilled at head_dim 128).
+FWD = {"sm90": {"prefill": FwdConfig(BM=128, num_warps=8, num_stages=2),
+                "decode": FwdConfig(BM=64, num_warps=4, num_stages=3)},
+       "sm80": {"prefill": FwdConfig(BM=64, num_warps=8, num_stages=2),
+                "decode": FwdConfig(BM=64, num_warps=8, num_stages=2)}}
+MERGE_ROWS = 16        # (query, head) rows per program of the merge kernel
+
+
+@dataclass(frozen=True)
+class BwdConfig:
+    BM: int            # dq: queries per program; dk/dv: queries per inner step
+    BN_KV: int         # dk/dv: keys per program
+    warps_dq: int
+    warps_kv: int
+    stages_kv: int
+
+
+# Backward: dk/dv on Hopper with 64-key programs (wgmma needs 64 rows; 8 warps keep dk and dv at 32
+# registers each) and one stage: with two, Triton 3.6 (the H200 image's) spilled 280 B at head_dim 128
+# (3.9 did not); on sm_80 32-key programs (a 64-key program spilled at head_dim 128).
+BWD = {"sm90": BwdConfig(BM=64, BN_KV=64, warps_dq=4, warps_kv=8, stages_kv=1),
+       "sm80": BwdConfig(BM=64, BN_KV=32, warps_dq=8, warps_kv=8, stages_kv=2)}
+
+
+def qk_scale2(scale: float) -> float:
+    """The scores' one multiplier, scale * log2(e), as the FP32 value the kernels use."""
+    return float(torch.tensor(scale * LOG2E, dtype=torch.float32, device="cpu"))
+
+
+# ---- tile loads --------------------------------------------------------------------------------
 
 
 @triton.jit
-def _dot_operand(x, DOT_F32: tl.constexpr):
-    """An FP32 tile holding BF16-representable values as a dot operand: FP32 in the interpreter,
-    BF16 on the GPU (exact either way)."""
-    if not DOT_F32:
-        x = x.to(tl.bfloat16)
-    return x
-
-
-@triton.jit
-def _load_rows(ptr, rows, ok, row_stride, col0, d, D, DOT_F32: tl.constexpr):
-    """[len(rows), BD] tile of a [T, H, D] tensor at head offset col0; FP32 under DOT_F32."""
+def _rows(ptr, rows, ok, row_stride, col0, d, D, DOT_F32: tl.constexpr):
+    """[len(rows), BD] tile of a [T, H, D] tensor at head offset col0 (pointer loads, zeros where not ok)."""
     t = tl.load(ptr + rows.to(tl.int64)[:, None] * row_stride + col0 + d[None, :],
                 mask=ok[:, None] & (d < D)[None, :], other=0.0)
     if DOT_F32:
@@ -67,57 +135,161 @@ def _load_rows(ptr, rows, ok, row_stride, col0, d, D, DOT_F32: tl.constexpr):
 
 
 @triton.jit
-def _query_tile(q_ptr, cu_q_ptr, cu_k_ptr, pos_ptr, tile_ptr, HQ, HKV, D, BM: tl.constexpr, BD: tl.constexpr,
-                DOT_F32: tl.constexpr):
-    """What a (query tile, head) program of the forward and of dq starts from: the tile's head,
-    its sequence's keys (first row, count, kv head), its rows, their mask and positions, and q."""
-    tile = tl.program_id(0)
-    h = tl.program_id(1)
-    b = tl.load(tile_ptr + 2 * tile)
-    r0 = tl.load(tile_ptr + 2 * tile + 1)
-    q_end = tl.load(cu_q_ptr + b + 1)
-    k0 = tl.load(cu_k_ptr + b)
-    k_len = tl.load(cu_k_ptr + b + 1) - k0
-    kh = h // (HQ // HKV)
-    rows = r0 + tl.arange(0, BM)
-    r_ok = rows < q_end
-    pos = tl.load(pos_ptr + rows, mask=r_ok, other=-1)
-    d = tl.arange(0, BD)
-    q = _load_rows(q_ptr, rows, r_ok, HQ * D, h * D, d, D, DOT_F32)
-    return h, k0, k_len, kh, rows, r_ok, pos, d, q
+def _kv_tile(ptr, row0, end, col0, row_stride, D, BR: tl.constexpr, BD: tl.constexpr, TMA: tl.constexpr,
+             ZERO_TAIL: tl.constexpr, DOT_F32: tl.constexpr):
+    """Rows row0 .. row0 + BR of a [T, H, D] tensor (one head, col0 = head * D): a TMA block (Hopper;
+    rows at or past ``end`` zeroed when ZERO_TAIL) or masked pointer loads (rows >= end give zeros)."""
+    r = row0 + tl.arange(0, BR)
+    if TMA:
+        t = ptr.load([row0.to(tl.int32), col0])
+        if ZERO_TAIL:
+            t = tl.where((r < end)[:, None], t, 0.0)
+        if DOT_F32:
+            t = t.to(tl.float32)
+    else:
+        t = _rows(ptr, r, r < end, row_stride, col0, tl.arange(0, BD), D, DOT_F32)
+    return t
+
+
+@triton.jit
+def _operand(x, DOT_F32: tl.constexpr):
+    """An FP32 tile as a BF16 dot operand (RNE): BF16 on the GPU, its FP32 value in the interpreter."""
+    if DOT_F32:
+        out = bf16_operand(x).to(tl.float32)
+    else:
+        out = bf16_operand(x)
+    return out
+
+
+@triton.jit
+def _scores(q, kt, qk_scale, BM: tl.constexpr, BN: tl.constexpr):
+    """s2 = (q . k^T) * qk_scale2 for a [BM, BD] q and a [BN, BD] key tile."""
+    return dot(q, tl.trans(kt), tl.zeros((BM, BN), dtype=tl.float32)) * qk_scale
+
+
+# ---- forward -----------------------------------------------------------------------------------
 
 
 @counted
 @triton.jit
-def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, pos_ptr, tile_ptr, scale,
-                         HQ, HKV, D, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, DOT_F32: tl.constexpr):
-    h, k0, k_len, kh, rows, r_ok, pos, d, q = _query_tile(q_ptr, cu_q_ptr, cu_k_ptr, pos_ptr, tile_ptr, HQ, HKV, D,
-                                                          BM, BD, DOT_F32)
+def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, ws_ptr, wml_ptr, cu_q_ptr, cu_k_ptr, pos_ptr, item_ptr,
+                         qk_scale, Tq, HQ, HKV, D, HPB,
+                         BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, GP: tl.constexpr,
+                         KV_CHUNK: tl.constexpr, DOT_F32: tl.constexpr, TMA: tl.constexpr):
+    """One program per (work item = (sequence, first query row, chunk), head block of HPB heads).
+
+    Row r of the block is query r // GP of the item, head h0 + r % GP (prefill: GP = HPB = 1).
+    TMA: k_ptr / v_ptr are descriptors over [Tk, Hkv * D] with blocks [BN, BD]."""
+    item = tl.program_id(0)
+    h0 = tl.program_id(1) * HPB
+    # row and key indices in int32 (a [BM, BN] int64 mask costs twice the registers; T < 2^31),
+    # int64 only where an index is multiplied by a row stride
+    b = tl.load(item_ptr + 3 * item)
+    r0 = tl.load(item_ptr + 3 * item + 1).to(tl.int32)
+    c = tl.load(item_ptr + 3 * item + 2).to(tl.int32)
+    q_end = tl.load(cu_q_ptr + b + 1).to(tl.int32)
+    k0 = tl.load(cu_k_ptr + b).to(tl.int32)
+    k_end = tl.load(cu_k_ptr + b + 1).to(tl.int32)
+    kh = h0 // (HQ // HKV)
+    r = tl.arange(0, BM)
+    g = r % GP
+    qrow = r0 + r // GP
+    head = h0 + g
+    r_ok = (qrow < q_end) & (g < HPB)
+    pos = tl.load(pos_ptr + qrow, mask=r_ok, other=-1).to(tl.int32)
+    d = tl.arange(0, BD)
+    if TMA:
+        # [BM / GP queries, GP heads, BD] from a [Tq, Hq, D] descriptor: rows (query, head) in the
+        # block's order; rows past the sequence read other queries, which only their own rows see
+        q = tl.reshape(q_ptr.load([r0, h0, 0]), (BM, BD))
+        if DOT_F32:
+            q = q.to(tl.float32)
+    else:
+        q = _rows(q_ptr, qrow, r_ok, HQ * D, head[:, None] * D, d, D, DOT_F32)
+    kbeg = c * KV_CHUNK
+    kend = tl.minimum(kbeg + KV_CHUNK, tl.max(pos, 0) + 1)                       # exclusive, chunk-relative end
+    min_pos = tl.min(tl.where(r_ok, pos, 2147483647), 0)
+    full_end = tl.maximum(kbeg, tl.minimum(kend, (min_pos + 1) // BN * BN))     # tiles every row sees wholly
+    has = r_ok & (pos >= kbeg)                                                 # this chunk holds keys of the row
     m_i = tl.full((BM,), float("-inf"), tl.float32)
     l_i = tl.zeros((BM,), dtype=tl.float32)
     acc = tl.zeros((BM, BD), dtype=tl.float32)
-    n_tiles = tl.max(pos, 0) // BN + 1
-    for j in range(0, n_tiles):
-        kj = j * BN + tl.arange(0, BN)
-        k_ok = kj < k_len
-        kt = _load_rows(k_ptr, k0 + kj, k_ok, HKV * D, kh * D, d, D, DOT_F32)
-        vt = _load_rows(v_ptr, k0 + kj, k_ok, HKV * D, kh * D, d, D, DOT_F32)
-        s = tl.dot(q, tl.trans(kt), input_precision="ieee") * scale
-        live = kj[None, :] <= pos[:, None]
-        s = tl.where(live, s, float("-inf"))
+    col = kh * D
+    for j in range(kbeg, full_end, BN):
+        kt = _kv_tile(k_ptr, k0 + j, k_end, col, HKV * D, D, BN, BD, TMA, False, DOT_F32)
+        vt = _kv_tile(v_ptr, k0 + j, k_end, col, HKV * D, D, BN, BD, TMA, False, DOT_F32)
+        s = _scores(q, kt, qk_scale, BM, BN)
         m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp(m_i - m_new)
-        p = bf16_round_f32(tl.where(live, tl.exp(s - m_new[:, None]), 0.0))
-        l_new = l_i * alpha + tl.sum(p, 1)
-        acc_new = tl.dot(_dot_operand(p, DOT_F32), vt, acc * alpha[:, None], input_precision="ieee")
-        seen = j * BN <= pos                    # the tile holds a key this query sees
-        m_i = tl.where(seen, m_new, m_i)
-        l_i = tl.where(seen, l_new, l_i)
-        acc = tl.where(seen[:, None], acc_new, acc)
-    out = tl.div_rn(acc, l_i[:, None])
-    tl.store(o_ptr + rows.to(tl.int64)[:, None] * (HQ * D) + h * D + d[None, :], rne_bf16(out),
-             mask=r_ok[:, None] & (d < D)[None, :])
-    tl.store(lse_ptr + rows.to(tl.int64) * HQ + h, m_i + tl.log(l_i), mask=r_ok)
+        alpha = tl.exp2(m_i - m_new)
+        p = _operand(tl.exp2(s - m_new[:, None]), DOT_F32)
+        l_i = l_i * alpha + tl.sum(p.to(tl.float32), 1)
+        acc = dot(p, vt, acc * alpha[:, None])
+        m_i = m_new
+    # V rows no query of the block sees (past the sequence, or past its largest position: other
+    # sequences' rows, or cache rows not written yet) are zeroed, so 0 * garbage never reaches acc
+    v_end = tl.minimum(k_end, k0 + kend)
+    for j in range(full_end, kend, BN):
+        kt = _kv_tile(k_ptr, k0 + j, k_end, col, HKV * D, D, BN, BD, TMA, False, DOT_F32)
+        vt = _kv_tile(v_ptr, k0 + j, v_end, col, HKV * D, D, BN, BD, TMA, True, DOT_F32)
+        live = (j + tl.arange(0, BN))[None, :] <= pos[:, None]
+        s = tl.where(live, _scores(q, kt, qk_scale, BM, BN), float("-inf"))
+        # a row this tile is wholly past (pos < j): alpha = 1 (its m is finite and unchanged), p = 0,
+        # so l * 1 + 0 = l and acc * 1 + (an MMA of zeros) = acc (the null update; module docstring)
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = _operand(tl.where(live, tl.exp2(s - m_new[:, None]), 0.0), DOT_F32)
+        l_i = l_i * alpha + tl.sum(p.to(tl.float32), 1)
+        acc = dot(p, vt, acc * alpha[:, None])
+        m_i = m_new
+    d = tl.arange(0, BD)
+    dm = (d < D)[None, :]
+    fin = has & (pos < KV_CHUNK)              # the row's only chunk (then c == 0): finalize here
+    part = has & (pos >= KV_CHUNK)            # one of several chunks: a partial for the merge
+    out_off = qrow.to(tl.int64)[:, None] * (HQ * D) + head[:, None] * D + d[None, :]
+    tl.store(o_ptr + out_off, rne_bf16(tl.div_rn(acc, l_i[:, None])), mask=fin[:, None] & dm)
+    tl.store(lse_ptr + qrow.to(tl.int64) * HQ + head, m_i + tl.log2(l_i), mask=fin)
+    slot = (c.to(tl.int64) * Tq + qrow) * HQ + head
+    tl.store(ws_ptr + slot[:, None] * D + d[None, :], acc, mask=part[:, None] & dm)
+    tl.store(wml_ptr + 2 * slot, m_i, mask=part)
+    tl.store(wml_ptr + 2 * slot + 1, l_i, mask=part)
+
+
+@counted
+@triton.jit(do_not_specialize=["R"])
+def attention_fwd_merge_kernel(ws_ptr, wml_ptr, o_ptr, lse_ptr, pos_ptr, R, HQ, D, BR: tl.constexpr,
+                               BD: tl.constexpr, KV_CHUNK: tl.constexpr):
+    """Rows (t, h) = t * HQ + h with more than one chunk: fold the chunks' (m, l, acc) in ascending
+    order (module docstring), then out = bf16(A / L), lse2 = M + log2(L). Single-chunk rows: skipped
+    (the forward kernel finalized them)."""
+    rows = tl.program_id(0).to(tl.int64) * BR + tl.arange(0, BR)
+    ok = rows < R
+    pos = tl.load(pos_ptr + rows // HQ, mask=ok, other=0)
+    n = pos // KV_CHUNK + 1
+    act = ok & (n > 1)
+    d = tl.arange(0, BD)
+    dm = (d < D)[None, :]
+    m_i = tl.load(wml_ptr + 2 * rows, mask=act, other=0.0)
+    l_i = tl.load(wml_ptr + 2 * rows + 1, mask=act, other=1.0)
+    acc = tl.load(ws_ptr + rows[:, None] * D + d[None, :], mask=act[:, None] & dm, other=0.0)
+    for c in range(1, tl.max(tl.where(act, n, 1), 0)):
+        live = act & (c < n)
+        slot = c * R + rows
+        mc = tl.load(wml_ptr + 2 * slot, mask=live, other=0.0)
+        lc = tl.load(wml_ptr + 2 * slot + 1, mask=live, other=0.0)
+        ac = tl.load(ws_ptr + slot[:, None] * D + d[None, :], mask=live[:, None] & dm, other=0.0)
+        m_new = tl.maximum(m_i, mc)
+        a = tl.exp2(m_i - m_new)
+        bc = tl.exp2(mc - m_new)
+        l_new = l_i * a + lc * bc
+        acc_new = acc * a[:, None] + ac * bc[:, None]
+        m_i = tl.where(live, m_new, m_i)
+        l_i = tl.where(live, l_new, l_i)
+        acc = tl.where(live[:, None], acc_new, acc)
+    tl.store(o_ptr + rows[:, None] * D + d[None, :], rne_bf16(tl.div_rn(acc, l_i[:, None])), mask=act[:, None] & dm)
+    tl.store(lse_ptr + rows, m_i + tl.log2(l_i), mask=act)
+
+
+# ---- backward ----------------------------------------------------------------------------------
 
 
 @counted
@@ -137,27 +309,46 @@ def attention_bwd_delta_kernel(do_ptr, o_ptr, delta_ptr, T, HQ, D, BH: tl.conste
 @counted
 @triton.jit
 def attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_q_ptr, cu_k_ptr, pos_ptr,
-                            tile_ptr, scale, HQ, HKV, D, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
-                            DOT_F32: tl.constexpr):
-    h, k0, k_len, kh, rows, r_ok, pos, d, q = _query_tile(q_ptr, cu_q_ptr, cu_k_ptr, pos_ptr, tile_ptr, HQ, HKV, D,
-                                                          BM, BD, DOT_F32)
-    do = _load_rows(do_ptr, rows, r_ok, HQ * D, h * D, d, D, DOT_F32)
+                            tile_ptr, scale, qk_scale, HQ, HKV, D, BM: tl.constexpr, BN: tl.constexpr,
+                            BD: tl.constexpr, DOT_F32: tl.constexpr, TMA: tl.constexpr):
+    """One program per (query tile of BM rows of one sequence, head); key tiles 0.. ascending."""
+    tile = tl.program_id(0)
+    h = tl.program_id(1)
+    b = tl.load(tile_ptr + 2 * tile)
+    r0 = tl.load(tile_ptr + 2 * tile + 1).to(tl.int32)       # int32 indices: see the forward
+    q_end = tl.load(cu_q_ptr + b + 1).to(tl.int32)
+    k0 = tl.load(cu_k_ptr + b).to(tl.int32)
+    k_end = tl.load(cu_k_ptr + b + 1).to(tl.int32)
+    kh = h // (HQ // HKV)
+    rows = r0 + tl.arange(0, BM)
+    r_ok = rows < q_end
+    pos = tl.load(pos_ptr + rows, mask=r_ok, other=-1).to(tl.int32)
+    d = tl.arange(0, BD)
+    q = _rows(q_ptr, rows, r_ok, HQ * D, h * D, d, D, DOT_F32)
+    do = _rows(do_ptr, rows, r_ok, HQ * D, h * D, d, D, DOT_F32)
     lse = tl.load(lse_ptr + rows.to(tl.int64) * HQ + h, mask=r_ok, other=0.0)
     delta = tl.load(delta_ptr + rows.to(tl.int64) * HQ + h, mask=r_ok, other=0.0)
     dq = tl.zeros((BM, BD), dtype=tl.float32)
-    n_tiles = tl.max(pos, 0) // BN + 1
-    for j in range(0, n_tiles):
-        kj = j * BN + tl.arange(0, BN)
-        k_ok = kj < k_len
-        kt = _load_rows(k_ptr, k0 + kj, k_ok, HKV * D, kh * D, d, D, DOT_F32)
-        vt = _load_rows(v_ptr, k0 + kj, k_ok, HKV * D, kh * D, d, D, DOT_F32)
-        s = tl.dot(q, tl.trans(kt), input_precision="ieee") * scale
-        live = kj[None, :] <= pos[:, None]
-        p = tl.where(live, tl.exp(s - lse[:, None]), 0.0)
-        dp = tl.dot(do, tl.trans(vt), input_precision="ieee")
-        ds = bf16_round_f32(p * (dp - delta[:, None]))
-        dq_new = tl.dot(_dot_operand(ds, DOT_F32), kt, dq, input_precision="ieee")
-        dq = tl.where((j * BN <= pos)[:, None], dq_new, dq)
+    kend = tl.max(pos, 0) + 1
+    min_pos = tl.min(tl.where(r_ok, pos, 2147483647), 0)
+    full_end = tl.minimum(kend, (min_pos + 1) // BN * BN)
+    col = kh * D
+    for j in range(0, full_end, BN):
+        kt = _kv_tile(k_ptr, k0 + j, k_end, col, HKV * D, D, BN, BD, TMA, False, DOT_F32)
+        vt = _kv_tile(v_ptr, k0 + j, k_end, col, HKV * D, D, BN, BD, TMA, False, DOT_F32)
+        p = tl.exp2(_scores(q, kt, qk_scale, BM, BN) - lse[:, None])
+        dp = dot(do, tl.trans(vt), tl.zeros((BM, BN), dtype=tl.float32))
+        ds = _operand(p * (dp - delta[:, None]), DOT_F32)
+        dq = dot(ds, kt, dq)
+    v_end = tl.minimum(k_end, k0 + kend)      # rows no query of the block sees: zeroed (as the forward)
+    for j in range(full_end, kend, BN):
+        kt = _kv_tile(k_ptr, k0 + j, v_end, col, HKV * D, D, BN, BD, TMA, True, DOT_F32)
+        vt = _kv_tile(v_ptr, k0 + j, v_end, col, HKV * D, D, BN, BD, TMA, True, DOT_F32)
+        live = (j + tl.arange(0, BN))[None, :] <= pos[:, None]
+        p = tl.exp2(_scores(q, kt, qk_scale, BM, BN) - lse[:, None])
+        dp = dot(do, tl.trans(vt), tl.zeros((BM, BN), dtype=tl.float32))
+        ds = _operand(tl.where(live, p * (dp - delta[:, None]), 0.0), DOT_F32)
+        dq = dot(ds, kt, dq)                  # a row the tile is wholly past: ds = 0, the null update
     tl.store(dq_ptr + rows.to(tl.int64)[:, None] * (HQ * D) + h * D + d[None, :], dq * scale,
              mask=r_ok[:, None] & (d < D)[None, :])
 
@@ -165,46 +356,61 @@ def attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_
 @counted
 @triton.jit
 def attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_q_ptr, cu_k_ptr,
-                              pos_ptr, ktile_ptr, scale, HQ, HKV, D, BM: tl.constexpr, BN: tl.constexpr,
-                              BD: tl.constexpr, DOT_F32: tl.constexpr):
+                              pos_ptr, ktile_ptr, scale, qk_scale, HQ, HKV, D, BM: tl.constexpr, BN: tl.constexpr,
+                              BD: tl.constexpr, DOT_F32: tl.constexpr, TMA: tl.constexpr):
+    """One program per (tile of BN keys of one sequence, kv head): the group's heads ascending, then
+    the sequence's query tiles ascending from the first that sees the key tile.
+    TMA: q_ptr / do_ptr are descriptors over [Tq, Hq * D] with blocks [BM, BD] (query rows past the
+    sequence zeroed), k_ptr / v_ptr over [Tk, Hkv * D] with blocks [BN, BD]."""
     tile = tl.program_id(0)
     kh = tl.program_id(1)
     b = tl.load(ktile_ptr + 2 * tile)
-    j0 = tl.load(ktile_ptr + 2 * tile + 1)
-    k0 = tl.load(cu_k_ptr + b)
-    k_len = tl.load(cu_k_ptr + b + 1) - k0
-    q0 = tl.load(cu_q_ptr + b)
-    q_len = tl.load(cu_q_ptr + b + 1) - q0
+    j0 = tl.load(ktile_ptr + 2 * tile + 1).to(tl.int32)      # int32 indices: see the forward
+    k0 = tl.load(cu_k_ptr + b).to(tl.int32)
+    k_end = tl.load(cu_k_ptr + b + 1).to(tl.int32)
+    q0 = tl.load(cu_q_ptr + b).to(tl.int32)
+    q_end = tl.load(cu_q_ptr + b + 1).to(tl.int32)
+    q_len = q_end - q0
     kj = j0 + tl.arange(0, BN)
-    k_ok = kj < k_len
+    k_ok = (k0 + kj) < k_end
     d = tl.arange(0, BD)
-    kt = _load_rows(k_ptr, k0 + kj, k_ok, HKV * D, kh * D, d, D, DOT_F32)
-    vt = _load_rows(v_ptr, k0 + kj, k_ok, HKV * D, kh * D, d, D, DOT_F32)
+    kt = _kv_tile(k_ptr, k0 + j0, k_end, kh * D, HKV * D, D, BN, BD, TMA, True, DOT_F32)
+    vt = _kv_tile(v_ptr, k0 + j0, k_end, kh * D, HKV * D, D, BN, BD, TMA, True, DOT_F32)
+    # the first query tile that sees a key of this tile (positions need not be monotone; a tile after
+    # it that sees none adds p = 0); a property of the sequence alone
+    first = q_len
+    for i0 in range(0, q_len, BM):
+        ii = i0 + tl.arange(0, BM)
+        mx = tl.max(tl.load(pos_ptr + q0 + ii, mask=ii < q_len, other=-1).to(tl.int32), 0)
+        first = tl.where((mx >= j0) & (first == q_len), i0, first)
     dk = tl.zeros((BN, BD), dtype=tl.float32)
     dv = tl.zeros((BN, BD), dtype=tl.float32)
     group = HQ // HKV
     for g in range(0, group):
         h = kh * group + g
-        for i0 in range(0, q_len, BM):
+        for i0 in range(first, q_len, BM):
             ii = i0 + tl.arange(0, BM)
             i_ok = ii < q_len
             rows = q0 + ii
-            pos = tl.load(pos_ptr + rows, mask=i_ok, other=-1)
-            q = _load_rows(q_ptr, rows, i_ok, HQ * D, h * D, d, D, DOT_F32)
-            do = _load_rows(do_ptr, rows, i_ok, HQ * D, h * D, d, D, DOT_F32)
+            pos = tl.load(pos_ptr + rows, mask=i_ok, other=-1).to(tl.int32)
+            q = _kv_tile(q_ptr, q0 + i0, q_end, h * D, HQ * D, D, BM, BD, TMA, True, DOT_F32)
+            do = _kv_tile(do_ptr, q0 + i0, q_end, h * D, HQ * D, D, BM, BD, TMA, True, DOT_F32)
             lse = tl.load(lse_ptr + rows.to(tl.int64) * HQ + h, mask=i_ok, other=0.0)
             delta = tl.load(delta_ptr + rows.to(tl.int64) * HQ + h, mask=i_ok, other=0.0)
-            st = tl.dot(kt, tl.trans(q), input_precision="ieee") * scale          # [BN, BM]
             live = kj[:, None] <= pos[None, :]
-            pt = tl.where(live, tl.exp(st - lse[None, :]), 0.0)
-            dv = tl.dot(_dot_operand(bf16_round_f32(pt), DOT_F32), do, dv, input_precision="ieee")
-            dpt = tl.dot(vt, tl.trans(do), input_precision="ieee")
-            dst = bf16_round_f32(pt * (dpt - delta[None, :]))
-            dk = tl.dot(_dot_operand(dst, DOT_F32), q, dk, input_precision="ieee")
+            st = dot(kt, tl.trans(q), tl.zeros((BN, BM), dtype=tl.float32)) * qk_scale      # [BN, BM]
+            pt = tl.where(live, tl.exp2(st - lse[None, :]), 0.0)
+            dv = dot(_operand(pt, DOT_F32), do, dv)
+            dpt = dot(vt, tl.trans(do), tl.zeros((BN, BM), dtype=tl.float32))
+            dst = _operand(pt * (dpt - delta[None, :]), DOT_F32)
+            dk = dot(dst, q, dk)
     out = (k0 + kj).to(tl.int64)[:, None] * (HKV * D) + kh * D + d[None, :]
     ok = k_ok[:, None] & (d < D)[None, :]
     tl.store(dk_ptr + out, dk * scale, mask=ok)
     tl.store(dv_ptr + out, dv, mask=ok)
+
+
+# ---- host side ---------------------------------------------------------------------------------
 
 
 def _meta(op: str, q, k, v, cu_q, cu_k, q_pos) -> tuple[list[int], list[int], list[int], list[int]]:
@@ -237,34 +443,96 @@ def _tiles(starts: list[int], lengths: list[int], block: int, relative: bool, de
     return torch.tensor(t, dtype=torch.int64, device=device).reshape(-1, 2)
 
 
-def _common_args(q, k) -> dict:
+def _bd(D: int) -> int:
     # BD >= 16: a tl.dot needs every dimension >= 16 on the GPU (masked columns add zeros)
-    return dict(BM=BM, BN=BN, BD=max(16, next_pow2(q.shape[2])), DOT_F32=dot_f32(q, k))
+    return max(16, next_pow2(D))
 
 
-def plan(q, k, v, cu_q, cu_k, q_pos) -> torch.Tensor:
-    """Validate on the host and return the forward's query-tile table (one host sync); a decode
-    loop or a benchmark can reuse it with :func:`attention_planned` (e.g. inside a CUDA graph)."""
+def _tma(arch_: str, D: int, *tensors: torch.Tensor) -> bool:
+    """TMA descriptors for the K/V (and, backward, Q/dO) tiles: Hopper, a power-of-two head_dim >= 16
+    (a block is exactly one head), 16-byte rows and aligned bases. A function of the shapes (and of
+    the allocation's alignment, which only an odd view changes); the values loaded are the same."""
+    return arch_ == "sm90" and D == _bd(D) and all(
+        t.is_contiguous() and (t.shape[1] * D * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0 for t in tensors)
+
+
+def _desc(t: torch.Tensor, rows: int, D: int) -> TensorDescriptor:
+    """A descriptor over a contiguous [T, H, D] tensor viewed as [T, H * D], blocks of one head."""
+    T, H = t.shape[0], t.shape[1]
+    return TensorDescriptor(t, [T, H * D], [H * D, 1], [rows, D])
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The forward's launch plan for one call (``plan``): layout, configuration, work items."""
+
+    arch: str
+    layout: str                 # "prefill" or "decode"
+    cfg: FwdConfig
+    GP: int                     # rows per query (heads packed along M; 1 in prefill)
+    HPB: int                    # heads per block
+    items: torch.Tensor         # [n, 3] int64 (sequence, first query row, chunk), on the device
+    n_chunks: int               # chunks of the longest query (workspace slots; > 1: the merge runs)
+
+
+def plan(q, k, v, cu_q, cu_k, q_pos) -> Plan:
+    """Validate on the host and build the forward's work items (one host sync); a decode loop or a
+    benchmark can reuse it with :func:`attention_planned` (e.g. inside a CUDA graph)."""
     qs, lq, _, _ = _meta("attention", q, k, v, cu_q, cu_k, q_pos)
-    return _tiles(qs, lq, BM, False, q.device)
+    a = arch(q)
+    G = q.shape[1] // k.shape[1]
+    GP = next_pow2(G)
+    dec = FWD[a]["decode"]
+    if max(lq, default=0) * GP <= dec.BM and GP <= dec.BM:
+        layout, gp, hpb = "decode", GP, G
+    else:
+        layout, gp, hpb = "prefill", 1, 1
+    cfg = FWD[a][layout]
+    per = cfg.BM // gp                                   # queries per block
+    pos = q_pos.to("cpu").tolist()
+    items, n_chunks = [], 1
+    for bi, (s, n) in enumerate(zip(qs, lq)):
+        for r0 in range(s, s + n, per):
+            top = max(pos[r0:min(s + n, r0 + per)]) // KV_CHUNK + 1
+            n_chunks = max(n_chunks, top)
+            items += [(bi, r0, c) for c in range(top)]
+    return Plan(a, layout, cfg, gp, hpb, torch.tensor(items, dtype=torch.int64, device=q.device).reshape(-1, 3),
+                n_chunks)
 
 
 def attention(q, k, v, cu_q, cu_k, q_pos, scale):
-    """-> (out [Tq, Hq, D] BF16, lse [Tq, Hq] FP32)."""
+    """-> (out [Tq, Hq, D] BF16, lse2 [Tq, Hq] FP32)."""
     cu_q, cu_k, q_pos = index_on(q, cu_q, cu_k, q_pos)
     return attention_planned(q, k, v, cu_q, cu_k, q_pos, scale, plan(q, k, v, cu_q, cu_k, q_pos))
 
 
-def attention_planned(q, k, v, cu_q, cu_k, q_pos, scale, tiles):
-    """The forward launch for a tile table from :func:`plan` (no host sync, no validation)."""
+def attention_planned(q, k, v, cu_q, cu_k, q_pos, scale, p: Plan):
+    """The forward launches for a plan from :func:`plan` (no host sync, no validation)."""
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     Tq, HQ, D = q.shape
+    HKV = k.shape[1]
     out = torch.empty_like(q)
     lse = torch.empty(Tq, HQ, dtype=torch.float32, device=q.device)
-    if tiles.shape[0] and HQ and D:
-        attention_fwd_kernel[(tiles.shape[0], HQ)](q, k, v, out, lse, cu_q, cu_k, q_pos.contiguous(), tiles, float(scale),
-                                                   HQ, k.shape[1], D, **_common_args(q, k), num_warps=FWD_WARPS,
-                                                   num_stages=2)
+    if p.items.shape[0] == 0 or HQ == 0 or D == 0:
+        return out, lse
+    BD = _bd(D)
+    ws_rows = Tq * HQ * p.n_chunks if p.n_chunks > 1 else 1
+    ws = torch.empty(ws_rows, D, dtype=torch.float32, device=q.device)
+    wml = torch.empty(ws_rows, 2, dtype=torch.float32, device=q.device)
+    tma = _tma(p.arch, D, q, k, v)
+    qa, ka, va = q, k, v
+    if tma:
+        qa = TensorDescriptor(q, [Tq, HQ, D], [HQ * D, D, 1], [p.cfg.BM // p.GP, p.GP, D])
+        ka, va = _desc(k, BN, D), _desc(v, BN, D)
+    attention_fwd_kernel[(p.items.shape[0], HQ // p.HPB)](
+        qa, ka, va, out, lse, ws, wml, cu_q, cu_k, q_pos.contiguous(), p.items, qk_scale2(scale), Tq, HQ, HKV, D,
+        p.HPB, BM=p.cfg.BM, BN=BN, BD=BD, GP=p.GP, KV_CHUNK=KV_CHUNK, DOT_F32=dot_f32(q, k), TMA=tma,
+        num_warps=p.cfg.num_warps, num_stages=p.cfg.num_stages)
+    if p.n_chunks > 1:
+        R = Tq * HQ
+        attention_fwd_merge_kernel[(triton.cdiv(R, MERGE_ROWS),)](ws, wml, out, lse, q_pos.contiguous(), R, HQ, D,
+                                                                   BR=MERGE_ROWS, BD=BD, KV_CHUNK=KV_CHUNK,
+                                                                   num_warps=4)
     return out, lse
 
 
@@ -284,14 +552,28 @@ def attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, q_pos, scale):
     dv = torch.zeros(k.shape, dtype=torch.float32, device=q.device)
     if Tq == 0 or D == 0:
         return dq, dk, dv
-    args = _common_args(q, k)
-    attention_bwd_delta_kernel[(Tq,)](dout, out, delta, Tq, HQ, D, BH=next_pow2(HQ), BD=args["BD"], num_warps=4)
-    qt = _tiles(qs, lq, BM, False, q.device)
-    attention_bwd_dq_kernel[(qt.shape[0], HQ)](q, k, v, dout, lse, delta, dq, cu_q, cu_k, q_pos, qt, float(scale),
-                                               HQ, HKV, D, **args, num_warps=BWD_WARPS, num_stages=2)
-    kt = _tiles(ks, lk, BN_KV, True, q.device)
+    a = arch(q)
+    cfg = BWD[a]
+    BD = _bd(D)
+    s2 = qk_scale2(scale)
+    f32 = dot_f32(q, k)
+    attention_bwd_delta_kernel[(Tq,)](dout, out, delta, Tq, HQ, D, BH=next_pow2(HQ), BD=BD, num_warps=4)
+    tma_kv = _tma(a, D, k, v)
+    ka, va = (_desc(k, BN, D), _desc(v, BN, D)) if tma_kv else (k, v)
+    qt = _tiles(qs, lq, cfg.BM, False, q.device)
+    attention_bwd_dq_kernel[(qt.shape[0], HQ)](q, ka, va, dout, lse, delta, dq, cu_q, cu_k, q_pos, qt, float(scale), s2,
+                                               HQ, HKV, D, BM=cfg.BM, BN=BN, BD=BD, DOT_F32=f32, TMA=tma_kv,
+                                               num_warps=cfg.warps_dq, num_stages=2)
+    kt = _tiles(ks, lk, cfg.BN_KV, True, q.device)
     if kt.shape[0]:
-        attention_bwd_dkdv_kernel[(kt.shape[0], HKV)](q, k, v, dout, lse, delta, dk, dv, cu_q, cu_k, q_pos, kt,
-                                                      float(scale), HQ, HKV, D, **dict(args, BN=BN_KV),
-                                                      num_warps=BWD_WARPS, num_stages=2)
+        tma = tma_kv and _tma(a, D, q, dout)
+        qa, da = (_desc(q, cfg.BM, D), _desc(dout, cfg.BM, D)) if tma else (q, dout)
+        kb, vb = (_desc(k, cfg.BN_KV, D), _desc(v, cfg.BN_KV, D)) if tma else (k, v)
+        attention_bwd_dkdv_kernel[(kt.shape[0], HKV)](qa, kb, vb, da, lse, delta, dk, dv, cu_q, cu_k, q_pos, kt,
+                                                      float(scale), s2, HQ, HKV, D, BM=cfg.BM, BN=cfg.BN_KV, BD=BD,
+                                                      DOT_F32=f32, TMA=tma, num_warps=cfg.warps_kv,
+                                                      num_stages=cfg.stages_kv)
     return dq, dk, dv
+
+
+__all__ = ["BN", "KV_CHUNK", "FWD", "BWD", "Plan", "plan", "attention", "attention_planned", "attention_bwd", "qk_scale2"]
