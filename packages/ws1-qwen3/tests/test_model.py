@@ -77,3 +77,18 @@ def test_absent_device_and_unknown_profile_fail_closed():
         ws1_qwen3.synthetic("tiny", "ascend_bf16")
     with pytest.raises(ws1_accel.UnknownProfile):
         ws1_qwen3.synthetic("tiny", "tpu_bf16")
+
+
+def test_the_residual_add_by_promotion_is_h_plus_y_float():
+    """The model adds a BF16 op output to the FP32 residual stream with torch.add's type promotion (one
+    kernel): the bits of ``h + y.float()``, forward and both gradients (y's rounded to BF16 by autograd)."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    for _ in range(5):
+        h = (torch.randn(64, 333, generator=g, device="cpu") * 10).requires_grad_()
+        y = (torch.randn(64, 333, generator=g, device="cpu") * 10).bfloat16().requires_grad_()
+        dout = torch.randn(64, 333, generator=g, device="cpu") * 1e3
+        a, b = h + y.float(), torch.add(h, y)
+        assert b.dtype == torch.float32 and torch.equal(a.view(torch.int32), b.view(torch.int32))
+        (ha, ya), (hb, yb) = torch.autograd.grad(a, (h, y), dout), torch.autograd.grad(b, (h, y), dout)
+        assert torch.equal(ha.view(torch.int32), hb.view(torch.int32))
+        assert yb.dtype == torch.bfloat16 and torch.equal(ya.view(torch.int16), yb.view(torch.int16))

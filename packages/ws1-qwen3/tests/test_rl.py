@@ -13,9 +13,15 @@ from ws1_qwen3 import rl
 QUICK = dict(steps=2, prompts_per_step=2, group_size=4, max_new_tokens=(3, 6))
 
 
-def _run(profile="cpu_bf16", **kw):
+# a copy task over half the vocabulary: a random tiny policy's samples get different rewards in every group, so
+# every step has non-zero advantages and really updates the weights (with the default 8-symbol alphabet a
+# 2-step run mostly sees all-zero rewards, no update, and the knob comparisons below would compare nothing)
+WIDE = rl.CopyTask(alphabet=tuple(range(10, 522)))
+
+
+def _run(profile="cpu_bf16", task=None, **kw):
     m = ws1_qwen3.synthetic("tiny", profile)
-    logs = list(rl.Trainer(m, rl.GRPOConfig(**{**QUICK, **kw})))
+    logs = list(rl.Trainer(m, rl.GRPOConfig(**{**QUICK, **kw}), *([task] if task else [])))
     return m, logs
 
 
@@ -58,21 +64,22 @@ KNOBS = {"max_batch": 3, "chunk": 3, "micro_batches": 3, "trainer_layout": "padd
 
 
 def test_two_runs_are_bitwise_equal_under_the_knobs_that_must_not_matter():
-    base, _ = _run()
+    base, logs = _run(task=WIDE)
+    assert all(log.grad_norm > 0 for log in logs), [log.rewards for log in logs]
     digest = rl.weights_digest(base)
     assert digest != rl.weights_digest(ws1_qwen3.synthetic("tiny", "cpu_bf16"))   # the steps changed the weights
     for knob, value in KNOBS.items():
-        m, _ = _run(**{knob: value})
+        m, _ = _run(task=WIDE, **{knob: value})
         assert rl.weights_digest(m) == digest, knob
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1 if threads > 1 else 2)
-        m, _ = _run()
+        m, _ = _run(task=WIDE)
     finally:
         torch.set_num_threads(threads)
     assert rl.weights_digest(m) == digest, "thread count"
     # ... and the seed does change them (the digest can tell runs apart)
-    m, _ = _run(seed=1)
+    m, _ = _run(task=WIDE, seed=1)
     assert rl.weights_digest(m) != digest
 
 

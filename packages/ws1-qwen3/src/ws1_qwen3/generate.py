@@ -1,35 +1,49 @@
-"""generate(): a small continuous-batching rollout engine — prefill, decode, seeded sampling.
+"""generate(): a small continuous-batching rollout engine — prefill, decode, sampling on the device.
 
 Requests join the running batch when a slot is free and leave it when they finish, so the batch a
 request decodes in changes from step to step. Its tokens and log-probs do not: every kernel is
 row-invariant, prefill and decode attend to the same cached BF16 K/V with the same key tiles, and
-the sampler draws each request's noise from its own ``(seed, step)`` — nothing depends on which
-other requests share the batch.
+the sampler draws each request's noise from its own ``(stream, step)`` — nothing depends on which
+other requests share the batch (:mod:`ws1_qwen3.sampling`, :mod:`ws1_qwen3.engine`).
 
-Sampling is Gumbel-max over ``batch_invariant_logp``: token = argmax(logp / T + g) with
-g = −log(−log u), u ~ U(0,1) from a generator seeded by (request seed, step); temperature 0 is
-greedy (argmax of logp, lowest id on ties). The log-prob returned for a token is the policy's,
+Sampling is Gumbel-max over ``batch_invariant_logp`` on the device, the whole batch at once, noise from
+a counter-based generator keyed by the request's stream and the step; temperature 0 is greedy (argmax
+of logp, lowest id on ties). The log-prob returned for a token is the policy's,
 ``batch_invariant_logp(logits)[token]`` at temperature 1 — the value a trainer recomputes with
 ``logprob`` (bitwise equal by construction, C10 train/infer parity).
+
+Streams: a request with a ``seed`` samples from that seed's stream (the same seed, the same tokens,
+alone or in any batch); without one, from its ``request_id`` — so n samples of one prompt differ
+(GRPO needs that: identical samples have zero advantage). generate() names unnamed requests
+``req-<index>``; name them (or seed them) to reproduce a request outside its list.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
+from .engine import Engine, capture_refused
 from .model import ModelInputError, Qwen3ForCausalLM
+from .sampling import sample_token, stream_of
+
+__all__ = ["Completion", "Request", "generate", "sample_token", "stream_of", "validate"]
 
 
 @dataclass(frozen=True)
 class Request:
+    """One prompt to complete.
+
+    ``seed``: the noise stream — the same seed samples the same tokens, alone or in any batch, on one profile.
+    None (the default): the stream comes from ``request_id``, so unseeded requests with distinct ids sample
+    independently (n samples of one prompt differ). ``temperature`` 0 is greedy."""
+
     prompt: tuple[int, ...]
     max_new_tokens: int
     temperature: float = 1.0
-    seed: int = 0
+    seed: int | None = None
     request_id: str = ""
     stop_token_ids: tuple[int, ...] = ()
 
@@ -42,20 +56,6 @@ class Completion:
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str = ""
     prefix_hit_tokens: int = 0
-
-
-def _noise_seed(seed: int, step: int) -> int:
-    return int.from_bytes(hashlib.sha256(f"ws1-gumbel:{seed}:{step}".encode()).digest()[:8], "little") & ((1 << 63) - 1)
-
-
-def sample_token(logp: torch.Tensor, temperature: float, seed: int, step: int) -> int:
-    """One token from logp [V] (FP32 log-probs): greedy at temperature 0, else Gumbel-max."""
-    if temperature == 0:
-        return int(torch.argmax(logp))
-    g = torch.Generator().manual_seed(_noise_seed(seed, step))
-    u = torch.rand(logp.shape, generator=g, dtype=torch.float64, device="cpu").clamp_(1e-300, 1.0 - 1e-16)
-    gumbel = -torch.log(-torch.log(u))
-    return int(torch.argmax(logp.double().cpu() / temperature + gumbel))
 
 
 def validate(model: Qwen3ForCausalLM, req: Request) -> None:
@@ -73,15 +73,23 @@ def validate(model: Qwen3ForCausalLM, req: Request) -> None:
                               f"max_position_embeddings {c.max_position_embeddings}")
     if not req.temperature >= 0:
         raise ModelInputError(f"request {rid}: temperature must be >= 0, got {req.temperature}")
+    if req.seed is not None and (isinstance(req.seed, bool) or not isinstance(req.seed, int)):
+        raise ModelInputError(f"request {rid}: seed must be an int or None, got {req.seed!r}")
 
 
 def generate(model: Qwen3ForCausalLM, requests: Sequence[Request], *, max_batch: int = 8, cache=None, chunk: int | None = None,
-             block_size: int = 16, progress: bool = False) -> list[Completion]:
+             block_size: int = 16, progress: bool = False, graphs: bool | None = None, sync_every: int = 16,
+             stats: dict | None = None) -> list[Completion]:
     """Run ``requests`` to completion with continuous batching; results in request order.
 
     ``cache``: a KV cache to use (e.g. a warm :class:`~ws1_kv.PagedKVCache`; prefix reuse applies),
-    or None for a fresh paged cache sized for the requests. ``chunk``: chunked prefill. Every
-    request is validated before anything runs; a bad one raises and nothing is generated."""
+    ``"paged"`` / ``"contiguous"``, or None: a fresh paged cache sized for the requests (contiguous when
+    ``graphs`` is True). ``chunk``: chunked prefill. ``sync_every``: decode steps between the host's reads of
+    the sampled tokens (stop tokens are found there; the draws after a stop are dropped). ``graphs``: the
+    static decode step per batch bucket — CUDA graphs on a GPU, the same step run directly on a CPU — which
+    needs a contiguous cache; None: on when the model is on a CUDA device and the cache is contiguous.
+    ``stats``: filled with ``prefill_s``, ``decode_s``, ``decode_steps``, ``host_syncs``, ``buckets``.
+    Every request is validated before anything runs; a bad one raises and nothing is generated."""
     reqs = [r if r.request_id else Request(**{**r.__dict__, "request_id": f"req-{i}"}) for i, r in enumerate(requests)]
     ids = [r.request_id for r in reqs]
     if len(set(ids)) != len(ids):
@@ -90,57 +98,53 @@ def generate(model: Qwen3ForCausalLM, requests: Sequence[Request], *, max_batch:
         validate(model, r)
     if max_batch < 1:
         raise ModelInputError(f"max_batch must be >= 1, got {max_batch}")
-    if cache is None:
+    if not isinstance(sync_every, int) or sync_every < 1:
+        raise ModelInputError(f"sync_every must be a positive int, got {sync_every!r}")
+    if cache is None or isinstance(cache, str):
+        kind = cache or ("contiguous" if graphs else "paged")
         longest = max(len(r.prompt) + r.max_new_tokens for r in reqs)
-        cache = model.new_cache("paged", max_seqs=min(max_batch, len(reqs)), max_len=longest, block_size=block_size)
+        cache = model.new_cache(kind, max_seqs=min(max_batch, len(reqs)), max_len=longest, block_size=block_size)
+    from ws1_kv import ContiguousKVCache
+
+    contiguous = isinstance(cache, ContiguousKVCache)
+    capture_why = capture_refused(model)
+    if graphs is None:
+        graphs = contiguous and model.device.type == "cuda" and model.tracer is None and capture_why is None
+    if graphs:
+        if capture_why is not None:
+            raise ModelInputError(f"graphs=True: {capture_why}")
+        if not contiguous:
+            raise ModelInputError("graphs=True needs a contiguous KV cache (cache='contiguous'): the replayed decode step "
+                                  "reads each slot in place")
+        if cache.seqs:
+            raise ModelInputError("graphs=True needs a contiguous cache holding no other sequences: the decode step's "
+                                  "dummy rows write into slots no live sequence of this run holds")
+        if model.tracer is not None:
+            raise ModelInputError("graphs=True runs no model tracer (a replayed step calls no Python): use graphs=False")
     out = {r.request_id: Completion(r.request_id, tuple(r.prompt)) for r in reqs}
-    waiting = list(reqs)
-    running: dict[str, Request] = {}
-    pending: dict[str, int] = {}              # request -> the token to feed at the next decode step
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=sum(r.max_new_tokens for r in reqs), desc="generate", unit="tok", leave=False)
-
-    def emit(r: Request, logits: torch.Tensor) -> None:
-        comp = out[r.request_id]
-        logp = model.rollout_logp(logits[None])[0]
-        tok = sample_token(logp, r.temperature, r.seed, len(comp.tokens))
-        comp.tokens.append(tok)
-        comp.logprobs.append(float(logp[tok]))
-        if bar is not None:
-            bar.update(1)
-        if tok in r.stop_token_ids or len(comp.tokens) >= r.max_new_tokens:
-            comp.finish_reason = "stop" if tok in r.stop_token_ids else "length"
-            if bar is not None:
-                bar.update(r.max_new_tokens - len(comp.tokens))
-            cache.finish(r.request_id)
-            cache.free(r.request_id)
-            del running[r.request_id]
-        else:
-            pending[r.request_id] = tok
-
+    eng = Engine(model, cache, max_batch=max_batch, chunk=chunk, graphs=bool(graphs), sync_every=sync_every, progress=bar)
+    waiting = list(reqs)
     try:
-        while waiting or running:
-            admit = []
-            while waiting and len(running) + len(admit) < max_batch:
-                admit.append(waiting.pop(0))
-            if admit:
-                prompts = {}
-                for r in admit:
-                    hit = cache.begin(r.request_id, r.prompt)
-                    out[r.request_id].prefix_hit_tokens = hit
-                    prompts[r.request_id] = r.prompt[hit:]
-                    running[r.request_id] = r
-                for rid, logits in model.prefill(cache, prompts, chunk=chunk).items():
-                    emit(running[rid], logits)
-            if pending:
-                step = dict(pending)
-                pending.clear()
-                for rid, logits in model.decode(cache, step).items():
-                    emit(running[rid], logits)
+        with torch.no_grad():
+            while waiting or eng.running:
+                admit = []
+                while waiting and len(eng.running) + len(admit) < eng.max_running:
+                    admit.append(waiting.pop(0))
+                if admit:
+                    eng.admit(admit, out)
+                eng.decode_window()
+                eng.sync(out)
     finally:
         if bar is not None:
             bar.close()
+    if stats is not None:
+        t = eng.clock.totals()
+        stats.update({"prefill_s": t.get("prefill", 0.0), "decode_s": t.get("decode", 0.0), "decode_steps": eng.n_decode_steps,
+                      "host_syncs": eng.n_syncs, "graphs": bool(graphs), "buckets": sorted(eng.graphs_by_bucket),
+                      "sync_every": sync_every})
     return [out[r.request_id] for r in reqs]

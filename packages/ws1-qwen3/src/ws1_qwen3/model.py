@@ -225,27 +225,45 @@ class Qwen3ForCausalLM(nn.Module):
 
     # ---- the chain ---------------------------------------------------------------------------
 
-    def _check_ids(self, ids: torch.Tensor) -> None:
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.config.vocab_size):
-            bad = int(ids.max()) if int(ids.max()) >= self.config.vocab_size else int(ids.min())
+    def _check_ids(self, ids: torch.Tensor | Sequence[int]) -> None:
+        """Token ids in the vocabulary: a list of ints, or a tensor on the host (reading a device tensor would
+        be a sync: the device ids the model sees are the engine's sampled tokens, in range by construction)."""
+        if isinstance(ids, torch.Tensor):
+            if not ids.numel():
+                return
+            lo, hi = int(ids.min()), int(ids.max())
+        else:
+            if not ids:
+                return
+            lo, hi = min(ids), max(ids)
+        if lo < 0 or hi >= self.config.vocab_size:
+            bad = hi if hi >= self.config.vocab_size else lo
             raise ModelInputError(f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size})")
 
     def _check_positions(self, pos: torch.Tensor) -> None:
-        if pos.numel() and int(pos.max()) >= self.config.max_position_embeddings:
-            raise ModelInputError(f"position {int(pos.max())} exceeds max_position_embeddings "
-                                  f"{self.config.max_position_embeddings}")
+        top = int(pos.max()) if pos.numel() else -1
+        if top >= self.config.max_position_embeddings:
+            raise ModelInputError(f"position {top} exceeds max_position_embeddings {self.config.max_position_embeddings}")
 
-    def hidden(self, rows: Rows, attend: Callable | None = None, chunk: int | None = None) -> torch.Tensor:
+    def hidden(self, rows: Rows, attend: Callable | None = None, chunk: int | None = None, checked: bool = True) -> torch.Tensor:
         """Final-norm hidden states [R, H] (BF16; FP32 on the reference path).
 
         ``attend(layer, q, k, v)`` computes attention of all R rows (default: teacher forcing over
-        the segments ``rows.cu``); ``chunk`` runs that attention as chunked prefill (see ws1_ops.attention)."""
-        c, ops, keys = self.config, self.ops(), rows.keys
-        self._check_ids(rows.ids)
-        self._check_positions(rows.pos)
-        R, D, Hq, Hkv, eps = rows.ids.numel(), c.head_dim, c.num_attention_heads, c.num_key_value_heads, c.rms_norm_eps
+        the segments ``rows.cu``); ``chunk`` runs that attention as chunked prefill (see ws1_ops.attention).
+
+        The row metadata is validated here, on the host where it is built (ids in the vocabulary,
+        positions below the context), and the ops then run inside ``ws1_ops.trusted_inputs()``: on a GPU
+        their own value checks would each be a host sync. ``checked=False``: the caller (the rollout
+        engine) has validated them already — its ids may live on the device (sampled tokens, in range
+        by construction), where reading them would be a sync. The row keys stay on the host: the ops
+        only keep them for the canonical row order of parameter gradients, computed there."""
+        ops, keys = self.ops(), rows.keys
+        if checked:
+            self._check_ids(rows.ids)
+            self._check_positions(rows.pos)
+        R = rows.ids.numel()
         dev = self.device
-        ids, pos, keys = rows.ids.to(dev), rows.pos.to(dev), keys.to(dev)
+        ids, pos = rows.ids.to(dev), rows.pos.to(dev)
         cu = rows.cu.to(dev)
         if attend is None:
             def attend(_i, q, k, v):
@@ -254,6 +272,12 @@ class Qwen3ForCausalLM(nn.Module):
         def tr(layer, node, t):   # every kernel's output, by role, in the order computed (first_drift)
             return self._trace(layer, node, t, keys)
 
+        with ws1_ops.trusted_inputs():
+            return self._layers(ops, ids, pos, keys, R, attend, tr)
+
+    def _layers(self, ops, ids, pos, keys, R, attend, tr) -> torch.Tensor:
+        c = self.config
+        D, Hq, Hkv, eps = c.head_dim, c.num_attention_heads, c.num_key_value_heads, c.rms_norm_eps
         h = tr(-1, "embedding", ops.embedding(ids, self.model.embed_tokens.weight, keys)).float()   # FP32 residual stream
         for i, L in enumerate(self.model.layers):
             A, M = L.self_attn, L.mlp
@@ -266,19 +290,21 @@ class Qwen3ForCausalLM(nn.Module):
             q, k = tr(i, "rope_q", ops.rope(q, pos, c.rope_theta)), tr(i, "rope_k", ops.rope(k, pos, c.rope_theta))
             o = attend(i, q, k, v)
             self._trace(i, "attention", o, keys)
-            h = h + tr(i, "o_proj", ops.det_gemm(o.reshape(R, Hq * D), A.o_proj.weight, keys)).float()
+            # FP32 residual add of a BF16 output: torch.add promotes (exact BF16 -> FP32, then one FP32 add),
+            # the bits of h + y.float() in one kernel instead of two and no FP32 temporary
+            h = torch.add(h, tr(i, "o_proj", ops.det_gemm(o.reshape(R, Hq * D), A.o_proj.weight, keys)))
             self._trace(i, "attn_residual", h, keys)
             x = tr(i, "post_attention_layernorm", ops.rms_norm(h, L.post_attention_layernorm.weight, eps, keys))
             m = tr(i, "swiglu", ops.swiglu(tr(i, "gate_proj", ops.det_gemm(x, M.gate_proj.weight, keys)),
                                            tr(i, "up_proj", ops.det_gemm(x, M.up_proj.weight, keys))))
-            h = h + tr(i, "down_proj", ops.det_gemm(m, M.down_proj.weight, keys)).float()
+            h = torch.add(h, tr(i, "down_proj", ops.det_gemm(m, M.down_proj.weight, keys)))
             self._trace(i, "mlp_residual", h, keys)
         x = tr(c.num_hidden_layers, "final_norm", ops.rms_norm(h, self.model.norm.weight, eps, keys))
         return x
 
     def logits_of(self, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        """FP32 logits [n, V] of hidden rows x [n, H]."""
-        out = self.ops().lm_head(x, self.lm_head.weight, keys.to(x.device))
+        """FP32 logits [n, V] of hidden rows x [n, H] (``keys`` [n]: on the host, as hidden() keeps them)."""
+        out = self.ops().lm_head(x, self.lm_head.weight, keys)
         self._trace(self.config.num_hidden_layers, "lm_head", out, keys)
         return out
 
@@ -339,44 +365,59 @@ class Qwen3ForCausalLM(nn.Module):
 
     @torch.no_grad()
     def step(self, cache: KVCache, new_tokens: dict[Hashable, Sequence[int]], ranks: dict[Hashable, int] | None = None,
-             all_logits: bool = False) -> dict[Hashable, torch.Tensor]:
+             all_logits: bool = False, checked: bool = True) -> dict[Hashable, torch.Tensor]:
         """Append ``new_tokens[seq]`` to each sequence through the cache (prefill, a chunk, or decode).
 
         Returns FP32 logits per sequence: [V] of its last new token, or [n, V] with ``all_logits``.
-        Validation and allocation happen before any write (a bad request changes nothing)."""
+        Validation and allocation happen before any write (a bad request changes nothing);
+        ``checked=False``: the ids were validated by the caller (the rollout engine)."""
         toks = {s: [int(t) for t in ts] for s, ts in new_tokens.items()}
         for s, ts in toks.items():
             if not ts:
                 raise ModelInputError(f"sequence {s!r}: no new tokens")
-            self._check_ids(torch.tensor(ts, device="cpu"))
+            if checked:
+                self._check_ids(ts)
             if cache.length(s) + len(ts) > self.config.max_position_embeddings:
                 raise ModelInputError(f"sequence {s!r}: {cache.length(s) + len(ts)} tokens exceed max_position_embeddings "
                                       f"{self.config.max_position_embeddings}")
         st = cache.reserve({s: len(ts) for s, ts in toks.items()})
-        ranks = ranks or {}
-        rank = torch.cat([torch.full((n,), ranks.get(s, i), dtype=torch.int64, device="cpu") for i, (s, n) in enumerate(zip(st.seq_ids, st.counts))])
-        keys = ws1_ops.logical_keys(rank, st.q_pos)
-        rows = Rows(torch.tensor([t for s in st.seq_ids for t in toks[s]], dtype=torch.int64, device="cpu"), st.q_pos, keys,
-                    st.cu_seqlens_q)
-        with self.activate():
-            x = self.hidden(rows, attend=lambda i, q, k, v: cached_attention(cache, i, st, q, k, v))
-            if not all_logits:
-                last = st.cu_seqlens_q[1:] - 1
-                x, keys = x.index_select(0, last.to(x.device)), keys.index_select(0, last)
-            logits = self.logits_of(x, keys)
+        ids = torch.tensor([t for s in st.seq_ids for t in toks[s]], dtype=torch.int64, device="cpu")
+        logits = self.run_step(cache, st, ids, ranks, all_logits)
         cache.commit(st, toks)
         if all_logits:
             return dict(zip(st.seq_ids, logits.split(list(st.counts))))
         return dict(zip(st.seq_ids, logits))
 
+    @torch.no_grad()
+    def run_step(self, cache: KVCache, st, ids: torch.Tensor, ranks: dict[Hashable, int] | None = None,
+                 all_logits: bool = False) -> torch.Tensor:
+        """The forward of a step the cache has reserved (``st = cache.reserve(...)``; the caller commits).
+
+        ``ids`` [T] int64 in ``st``'s row order, on the host or on the model's device (the rollout engine's
+        sampled tokens never leave it), validated by the caller: nothing here reads a value back. Returns
+        FP32 logits: [n_seq, V] of each sequence's last new token (``st.seq_ids`` order), or [T, V]."""
+        ranks = ranks or {}
+        rank = torch.cat([torch.full((n,), ranks.get(s, i), dtype=torch.int64, device="cpu") for i, (s, n) in enumerate(zip(st.seq_ids, st.counts))])
+        keys = ws1_ops.logical_keys(rank, st.q_pos)
+        rows = Rows(ids, st.q_pos, keys, st.cu_seqlens_q)
+        with self.activate():
+            x = self.hidden(rows, attend=lambda i, q, k, v: cached_attention(cache, i, st, q, k, v), checked=False)
+            if not all_logits:
+                last = st.cu_seqlens_q[1:] - 1
+                if "last" not in st.dev:
+                    st.dev["last"] = last.to(x.device)
+                x, keys = x.index_select(0, st.dev["last"]), keys.index_select(0, last)
+            return self.logits_of(x, keys)
+
     def prefill(self, cache: KVCache, prompts: dict[Hashable, Sequence[int]], chunk: int | None = None,
-                ranks: dict[Hashable, int] | None = None, all_logits: bool = False) -> dict[Hashable, torch.Tensor]:
+                ranks: dict[Hashable, int] | None = None, all_logits: bool = False,
+                checked: bool = True) -> dict[Hashable, torch.Tensor]:
         """Feed each sequence's ``prompts[seq]`` (appended at its cursor) through the cache, in one step
         or in chunks whose boundaries are absolute positions (multiples of ``chunk``).
 
         Returns each sequence's logits of its last prompt token ([V]), or all of them ([n, V])."""
         if chunk is None:
-            return self.step(cache, prompts, ranks, all_logits)
+            return self.step(cache, prompts, ranks, all_logits, checked)
         if not isinstance(chunk, int) or chunk <= 0:
             raise ModelInputError(f"chunk must be a positive int, got {chunk!r}")
         left = {s: list(p) for s, p in prompts.items()}
@@ -387,7 +428,7 @@ class Qwen3ForCausalLM(nn.Module):
                 if rest:
                     n = (cache.length(s) // chunk + 1) * chunk - cache.length(s)  # up to the next absolute boundary
                     part[s], left[s] = rest[:n], rest[n:]
-            out = self.step(cache, part, ranks, all_logits)
+            out = self.step(cache, part, ranks, all_logits, checked)
             for s, lg in out.items():
                 got[s].append(lg if all_logits else lg[None])
         return {s: torch.cat(v) if all_logits else v[-1][0] for s, v in got.items()}
