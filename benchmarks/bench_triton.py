@@ -2,11 +2,19 @@
 
 Cases (Qwen3-8B shapes, BF16, FP32 accumulation):
 
-* det_gemm vs ``torch.matmul`` (cuBLAS) at M in {1, 59, 256, 4096}, K 4096, N in {4096, 12288};
-  weights rotate over enough copies (> 2x L2) that neither side is timed on an L2-resident weight.
-* attention vs ``F.scaled_dot_product_attention`` (enable_gqa; causal prefill on the padded
-  [B, H, S, D] layout, decode with one query per sequence): prefill of the 4 fixture samples
-  (lengths 11/16/13/19 packed), prefill B1 S2048, decode B1 Skv32 and B32 Skv2048; Hq 32, Hkv 8, D 128.
+* det_gemm vs ``torch.matmul`` (cuBLAS) at M in {1, 59, 256, 4096}, K 4096, N in {4096, 12288} (weights
+  rotate over enough copies, > 2x L2, that neither side is timed on an L2-resident weight), the same
+  layers' backward GEMMs (dx = dy W, dW = dy^T x over the rows in canonical order; BF16 dy, vs cuBLAS
+  BF16 -> FP32 where torch.mm has ``out_dtype``), and lm_head at V 151936 (FP32 logits, vs cuBLAS BF16 ->
+  FP32). Each row beside its roofline: max(FLOPs / 790 TFLOP/s, bytes / 4.3 TB/s), the H200's measured
+  ceilings (each operand read once, the output written once).
+* attention vs ``F.scaled_dot_product_attention`` forced onto its flash backend
+  (``sdpa_kernel(SDPBackend.FLASH_ATTENTION)``; GQA native, or K/V expanded to Hq heads outside the timed
+  call if this torch's flash takes none; the targets are ABSENT when flash cannot run, never compared with
+  another backend): prefill of the 4 fixture samples packed, B1 S2048 and a varlen pack B4
+  S1000/700/300/48 (SDPA on the padded [B, H, S, D] layout, causal), decode B1 Skv32, B32 Skv2048 and
+  B1 Skv32768 (one query per sequence), and the backward at S2048; Hq 32, Hkv 8, D 128. Each row beside
+  its roofline (useful FLOPs: causal 4 D Hq sum(n(n+1)/2); bytes: q, k, v, out once).
 * logprob vs ``log_softmax`` + ``gather``, batch_invariant_logp vs ``log_softmax``: T 27 and 2048, V 151936.
 * chain (``--chain``): teacher forcing of the 4 fixture samples through the synthetic qwen3-8b-L2
   model, forward and forward+backward, triton_cuda_bf16 vs the same model written in plain PyTorch
@@ -19,14 +27,17 @@ Kernels are timed in two modes where both sides allow it: ``graph`` (the calls c
 CUDA graph and replayed: device time, no Python launch cost) and ``eager`` (plain calls: what a
 Python caller sees). ``speed = t_torch / t_ws1`` (1.0 = as fast as torch; > 1 faster).
 
-Targets (issue 7): det_gemm speed >= 0.7 at M >= 256 and >= 0.5 at M = 1 (graph mode); the chain's
-time ratio t_ws1 / t_torch <= 1.3 (its formal check is C10's).
+Targets (issue 24), printed MET / MISS / ABSENT beside the roofline time: det_gemm, lm_head and the
+backward GEMMs >= 0.9x cuBLAS at M >= 256 and >= 0.8x at M <= 64 (graph mode); attention forward >= 0.8x
+SDPA flash for prefill at S2048 and the packs, decode >= 0.7x at B32 Skv2048 and B1 Skv32768 (graph),
+backward >= 0.6x (eager: the backward plans its tiles on the host); the chain's time ratio t_ws1 / t_torch
+<= 1.3 (its formal check is C10's).
 
-    python benchmarks/bench_triton.py [--reps 20] [--json PATH] [--no-chain] [--quick]
+    python benchmarks/bench_triton.py [--reps 20] [--json PATH] [--no-chain] [--only gemm,attention] [--quick]
 
-``--quick``: a few small cases only (a smoke run). Without CUDA the script exits 2, except under
-TRITON_INTERPRET=1 with ``--quick``, where it runs the code paths on CPU (a logic check; the
-timings mean nothing).
+Without CUDA the script prints one line and exits 2, except under TRITON_INTERPRET=1 with ``--quick``,
+where it runs small cases of every group on CPU tensors (a logic check of the code paths; the timings
+and targets mean nothing there and no target is judged).
 """
 
 from __future__ import annotations
@@ -57,6 +68,7 @@ class Clock:
     """ms per call of ``fn`` over ``inner`` back-to-back calls: CUDA events on a GPU, else wall clock."""
 
     def __init__(self, device: torch.device):
+        self.device = device
         self.cuda = device.type == "cuda"
 
     def run(self, fn: Callable, inner: int) -> float:
@@ -119,41 +131,115 @@ def _row(case: str, mode: str, res: dict, extra: dict | None = None) -> dict:
     return row
 
 
-# ---- cases -------------------------------------------------------------------------------------
+# ---- rooflines (issue 24) -------------------------------------------------------------------------
+
+# The H200's measured ceilings (the first GPU run, ../shared/gpu-runs/2026-12-04-h200): cuBLAS BF16 dense,
+# a device-to-device copy. docs/triton.md "Cost model" gives the same numbers per kernel.
+BF16_TFLOPS, HBM_TBS = 790.0, 4.3
+
+
+def roofline_ms(flops: float, nbytes: float) -> float:
+    """max(FLOPs / peak, bytes / bandwidth): the floor no kernel beats (each operand read once)."""
+    return max(flops / (BF16_TFLOPS * 1e9), nbytes / (HBM_TBS * 1e9))
+
+
+def _roof(r: dict, flops: float, nbytes: float) -> dict:
+    r["roofline_ms"] = roofline_ms(flops, nbytes)
+    r["flops"], r["bytes"] = flops, nbytes
+    r["ws1_over_roofline"] = r["roofline_ms"] / r["ws1_ms"] if r["ws1_ms"] > 0 else None
+    print(f"    roofline {r['roofline_ms']:.4f} ms ({flops / 1e9:.3f} GFLOP, {nbytes / 1e6:.1f} MB at {BF16_TFLOPS:g} TFLOP/s, "
+          f"{HBM_TBS:g} TB/s): ws1 at {r['ws1_over_roofline']:.2f} of it", flush=True)
+    return r
+
+
+# ---- cases ------------------------------------------------------------------------------------
+
+
+def _mm_f32_out(dev):
+    """cuBLAS BF16 x BF16 -> FP32 (torch.mm's ``out_dtype``, torch >= 2.8) or None: the contender for an FP32
+    output; without it the contender writes BF16 (half the output bytes; said in the row)."""
+    try:
+        a = torch.zeros(8, 8, dtype=BF, device=dev)
+        torch.mm(a, a, out_dtype=torch.float32)
+        return lambda x, y: torch.mm(x, y, out_dtype=torch.float32)
+    except Exception:  # noqa: BLE001  (older torch, or the CPU)
+        return None
 
 
 def gemm_cases(clock, dev, args) -> list[dict]:
+    """det_gemm and its backward (dx, dW) at the issue's shapes, lm_head at V 151936, each vs cuBLAS."""
     g = torch.Generator(device="cpu").manual_seed(0)
-    shapes = [(m, 4096, n) for n in (4096, 12288) for m in (1, 59, 256, 4096)]
-    if args.quick:
-        shapes = [(1, 256, 384), (70, 256, 384)]
     rows = []
-    for M, K, N in shapes:
-        rows += _gemm_case(clock, dev, args, g, M, K, N)
+    K, Ns, Ms, V = 4096, (4096, 12288), (1, 59, 256, 4096), V_FULL
+    if args.quick:
+        K, Ns, Ms, V = 256, (384,), (1, 70), 1000
+    f32 = _mm_f32_out(dev)
+    mm = f32 or (lambda a, b: torch.mm(a, b))
+    vs32 = "cuBLAS BF16 -> FP32" if f32 else "cuBLAS BF16 -> BF16 (no out_dtype in this torch)"
+    for N in Ns:
+        copies = max(1, -(-2 * L2_BYTES // (N * K * 2))) if clock.cuda else 1
+        ws = [(torch.randn(N, K, generator=g, device="cpu") * 0.02).to(BF).to(dev) for _ in range(copies)]
+        it = {"ws1": 0, "torch": 0}
+
+        def nxt(side, ws=ws, it=it, copies=copies):
+            it[side] = (it[side] + 1) % copies
+            return ws[it[side]]
+
+        for M in Ms:
+            x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
+            dy = (torch.randn(M, N, generator=g, device="cpu") * 0.1).to(BF).to(dev)
+            perm = torch.randperm(M, generator=g, device="cpu").to(dev)        # the canonical row order dW reduces in
+            flops = 2 * M * K * N
+            rows += _gemm_rows(clock, args, f"det_gemm M{M} K{K} N{N}", "det_gemm",
+                               {"ws1": lambda x=x, nxt=nxt: _tgemm().det_gemm(x, nxt("ws1")),
+                                "torch": lambda x=x, nxt=nxt: torch.matmul(x, nxt("torch").t())},
+                               flops, 2 * (M * K + N * K + M * N), {"M": M, "K": K, "N": N, "weight_copies": copies,
+                                                                    "vs": "cuBLAS BF16"})
+            rows += _gemm_rows(clock, args, f"det_gemm backward dx M{M} N{N} K{K}", "backward_dx",
+                               {"ws1": lambda dy=dy, nxt=nxt: _tgemm().gemm_dx(dy, None, nxt("ws1")),
+                                "torch": lambda dy=dy, nxt=nxt: mm(dy, nxt("torch"))},
+                               flops, 2 * (M * N + N * K) + 4 * M * K, {"M": M, "K": K, "N": N, "vs": vs32})
+            if M >= 59:
+                dyp, xp = dy.index_select(0, perm), x.index_select(0, perm)
+                rows += _gemm_rows(clock, args, f"det_gemm backward dW M{M} N{N} K{K}", "backward_dw",
+                                   {"ws1": lambda dy=dy, x=x, perm=perm: _tgemm().gemm_dw(dy, x, perm),
+                                    "torch": lambda dyp=dyp, xp=xp: mm(dyp.t(), xp)},
+                                   flops, 2 * (M * N + M * K) + 4 * N * K, {"M": M, "K": K, "N": N, "vs": vs32})
+    wv = (torch.randn(V, K, generator=g, device="cpu") * 0.02).to(BF).to(dev)
+    for M in Ms:
+        x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
+        rows += _gemm_rows(clock, args, f"lm_head M{M} K{K} V{V}", "lm_head",
+                           {"ws1": lambda x=x: _tlm().lm_head(x, wv), "torch": lambda x=x: mm(x, wv.t())},
+                           2 * M * K * V, 2 * (M * K + V * K) + 4 * M * V, {"M": M, "K": K, "N": V, "vs": vs32})
     return rows
 
 
-def _gemm_case(clock, dev, args, g, M, K, N) -> list[dict]:
-    from ws1_ops.triton import det_gemm as tg
+def _tgemm():
+    from ws1_ops.triton import det_gemm
 
-    x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
-    copies = max(1, -(-2 * L2_BYTES // (N * K * 2))) if clock.cuda else 1
-    ws = [(torch.randn(N, K, generator=g, device="cpu") * 0.02).to(BF).to(dev) for _ in range(copies)]
-    it = {"ws1": 0, "torch": 0}
+    return det_gemm
 
-    def nxt(side):
-        it[side] = (it[side] + 1) % copies
-        return ws[it[side]]
 
-    fns = {"ws1": lambda: tg.det_gemm(x, nxt("ws1")), "torch": lambda: torch.matmul(x, nxt("torch").t())}
-    inner = 1 if args.quick else max(5, min(200, int(2e11 / (2 * M * K * N + 1))))
+def _tlm():
+    from ws1_ops.triton import lm_head
+
+    return lm_head
+
+
+def _gemm_rows(clock, args, name, kind, fns, flops, nbytes, extra) -> list[dict]:
+    from ws1_ops.triton import _common, _gemm
+
+    inner = 1 if args.quick else max(3, min(200, int(2e11 / (flops + 1))))
+    table = _common.arch(torch.empty(0, device=clock.device))
+    cfg = (_gemm.bf16_config(table, extra["M"], kind == "det_gemm") if kind in ("det_gemm", "lm_head", "backward_dx")
+           else _gemm.DW_BF16[table])
+    extra = {**extra, "kind": kind, "logic_check_only": not clock.cuda, "config": vars(cfg), "table": table}
     rows = []
-    for mode in (("graph", "eager") if clock.cuda else ("eager",)):
-        r = _row(f"det_gemm M{M} K{K} N{N}", mode, compare(clock, fns, args.reps, inner, mode == "graph"),
-                 {"M": M, "K": K, "N": N, "weight_copies": copies})
-        r["tflops_ws1"] = 2 * M * K * N / (r["ws1_ms"] * 1e9)
-        r["tflops_torch"] = 2 * M * K * N / (r["torch_ms"] * 1e9)
-        rows.append(r)
+    for mode in _modes(clock):
+        r = _row(name, mode, compare(clock, fns, args.reps, inner, mode == "graph"), extra)
+        r["tflops_ws1"] = flops / (r["ws1_ms"] * 1e9)
+        r["tflops_torch"] = flops / (r["torch_ms"] * 1e9)
+        rows.append(_roof(r, flops, nbytes))
     return rows
 
 
@@ -165,67 +251,139 @@ def _modes(clock):
     return ("graph", "eager") if clock.cuda else ("eager",)
 
 
+def _sdpa_flash(dev, quick: bool) -> dict:
+    """torch's SDPA forced onto its flash backend: {"fn": fn(q, k, v, causal, scale) on [B, H, S, D], "expand":
+    K/V must be expanded to Hq heads first, "note"}, or {"fn": None, "note": why not} (the attention targets are
+    then ABSENT). Only the --quick logic check on the CPU, where no flash kernel exists, falls back to SDPA's
+    default backend, and says so."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError as exc:
+        return {"fn": None, "note": f"torch.nn.attention.sdpa_kernel is not importable ({exc})"}
+
+    def run(q, k, v, causal, scale, gqa=False):
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=gqa)
+
+    if dev.type != "cuda":
+        if quick:
+            return {"fn": lambda q, k, v, causal, scale: F.scaled_dot_product_attention(
+                q, k, v, is_causal=causal, scale=scale, enable_gqa=True), "expand": False,
+                "note": "SDPA default backend on the CPU (logic check only: no flash kernel here)"}
+        return {"fn": None, "note": "no CUDA device: SDPA's flash backend cannot run"}
+    q, kv = torch.zeros(1, 4, 8, 64, dtype=BF, device=dev), torch.zeros(1, 2, 8, 64, dtype=BF, device=dev)
+    try:
+        run(q, kv, kv, True, 0.1, True)
+        torch.cuda.synchronize()
+        return {"fn": lambda q, k, v, causal, scale: run(q, k, v, causal, scale, True), "expand": False,
+                "note": "SDPA flash (GQA native)"}
+    except Exception as exc1:  # noqa: BLE001  (this torch's flash kernel may not take GQA)
+        try:
+            run(q, kv.repeat_interleave(2, 1), kv.repeat_interleave(2, 1), True, 0.1)
+            torch.cuda.synchronize()
+        except Exception as exc2:  # noqa: BLE001
+            return {"fn": None, "note": f"SDPA's flash backend cannot run here: {str(exc2).splitlines()[0][:160]}"}
+        return {"fn": run, "expand": True,
+                "note": f"SDPA flash, K/V expanded to Hq heads outside the timed call ({str(exc1).splitlines()[0][:80]})"}
+
+
+def attention_cost(kind: str, heads, lengths=None, B=0, S=0) -> tuple[float, float]:
+    """(useful FLOPs, fewest HBM bytes) of one call (docs/triton.md "Cost model"): causal prefill 4 D Hq sum n(n+1)/2,
+    q/k/v read and out written once; decode 4 D Hq B S, K/V read once; backward 2.5x the forward's FLOPs,
+    q, k, v, out, dout read and dq, dk, dv (FP32) written once."""
+    hq, hkv, d = heads
+    if kind == "prefill":
+        T = sum(lengths)
+        return sum(4 * d * hq * n * (n + 1) // 2 for n in lengths), 2 * T * d * (2 * hq + 2 * hkv) + 4 * T * hq
+    if kind == "decode":
+        return 4 * d * hq * B * S, 2 * B * S * hkv * d * 2 + 2 * B * hq * d * 2 + 4 * B * hq
+    flops = 4 * d * hq * S * (S + 1) // 2 * 5 // 2
+    return flops, 2 * S * d * (3 * hq + 2 * hkv) + 4 * S * d * (hq + 2 * hkv) + 8 * S * hq
+
+
 def attention_cases(clock, dev, args) -> list[dict]:
+    """Prefill (fixture pack, B1 S2048, varlen pack), decode (B1 Skv32, B32 Skv2048, B1 Skv32768) and the
+    backward at S2048 vs SDPA flash (forced), Hq 32 / Hkv 8 / D 128; each beside its roofline."""
+    from ws1_ops.triton import attention as ta
+
     g = torch.Generator(device="cpu").manual_seed(1)
     heads = (4, 2, 32) if args.quick else (HQ, HKV, D)
-    prefills = [("prefill fixture B4 S11/16/13/19", [11, 16, 13, 19]), ("prefill B1 S2048", [2048])]
-    decodes = [("decode B1 Skv32", 1, 32), ("decode B32 Skv2048", 32, 2048)]
+    hq, hkv, d = heads
+    scale = d ** -0.5
+    flash = _sdpa_flash(dev, args.quick)
+    if flash["fn"] is None:
+        print(f"  {flash['note']}: the attention targets are ABSENT (nothing timed in their place)", flush=True)
+        return [{"case": "attention vs SDPA flash", "mode": "-", "absent": flash["note"]}]
+    print(f"  contender: {flash['note']}", flush=True)
+    prefills = [("prefill fixture B4 S11/16/13/19", [11, 16, 13, 19]), ("prefill B1 S2048", [2048]),
+                ("prefill varlen B4 S1000/700/300/48", [1000, 700, 300, 48])]
+    decodes = [("decode B1 Skv32", 1, 32), ("decode B32 Skv2048", 32, 2048), ("decode B1 Skv32768", 1, 32768)]
+    S_bwd = 2048
     if args.quick:
-        prefills, decodes = [("prefill B2 S11/19", [11, 19])], [("decode B2 Skv19", 2, 19)]
+        prefills, decodes, S_bwd = [("prefill B2 S11/19", [11, 19])], [("decode B2 Skv19", 2, 19)], 19
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g, device="cpu").to(BF).to(dev)
+
+    def kv_for(t):  # [B, Hkv, S, D] -> what the contender reads
+        return t.repeat_interleave(hq // hkv, 1) if flash["expand"] else t
+
     rows = []
+    extra0 = {"vs": flash["note"], "logic_check_only": not clock.cuda}
     for name, lengths in prefills:
-        rows += _prefill_case(clock, dev, args, g, heads, name, lengths)
+        T, S, B = sum(lengths), max(lengths), len(lengths)
+        q, k, v = r(T, hq, d), r(T, hkv, d), r(T, hkv, d)
+        cu = _cu(lengths, dev)
+        pos = torch.cat([torch.arange(n, device="cpu") for n in lengths]).to(dev)
+        plan = ta.plan(q, k, v, cu, cu, pos)
+        qp, kp, vp = r(B, hq, S, d), kv_for(r(B, hkv, S, d)), kv_for(r(B, hkv, S, d))
+        fns = {"ws1": lambda q=q, k=k, v=v, cu=cu, pos=pos, plan=plan: ta.attention_planned(q, k, v, cu, cu, pos, scale, plan),
+               "torch": lambda qp=qp, kp=kp, vp=vp: flash["fn"](qp, kp, vp, True, scale)}
+        flops, nbytes = attention_cost("prefill", heads, lengths)
+        for mode in _modes(clock):
+            rows.append(_roof(_row(f"attention {name}", mode, compare(clock, fns, args.reps, 1 if args.quick else 10,
+                                                                        mode == "graph"),
+                                   {**extra0, "kind": "attention_prefill", "lengths": lengths, "ws1_layout": plan.layout,
+                                    "ws1_chunks": plan.n_chunks, "contender_layout": f"padded [{B}, {hq}, {S}, {d}]"}),
+                              flops, nbytes))
+        fns_op = {"ws1": lambda q=q, k=k, v=v, cu=cu, pos=pos: ta.attention(q, k, v, cu, cu, pos, scale), "torch": fns["torch"]}
+        rows.append(_row(f"attention {name} (+host plan)", "eager", compare(clock, fns_op, args.reps, 1, False),
+                         {**extra0, "kind": "attention_prefill_with_plan"}))
     for name, B, S in decodes:
-        rows += _decode_case(clock, dev, args, g, heads, name, B, S)
+        q, k, v = r(B, hq, d), r(B * S, hkv, d), r(B * S, hkv, d)
+        cu_q, cu_k = _cu([1] * B, dev), _cu([S] * B, dev)
+        pos = torch.full((B,), S - 1, dtype=torch.int64, device=dev)
+        plan = ta.plan(q, k, v, cu_q, cu_k, pos)
+        qd = q.reshape(B, 1, hq, d).transpose(1, 2).contiguous()
+        kd = kv_for(k.reshape(B, S, hkv, d).transpose(1, 2).contiguous())
+        vd = kv_for(v.reshape(B, S, hkv, d).transpose(1, 2).contiguous())
+        fns = {"ws1": lambda q=q, k=k, v=v, cu_q=cu_q, cu_k=cu_k, pos=pos, plan=plan: ta.attention_planned(
+                   q, k, v, cu_q, cu_k, pos, scale, plan),
+               "torch": lambda qd=qd, kd=kd, vd=vd: flash["fn"](qd, kd, vd, False, scale)}
+        flops, nbytes = attention_cost("decode", heads, B=B, S=S)
+        for mode in _modes(clock):
+            rows.append(_roof(_row(f"attention {name}", mode, compare(clock, fns, args.reps, 1 if args.quick else 50,
+                                                                        mode == "graph"),
+                                   {**extra0, "kind": "attention_decode", "B": B, "Skv": S, "ws1_layout": plan.layout,
+                                    "ws1_chunks": plan.n_chunks, "ws1_programs": int(plan.items.shape[0]) * (hq // plan.HPB)}),
+                              flops, nbytes))
+    # backward: ws1's attention_bwd (eager: it plans its tiles on the host) vs the flash backward (autograd.grad)
+    S = S_bwd
+    q, k, v = r(S, hq, d), r(S, hkv, d), r(S, hkv, d)
+    cu, pos = _cu([S], dev), torch.arange(S, device="cpu").to(dev)
+    out, lse = ta.attention(q, k, v, cu, cu, pos, scale)
+    dout = r(S, hq, d)
+    qf = q.transpose(0, 1)[None].contiguous().requires_grad_(True)
+    kf = kv_for(k.transpose(0, 1)[None].contiguous()).requires_grad_(True)
+    vf = kv_for(v.transpose(0, 1)[None].contiguous()).requires_grad_(True)
+    of = flash["fn"](qf, kf, vf, True, scale)
+    do = dout.transpose(0, 1)[None].contiguous()
+    fns = {"ws1": lambda: ta.attention_bwd(dout, q, k, v, out, lse, cu, cu, pos, scale),
+           "torch": lambda: torch.autograd.grad(of, (qf, kf, vf), do, retain_graph=True)}
+    flops, nbytes = attention_cost("backward", heads, S=S)
+    rows.append(_roof(_row(f"attention backward B1 S{S}", "eager", compare(clock, fns, args.reps, 1 if args.quick else 5, False),
+                           {**extra0, "kind": "attention_backward", "S": S}), flops, nbytes))
     return rows
-
-
-def _prefill_case(clock, dev, args, g, heads, name, lengths) -> list[dict]:
-    from ws1_ops.triton import attention as ta
-
-    hq, hkv, d = heads
-    scale = d ** -0.5
-
-    def r(*shape):
-        return torch.randn(*shape, generator=g, device="cpu").to(BF).to(dev)
-
-    T, S, B = sum(lengths), max(lengths), len(lengths)
-    q, k, v = r(T, hq, d), r(T, hkv, d), r(T, hkv, d)
-    cu = _cu(lengths, dev)
-    pos = torch.cat([torch.arange(n, device="cpu") for n in lengths]).to(dev)
-    tiles = ta.plan(q, k, v, cu, cu, pos)
-    # torch: the padded [B, H, S, D] layout, causal (right padding does not change the valid rows)
-    qp, kp, vp = r(B, hq, S, d), r(B, hkv, S, d), r(B, hkv, S, d)
-    inner = 1 if args.quick else 20
-    sdpa = lambda: F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, scale=scale, enable_gqa=True)  # noqa: E731
-    fns = {"ws1": lambda: ta.attention_planned(q, k, v, cu, cu, pos, scale, tiles), "torch": sdpa}
-    rows = [_row(f"attention {name}", mode, compare(clock, fns, args.reps, inner, mode == "graph"), {"lengths": lengths})
-            for mode in _modes(clock)]
-    fns_op = {"ws1": lambda: ta.attention(q, k, v, cu, cu, pos, scale), "torch": sdpa}
-    rows.append(_row(f"attention {name} (+host plan)", "eager", compare(clock, fns_op, args.reps, inner, False)))
-    return rows
-
-
-def _decode_case(clock, dev, args, g, heads, name, B, S) -> list[dict]:
-    from ws1_ops.triton import attention as ta
-
-    hq, hkv, d = heads
-    scale = d ** -0.5
-
-    def r(*shape):
-        return torch.randn(*shape, generator=g, device="cpu").to(BF).to(dev)
-
-    q, k, v = r(B, hq, d), r(B * S, hkv, d), r(B * S, hkv, d)
-    cu_q, cu_k = _cu([1] * B, dev), _cu([S] * B, dev)
-    pos = torch.full((B,), S - 1, dtype=torch.int64, device=dev)
-    tiles = ta.plan(q, k, v, cu_q, cu_k, pos)
-    qd = q.reshape(B, 1, hq, d).transpose(1, 2)
-    kd, vd = (t.reshape(B, S, hkv, d).transpose(1, 2) for t in (k, v))
-    fns = {"ws1": lambda: ta.attention_planned(q, k, v, cu_q, cu_k, pos, scale, tiles),
-           "torch": lambda: F.scaled_dot_product_attention(qd, kd, vd, scale=scale, enable_gqa=True)}
-    inner = 1 if args.quick else 50
-    return [_row(f"attention {name}", mode, compare(clock, fns, args.reps, inner, mode == "graph"), {"B": B, "Skv": S})
-            for mode in _modes(clock)]
 
 
 def logprob_cases(clock, dev, args) -> list[dict]:
@@ -316,18 +474,50 @@ def chain_cases(clock, dev, args) -> list[dict]:
 # ---- targets and main --------------------------------------------------------------------------
 
 
+GEMM_KINDS = ("det_gemm", "lm_head", "backward_dx", "backward_dw")
+ATTN_WANT = {"attention_prefill": 0.8, "attention_decode": 0.7, "attention_backward": 0.6}
+
+
 def targets(rows: list[dict]) -> list[dict]:
+    """Issue 24's targets, each beside its roofline: det_gemm, lm_head and the backward GEMMs >= 0.9x cuBLAS at
+    M >= 256, >= 0.8x at M <= 64 (graph); attention >= 0.8x SDPA flash for prefill at S2048 and the packs, >= 0.7x
+    for decode at B32 Skv2048 and B1 Skv32768 (graph), >= 0.6x for the backward (eager); ABSENT (met None) when the
+    flash backend cannot run; the chain's time ratio <= 1.3. A --quick logic check judges nothing."""
     out = []
     for r in rows:
-        if r["case"].startswith("det_gemm") and r["mode"] == "graph" and r.get("K") == 4096:
-            want = 0.7 if r["M"] >= 256 else 0.5 if r["M"] == 1 else None
-            if want is not None:
-                out.append({"target": f"det_gemm speed >= {want} (graph) at M{r['M']} N{r['N']}", "value": r["speed"],
-                            "met": r["speed"] >= want})
-        if r["case"].startswith("chain") and r["case"].endswith("forward+backward") and not r.get("logic_check_only"):
+        if r.get("logic_check_only"):
+            continue
+        if "absent" in r:
+            for t in ("prefill S2048 and packs >= 0.8", "decode B32 Skv2048 and B1 Skv32768 >= 0.7", "backward >= 0.6"):
+                out.append({"target": f"attention {t} vs SDPA flash", "value": None, "met": None, "absent": r["absent"]})
+            continue
+        kind = r.get("kind")
+        if kind in GEMM_KINDS and r["mode"] == "graph" and r["M"] not in range(65, 256):
+            want = 0.9 if r["M"] >= 256 else 0.8
+            out.append({"target": f"{r['case']}: speed >= {want} vs {r['vs']} (graph)", "value": r["speed"],
+                        "met": r["speed"] >= want, "roofline_ms": r["roofline_ms"], "ws1_ms": r["ws1_ms"],
+                        "torch_ms": r["torch_ms"], "vs": r["vs"]})
+        want = ATTN_WANT.get(kind)
+        if want is not None and r["mode"] == ("eager" if kind == "attention_backward" else "graph"):
+            if kind == "attention_decode" and r.get("Skv", 0) <= 32:
+                continue                   # B1 Skv32: launch-bound, printed, not a target
+            out.append({"target": f"{r['case']}: speed >= {want} vs SDPA flash ({r['mode']})", "value": r["speed"],
+                        "met": r["speed"] >= want, "roofline_ms": r["roofline_ms"], "ws1_ms": r["ws1_ms"],
+                        "torch_ms": r["torch_ms"], "vs": r["vs"]})
+        if r["case"].startswith("chain") and r["case"].endswith("forward+backward"):
             out.append({"target": "chain time ratio <= 1.3 (forward+backward vs plain PyTorch BF16)", "value": r["time_ratio"],
                         "met": r["time_ratio"] <= 1.3})
     return out
+
+
+def print_targets(tg: list[dict]) -> None:
+    for t in tg:
+        if t["met"] is None:   # the contender cannot run here: reported, never replaced
+            print(f"  target ABSENT {t['target']}: {t.get('absent', '')}")
+            continue
+        roof = (f"  (ws1 {t['ws1_ms']:.4f} ms, {t.get('vs', 'torch')} {t['torch_ms']:.4f} ms, roofline {t['roofline_ms']:.4f} ms)"
+                if "roofline_ms" in t else "")
+        print(f"  target {'MET ' if t['met'] else 'MISS'} {t['target']}: {t['value']:.3f}{roof}")
 
 
 def main(argv=None) -> int:
@@ -366,10 +556,15 @@ def main(argv=None) -> int:
             errors[name] = f"{type(exc).__name__}: {exc}"
             print(f"  {name}: FAILED {errors[name]}", flush=True)
     tg = targets(rows)
-    for t in tg:
-        print(f"  target {'MET ' if t['met'] else 'MISS'} {t['target']}: {t['value']:.3f}")
-    result = {"host": host, "gemm_configs": {"bf16": vars(_gemm.BF16_CONFIG), "fp32": vars(_gemm.F32_CONFIG)},
-              "cases": rows, "targets": tg, "errors": errors}
+    print_targets(tg)
+    from ws1_ops.triton import attention as ta
+
+    configs = {"gemm_bf16_tiers": {a: [{"max_m": t.max_m, **vars(t.cfg)} for t in tiers] for a, tiers in _gemm.BF16_TIERS.items()},
+               "gemm_bf16_out_large": {a: vars(c) for a, c in _gemm.BF16_OUT_LARGE.items()},
+               "gemm_dw": {a: vars(c) for a, c in _gemm.DW_BF16.items()}, "gemm_fp32_dy": vars(_gemm.F32_CONFIG),
+               "attention_fwd": {a: {k: vars(c) for k, c in cs.items()} for a, cs in ta.FWD.items()},
+               "attention_bwd": {a: vars(c) for a, c in ta.BWD.items()}, "attention_BN": ta.BN, "attention_KV_CHUNK": ta.KV_CHUNK}
+    result = {"host": host, "configs": configs, "cases": rows, "targets": tg, "errors": errors}
     path = args.json or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "evidence", "bench", "triton.json")
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
