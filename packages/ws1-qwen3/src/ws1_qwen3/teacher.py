@@ -96,16 +96,19 @@ def _rows(model: Qwen3ForCausalLM, samples: Sequence[Sample], layout: str, padde
     longest = max(s.length for s in samples)
     if longest > model.config.max_position_embeddings:
         raise ModelInputError(f"a sample of {longest} tokens exceeds max_position_embeddings {model.config.max_position_embeddings}")
-    ids, pos, keys, lens, first = [], [], [], [], []   # pos: packed only (padded: from the segments)
+    ids, lens, first = [], [], []
     t = lambda x: torch.tensor(x, dtype=torch.int64, device="cpu")  # noqa: E731  (row metadata lives on the host)
+    # positions and keys as tensor ops per sample, not Python per token (8 x 2048 tokens: milliseconds the
+    # host spends before the first launch of a trainer step)
+    ar = lambda n: torch.arange(n, dtype=torch.int64, device="cpu")  # noqa: E731
     if layout == "packed":
         for s in samples:
             first.append(len(ids))
             ids += s.tokens
-            pos += range(s.length)
-            keys += [(s.rank << 32) | p for p in range(s.length)]
             lens.append(s.length)
-        return Rows(t(ids), t(pos), t(keys), ws1_ops.cu_seqlens_from_lengths(t(lens))), first
+        pos = torch.cat([ar(s.length) for s in samples])
+        keys = torch.cat([(s.rank << 32) | ar(s.length) for s in samples])
+        return Rows(t(ids), pos, keys, ws1_ops.cu_seqlens_from_lengths(t(lens))), first
     S = padded_length or longest
     if S < longest:
         raise ModelInputError(f"padded_length {S} is shorter than the longest sample ({longest} tokens)")
@@ -114,6 +117,7 @@ def _rows(model: Qwen3ForCausalLM, samples: Sequence[Sample], layout: str, padde
     garbage = torch.randint(model.config.vocab_size, (len(samples), S), generator=torch.Generator().manual_seed(PAD_GRAD_SEED),
                             device="cpu")
     valid = torch.zeros(len(samples), S, dtype=torch.bool, device="cpu")
+    keys = torch.full((len(samples), S), -1, dtype=torch.int64, device="cpu")
     for b, s in enumerate(samples):
         lead = S - s.length if layout == "padded_left" else 0
         first.append(b * S + lead)
@@ -121,11 +125,12 @@ def _rows(model: Qwen3ForCausalLM, samples: Sequence[Sample], layout: str, padde
         row_ids[lead:lead + s.length] = s.tokens
         ids += row_ids
         valid[b, lead:lead + s.length] = True
-        keys += [(s.rank << 32) | (j - lead) if 0 <= j - lead < s.length else -1 for j in range(S)]
+        keys[b, lead:lead + s.length] = (s.rank << 32) | ar(s.length)
+    keys = keys.reshape(-1)
     # every row goes through the kernels: the pad rows are attention segments of their own (a
     # sequence's position = its row's place in its segment); their results are never read
     cu, pos_t = ws1_ops.padded_segments(valid)
-    return Rows(t(ids), pos_t, t(keys), cu), first
+    return Rows(t(ids), pos_t, keys, cu), first
 
 
 def teacher_forcing(model: Qwen3ForCausalLM, samples: Sequence[Sample], *, layout: str = "padded_right",
@@ -152,14 +157,14 @@ def teacher_forcing(model: Qwen3ForCausalLM, samples: Sequence[Sample], *, layou
     rows, first = _rows(model, samples, layout, padded_length)
     sel, tgt, keys, act, row_keys = [], [], [], [], []
     for s, r0 in zip(samples, first):
-        for p in range(1 if all_tokens else s.n_prompt, s.length):
-            sel.append(r0 + p - 1)          # the row that predicts position p
-            tgt.append(s.tokens[p])
-            keys.append((s.rank << 32) | p)
-            row_keys.append((s.rank << 32) | (p - 1))
-            act.append(p >= s.n_prompt)
-    sel_t, tgt_t, keys_t = (torch.tensor(x, dtype=torch.int64, device="cpu") for x in (sel, tgt, keys))
-    act_t = torch.tensor(act, dtype=torch.bool, device="cpu")
+        lo = 1 if all_tokens else s.n_prompt
+        p = torch.arange(lo, s.length, dtype=torch.int64, device="cpu")     # the predicted positions
+        sel.append(r0 + p - 1)              # the row that predicts position p
+        tgt.append(torch.tensor(s.tokens[lo:], dtype=torch.int64, device="cpu"))
+        keys.append((s.rank << 32) | p)
+        row_keys.append((s.rank << 32) | (p - 1))
+        act.append(p >= s.n_prompt)
+    sel_t, tgt_t, keys_t, row_keys_t, act_t = (torch.cat(x) for x in (sel, tgt, keys, row_keys, act))
     # lm_head and logprob rows: the selected rows and every pad row, in batch-row order
     pad_rows = torch.nonzero(rows.keys < 0).flatten()
     lm_rows, lm_order = torch.sort(torch.cat([sel_t, pad_rows]))
@@ -169,9 +174,9 @@ def teacher_forcing(model: Qwen3ForCausalLM, samples: Sequence[Sample], *, layou
     dev = model.device
     with torch.set_grad_enabled(grad), model.activate():
         x = model.hidden(rows, chunk=chunk)
-        row_keys_t = torch.tensor(row_keys, dtype=torch.int64, device="cpu")
         logits = model.logits_of(x.index_select(0, lm_rows.to(dev)), lm_keys)
-        logp = model.ops().logprob(logits, lm_tgt.to(dev))
+        with ws1_ops.trusted_inputs():      # the targets are the rows' own validated ids and the pad id
+            logp = model.ops().logprob(logits, lm_tgt.to(dev))
         if grad and model.profile != REFERENCE:
             logp = PadGarbage.apply(logp, (lm_keys < 0).to(dev))
         logp = logp.index_select(0, where[:sel_t.numel()].to(dev))     # the selected rows, in ``sel`` order
@@ -182,5 +187,6 @@ def teacher_forcing(model: Qwen3ForCausalLM, samples: Sequence[Sample], *, layou
         n = n_active if n_active is not None else int(act_t.sum())
         if n <= 0:
             raise ModelInputError("no active (completion) tokens: the loss would be empty")
-        loss = -logp[act_t.to(dev)].sum() / n
+        # the active rows by an index made on the host (a boolean mask on a device is a nonzero: a sync)
+        loss = -logp.index_select(0, torch.nonzero(act_t).flatten().to(dev)).sum() / n
     return TeacherForcing(keys_t, logp if grad else logp.detach(), act_t, loss, layout, rows.ids.numel())
