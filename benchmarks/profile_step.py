@@ -7,7 +7,8 @@ Phases:
 * ``train``  — the trainer step: teacher forcing (packed, every token's log-prob) of ``--seqs`` x ``--len`` tokens,
   loss, backward inside ``canonical_grads()``;
 * ``decode`` — the rollout: ``generate()`` of ``--batch`` requests x ``--new`` tokens (prompts of ``--prompt``
-  tokens); counts are also given per generated token;
+  tokens); counts are also given per generated token; ``decode_static`` the same through a contiguous cache with
+  the static decode step (what a GPU captures into CUDA graphs and replays: there, no Python runs per step);
 * ``chain``  — the fixture chain of the chain benchmark (bench_triton.chain_phases, forward+backward): the
   launch-overhead probe.
 
@@ -18,7 +19,8 @@ Every op the step dispatches is attributed to the chain node running it — the 
 a GPU; views and bare allocations are listed apart), the kernel package's own calls, dtype casts, copies
 (clone / copy_ / cat / index_select / contiguous), host syncs (what forces a device -> host round trip on a
 GPU: ``_local_scalar_dense`` (item, int(t), bool(t)), nonzero, unique, equal, tolist/numpy/cpu of a tensor),
-and host wall time. The counts are what a GPU runs too (the same Python, the same ops), so the table made
+and host wall time (on a GPU, reads of host tensors are counted apart as ``host_reads``: nobody waits for
+them; on a CPU every read is counted as a sync, an upper bound). The counts are what a GPU runs too (the same Python, the same ops), so the table made
 on a CPU is the table of launches, copies and syncs a GPU step pays; the times on a CPU are compute, on a
 GPU (``--profile cuda_bf16``) they are the host's launch time per node (device time: ``--torch-profiler``,
 the kernels' CUDA time per node from torch.profiler).
@@ -143,7 +145,10 @@ class _Dispatch(TorchDispatchMode):
             if name in COPIES:
                 by["copies"] += 1
             if name in SYNCS:
-                by["host_syncs"] += 1
+                # on a GPU run, a read of a host tensor (row metadata) makes nobody wait: counted apart
+                dev_arg = next((a for a in args if isinstance(a, torch.Tensor)), None)
+                host_only = self.dev != "cpu" and dev_arg is not None and dev_arg.device.type == "cpu"
+                by["host_reads" if host_only else "host_syncs"] += 1
         return func(*args, **kwargs)
 
 
@@ -288,7 +293,7 @@ def train_step(model, samples):
     return run
 
 
-def decode_run(model, batch: int, prompt: int, new: int):
+def decode_run(model, batch: int, prompt: int, new: int, **kw):
     import ws1_qwen3
 
     g = torch.Generator(device="cpu").manual_seed(1)
@@ -297,7 +302,7 @@ def decode_run(model, batch: int, prompt: int, new: int):
                               max_new_tokens=new, temperature=1.0, seed=i, request_id=f"r{i}") for i in range(batch)]
 
     def run():
-        ws1_qwen3.generate(model, reqs, max_batch=batch)
+        ws1_qwen3.generate(model, reqs, max_batch=batch, **kw)
     return run
 
 
@@ -387,8 +392,8 @@ def device_time(fn, dev) -> dict[str, float]:
     return {"device_s": dict(out), "launches": dict(launches)}
 
 
-FIELDS = ("python_calls", "launch_like", "kernel_package_calls", "casts", "copies", "host_syncs", "host_to_device",
-          "views", "allocs")
+FIELDS = ("python_calls", "launch_like", "kernel_package_calls", "casts", "copies", "host_syncs", "host_reads",
+          "host_to_device", "views", "allocs")
 
 
 def table(name: str, c: Counts, per: int | None = None, per_what: str = "") -> dict:
@@ -452,6 +457,11 @@ def main(argv=None) -> int:
         elif phase == "decode":
             fn = decode_run(model, args.batch, args.prompt, args.new)
             name, per, what = (f"decode: generate() {args.batch} requests, prompt {args.prompt}, {args.new} new tokens",
+                               args.batch * args.new, "generated token")
+        elif phase == "decode_static":
+            fn = decode_run(model, args.batch, args.prompt, args.new, cache="contiguous", graphs=True)
+            name, per, what = (f"decode_static: generate(cache='contiguous', graphs=True) {args.batch} requests, prompt "
+                               f"{args.prompt}, {args.new} new tokens (the CUDA-graph step, run directly here)",
                                args.batch * args.new, "generated token")
         elif phase == "chain":
             fn = chain_run(model, dev)
