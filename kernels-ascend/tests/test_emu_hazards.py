@@ -49,6 +49,16 @@ def test_legacy_loadf32_races_the_vector_unit():
     emu.hazard_probe("loadf32_ok")
 
 
+def test_a_missing_cross_core_flag_names_both_cores():
+    # a mixed (one AIC + two AIVs) block: the AIV reads the GM workspace the AIC's Fixpipe wrote without waiting for
+    # its CrossCoreSetFlag; the corrected protocol runs clean (the probes' other plants: a set on the wrong pipe, a
+    # slot overwritten before it was given back, a wait nobody answers — a deadlock —, a set nobody waits for)
+    m = _message("mix_no_wait")
+    assert "AIV0 PIPE_MTE2 DataCopy GM->UB (hazard_probes.h:" in m and "AIC PIPE_FIX Fixpipe L0C->GM (hazard_probes.h:" in m, m
+    assert "(block 0, AIV0)" in m and "CrossCoreSetFlag/CrossCoreWaitFlag orders AIC PIPE_FIX -> AIV0 PIPE_MTE2" in m, m
+    emu.hazard_probe("mix_ok")
+
+
 def test_a_queue_orders_its_own_buffer_only():
     m = _message("queue_other_buffer")
     assert "TBuf #1" in m and "PIPE_MTE2 -> PIPE_V" in m, m

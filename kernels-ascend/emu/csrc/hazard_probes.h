@@ -254,6 +254,87 @@ __aicore__ inline void dummy_tail(Gm& g) {
   PipeBarrier<PIPE_ALL>();
 }
 
+// ---- mixed (KERNEL_TYPE_MIX_AIC_1_2) probes: launched with ws1emu::launch_mix (names starting "mix_") ----------
+// The AIC writes a 16 x 16 FP32 tile to a GM workspace slot with Fixpipe, twice; each AIV reads its 8 rows after the
+// AIC's CrossCoreSetFlag<2, PIPE_FIX>(0) and gives the slot back with CrossCoreSetFlag<2, PIPE_MTE2>(1) — the
+// protocol of the attention kernels. Each mode plants one mistake.
+enum MixMode { MIX_OK, MIX_NO_WAIT, MIX_WRONG_PIPE, MIX_NO_FREE_WAIT, MIX_DEADLOCK, MIX_UNPAIRED };
+template <MixMode MODE>
+__aicore__ inline void mix_probe(Gm& g) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  TPipe pipe;
+  GlobalTensor<float> ws;
+  ws.SetGlobalBuffer(g.b.data(), 256);
+  constexpr int kRounds = 2;
+  if ASCEND_IS_AIC {
+    TQue<TPosition::A2, 1> qa;
+    TQue<TPosition::B2, 1> qb;
+    TQue<TPosition::CO1, 1> qc;
+    pipe.InitBuffer(qa, 1, 512);
+    pipe.InitBuffer(qb, 1, 512);
+    pipe.InitBuffer(qc, 1, 16 * 16 * sizeof(float));
+    for (int r = 0; r < kRounds; ++r) {
+      LocalTensor<bfloat16_t> a = qa.AllocTensor<bfloat16_t>(), b = qb.AllocTensor<bfloat16_t>();
+      InitConstValue(a, InitConstValueParams<bfloat16_t>{1, 1, 0, bfloat16_t{}});
+      InitConstValue(b, InitConstValueParams<bfloat16_t>{1, 1, 0, bfloat16_t{}});
+      qa.EnQue(a), qb.EnQue(b);
+      a = qa.DeQue<bfloat16_t>(), b = qb.DeQue<bfloat16_t>();
+      LocalTensor<float> c = qc.AllocTensor<float>();
+      MmadParams mp;
+      mp.m = 16, mp.n = 16, mp.k = 16, mp.cmatrixInitVal = true;
+      Mmad(c, a, b, mp);
+      qa.FreeTensor(a), qb.FreeTensor(b);
+      qc.EnQue(c);
+      c = qc.DeQue<float>();
+      if (r >= 1 && MODE != MIX_NO_FREE_WAIT) CrossCoreWaitFlag<2, PIPE_FIX>(1);  // the AIVs gave the slot back
+      FixpipeParamsV220 fp;
+      fp.nSize = 16, fp.mSize = 16, fp.srcStride = 16, fp.dstStride = 16;
+      Fixpipe<float, float, CFG_ROW_MAJOR>(ws, c, fp);
+      qc.FreeTensor(c);
+      if (MODE == MIX_WRONG_PIPE) CrossCoreSetFlag<2, PIPE_M>(0);  // the Mmad is done, the Fixpipe maybe not
+      else CrossCoreSetFlag<2, PIPE_FIX>(0);
+    }
+    if (MODE != MIX_NO_FREE_WAIT) CrossCoreWaitFlag<2, PIPE_FIX>(1);  // the last give-back
+    if (MODE == MIX_UNPAIRED) CrossCoreSetFlag<2, PIPE_FIX>(7);      // nobody waits for it
+  }
+  if ASCEND_IS_AIV {
+    TBuf<TPosition::VECCALC> xb;
+    pipe.InitBuffer(xb, 8 * 16 * sizeof(float));
+    LocalTensor<float> x = xb.Get<float>();
+    for (int r = 0; r < kRounds; ++r) {
+      if (MODE == MIX_DEADLOCK) CrossCoreWaitFlag<2, PIPE_MTE2>(5);  // nobody sets it
+      if (MODE != MIX_NO_WAIT) CrossCoreWaitFlag<2, PIPE_MTE2>(0);
+      DataCopy(x, ws[GetSubBlockIdx() * 8 * 16], 8 * 16);
+      CrossCoreSetFlag<2, PIPE_MTE2>(1);
+      PipeBarrier<PIPE_ALL>();
+      (void)x.GetValue(0);
+    }
+  }
+}
+// CrossCoreSetFlag in an AIV_ONLY kernel: no scheduling module carries it
+__aicore__ inline void cross_flag_in_aiv_kernel(Gm& g) {
+  (void)g;
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
+  TPipe pipe;
+  CrossCoreSetFlag<2, PIPE_MTE3>(0);
+}
+// LoadData with ifTranspose on FP32 data: b16 only
+__aicore__ inline void transpose_fp32(Gm& g) {
+  (void)g;
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+  TPipe pipe;
+  TQue<TPosition::B1, 1> q1;
+  TQue<TPosition::B2, 1> q2;
+  pipe.InitBuffer(q1, 1, 512);
+  pipe.InitBuffer(q2, 1, 512);
+  LocalTensor<float> a = q1.AllocTensor<float>();
+  InitConstValue(a, InitConstValueParams<float>{1, 16, 0, 0.0f});
+  q1.EnQue(a);
+  a = q1.DeQue<float>();
+  LocalTensor<float> b = q2.AllocTensor<float>();
+  LoadData(b, a, LoadData2DParams{0, 1, 1, 0, 0, true, 0});
+}
+
 // name -> (probe, expected): "" = must run clean, else a substring of the expected failure
 inline const std::map<std::string, std::pair<void (*)(Gm&), std::string>>& probes() {
   static const std::map<std::string, std::pair<void (*)(Gm&), std::string>> m = {
@@ -281,6 +362,16 @@ inline const std::map<std::string, std::pair<void (*)(Gm&), std::string>>& probe
       {"fp32_mmad_hf32_unset", {[](Gm&) { two_mmads<float>(64, 128, false, false); }, "HF32"}},
       {"fp32_mmad_ok", {[](Gm&) { two_mmads<float>(64, 128, false, true); }, ""}},
       {"dummy_tail_ok", {[](Gm& g) { dummy_tail(g); }, ""}},
+      {"mix_ok", {[](Gm& g) { mix_probe<MIX_OK>(g); }, ""}},
+      {"mix_no_wait", {[](Gm& g) { mix_probe<MIX_NO_WAIT>(g); },
+                       "no CrossCoreSetFlag/CrossCoreWaitFlag orders AIC PIPE_FIX -> AIV0 PIPE_MTE2 here (read after write)"}},
+      {"mix_wrong_pipe", {[](Gm& g) { mix_probe<MIX_WRONG_PIPE>(g); },
+                          "no CrossCoreSetFlag/CrossCoreWaitFlag orders AIC PIPE_FIX -> AIV0 PIPE_MTE2 here (read after write)"}},
+      {"mix_no_free_wait", {[](Gm& g) { mix_probe<MIX_NO_FREE_WAIT>(g); }, "AIC PIPE_FIX Fixpipe L0C->GM"}},
+      {"mix_deadlock", {[](Gm& g) { mix_probe<MIX_DEADLOCK>(g); }, "deadlock"}},
+      {"mix_unpaired", {[](Gm& g) { mix_probe<MIX_UNPAIRED>(g); }, "CrossCoreSetFlag flagId 7"}},
+      {"cross_flag_in_aiv_kernel", {[](Gm& g) { cross_flag_in_aiv_kernel(g); }, "not launched as KERNEL_TYPE_MIX_AIC_1_2"}},
+      {"transpose_fp32", {[](Gm& g) { transpose_fp32(g); }, "ifTranspose supports b16 data only"}},
   };
   return m;
 }

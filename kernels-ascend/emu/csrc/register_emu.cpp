@@ -4,6 +4,8 @@
 // and its ids are ws1_ascend_emu::<op>.
 #include "kernel_operator.h"
 
+#include <sstream>
+
 #include "attention.asc"
 #include "batch_invariant_logp.asc"
 #include "controls.asc"
@@ -39,6 +41,32 @@ void set_gemm_k_panel(int64_t kp) {
               "set_gemm_k_panel: a positive multiple of 64 up to ", kWs1KPanel, " (or 0), got ", kp);
   ws1a_host::k_panel() = kp ? kp : kWs1KPanel;
 }
+// the emulator's operation counts per kernel name since the last reset (ws1emu::Counts), as JSON
+std::string op_counts(bool reset) {
+  std::lock_guard<std::mutex> g(ws1emu::counts_mu());
+  std::ostringstream o;
+  o << "{";
+  bool first = true;
+  static const char* pn[ws1emu::NPIPE] = {"S", "V", "M", "MTE1", "MTE2", "MTE3", "FIX"};
+  for (auto& kv : ws1emu::counts_registry()) {
+    const ws1emu::Counts& c = kv.second;
+    o << (first ? "" : ", ") << "\"" << kv.first << "\": {\"launches\": " << c.launches << ", \"blocks\": " << c.blocks
+      << ", \"mmad_macs\": " << c.mmad_macs << ", \"vec_elems\": " << c.vec_elems << ", \"cross_flags\": "
+      << c.cross_flags;
+    for (const char* what : {"instr", "gm_read", "gm_write", "local_write"}) {
+      const uint64_t* v = std::string(what) == "instr" ? c.instr : std::string(what) == "gm_read" ? c.gm_read
+                          : std::string(what) == "gm_write" ? c.gm_write : c.local_write;
+      o << ", \"" << what << "\": {";
+      for (int p = 0; p < ws1emu::NPIPE; ++p) o << (p ? ", " : "") << "\"" << pn[p] << "\": " << v[p];
+      o << "}";
+    }
+    o << "}";
+    first = false;
+  }
+  o << "}";
+  if (reset) ws1emu::counts_registry().clear();
+  return o.str();
+}
 // the hazard checker's probes (hazard_probes.h): "name\texpected failure ('' = runs clean)" per line
 std::string hazard_probes() {
   std::string s;
@@ -50,7 +78,8 @@ at::Tensor hazard_probe(const std::string& name) {
   auto it = ws1probe::probes().find(name);
   TORCH_CHECK(it != ws1probe::probes().end(), "hazard_probe: no probe named ", name);
   ws1probe::Gm g;
-  ws1emu::launch(1, it->first.c_str(), [&] { it->second.first(g); });
+  if (name.rfind("mix_", 0) == 0) ws1emu::launch_mix(1, it->first.c_str(), [&] { it->second.first(g); });
+  else ws1emu::launch(1, it->first.c_str(), [&] { it->second.first(g); });
   return at::tensor(g.out, at::TensorOptions().dtype(at::kFloat));
 }
 }  // namespace
@@ -59,6 +88,7 @@ TORCH_LIBRARY(ws1_ascend_emu, m) {
   WS1A_DEFINE_LIBRARY(m);
   m.def("set_launch_blocks(int vec, int cube) -> ()", &set_launch_blocks);
   m.def("set_gemm_k_panel(int kp) -> ()", &set_gemm_k_panel);
+  m.def("op_counts(bool reset) -> str", &op_counts);
   m.def("hazard_probes() -> str", &hazard_probes);
   m.def("hazard_probe(str name) -> Tensor", &hazard_probe);
 }

@@ -28,14 +28,18 @@
 #pragma once
 
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -48,21 +52,77 @@
 #define GM_ADDR uint8_t*
 #define WS1_ASCEND_EMU 1
 
-// KernelMetaType / KERNEL_TASK_TYPE_DEFAULT ("核函数" kernel-type page): on the device a compile-time attribute;
-// here it tells the hazard checker which pipes the core has and which syncs the compiler inserts (AIV only).
-enum KernelMetaType : uint8_t { KERNEL_TYPE_AIV_ONLY, KERNEL_TYPE_AIC_ONLY };
+// KernelMetaType / KERNEL_TASK_TYPE_DEFAULT ("设置Kernel类型.md"; the enum of asc-devkit impl/basic_api/utils/
+// kernel_utils_macros.h): on the device a compile-time attribute; here it tells the hazard checker which pipes the
+// core has and which syncs the compiler inserts (AIV only). KERNEL_TYPE_MIX_AIC_1_2 runs the kernel on one AIC and
+// two AIVs per block ("numBlocks 10 -> 10 Cube and 20 Vector cores"); such a kernel is launched with
+// WS1_MIX_KERNEL_CALL (ws1emu::launch_mix), and its body branches on ASCEND_IS_AIC / ASCEND_IS_AIV.
+enum KernelMetaType : uint8_t {
+  KERNEL_TYPE_AIV_ONLY,
+  KERNEL_TYPE_AIC_ONLY,
+  KERNEL_TYPE_MIX_AIV_1_0,
+  KERNEL_TYPE_MIX_AIC_1_0,
+  KERNEL_TYPE_MIX_AIC_1_1,
+  KERNEL_TYPE_MIX_AIC_1_2
+};
 #define KERNEL_TASK_TYPE_DEFAULT(x) ::ws1emu::set_kernel_type(x)
 
 namespace ws1emu {
 // One emulated AI core's state while the launch loop runs its block (see launch() at the end).
 struct Core {
   int64_t block_idx = 0, block_num = 1;
+  bool mixed = false;   // this core belongs to a KERNEL_TYPE_MIX_AIC_1_2 launch
+  int slot = 0;         // mixed: 0 the AIC, 1 / 2 the AIV of sub-block 0 / 1
   // byte arenas per on-chip buffer; capacities of Atlas A2 (dav-2201): UB 192 KiB, L1 512 KiB,
   // L0A 64 KiB, L0B 64 KiB, L0C 128 KiB (Ascend C "hardware architecture" / TPipe InitBuffer limits)
   std::vector<uint8_t> arena[5];
   size_t used[5] = {};
   void* tpipe = nullptr;  // the kernel's TPipe (GetTPipePtr)
+  struct MixRun* run = nullptr;  // mixed: the block's scheduler
   Hazards hz;
+};
+// A mixed block's three cores run as three threads of which exactly one runs at any time (a baton): a core runs
+// until it finishes or waits (CrossCoreWaitFlag) on a counter that is 0, then the next runnable core in the fixed
+// order AIC, AIV0, AIV1 takes over. The schedule is deterministic, and since every cross-core exchange goes through
+// GM ordered by the flags (which the hazard checker verifies), no bit can depend on it. No runnable core while some
+// still wait is a deadlock: the device would hang, the emulator fails the call naming what each core waits for.
+struct MixAbort {};
+struct MixRun {
+  std::mutex mu;
+  std::condition_variable cv;
+  int turn = 0;
+  bool done[NCS] = {};
+  int waiting[NCS] = {-1, -1, -1};
+  bool abort = false;
+  std::string err;
+  Group group;
+  const char* kernel = "";
+  int64_t block = 0;
+  // called with mu held by the core that gives up the turn
+  void pass(int from) {
+    for (int d = 1; d <= NCS; ++d) {
+      const int s = (from + d) % NCS;
+      if (done[s]) continue;
+      if (waiting[s] < 0 || !group.ctr[s][waiting[s]].q.empty()) {
+        turn = s;
+        cv.notify_all();
+        return;
+      }
+    }
+    bool all = true;
+    for (bool x : done) all = all && x;
+    if (!all && !abort) {
+      std::string w;
+      for (int s = 0; s < NCS; ++s)
+        if (!done[s]) w += std::string(w.empty() ? "" : ", ") + (s == 0 ? "the AIC" : s == 1 ? "AIV0" : "AIV1") +
+                           " in CrossCoreWaitFlag(" + std::to_string(waiting[s]) + ")";
+      err = "hazard in kernel '" + std::string(kernel) + "' (block " + std::to_string(block) +
+            "): deadlock — no core can run: " + w + " with no CrossCoreSetFlag pending (the device would hang)";
+      abort = true;
+    }
+    turn = -1;
+    cv.notify_all();
+  }
 };
 inline Core& core() {
   static thread_local Core c;
@@ -70,15 +130,47 @@ inline Core& core() {
 }
 inline Hazards& hz() { return core().hz; }
 inline void set_kernel_type(KernelMetaType t) {
-  hz().kind = t == KERNEL_TYPE_AIC_ONLY ? CK_AIC : CK_AIV;
+  Core& c = core();
+  if (c.mixed) {
+    if (t != KERNEL_TYPE_MIX_AIC_1_2)
+      fail("a kernel launched as KERNEL_TYPE_MIX_AIC_1_2 (WS1_MIX_KERNEL_CALL) declares another kernel type");
+    c.hz.kind = c.slot == 0 ? CK_AIC : CK_AIV;
+    return;
+  }
+  if (t != KERNEL_TYPE_AIV_ONLY && t != KERNEL_TYPE_AIC_ONLY)
+    fail("KERNEL_TYPE_MIX_* kernels must be launched with WS1_MIX_KERNEL_CALL (one AIC and two AIVs per block)");
+  c.hz.kind = t == KERNEL_TYPE_AIC_ONLY ? CK_AIC : CK_AIV;
 }
 constexpr size_t kCap[5] = {192 * 1024, 512 * 1024, 64 * 1024, 64 * 1024, 128 * 1024};
+
+// The operation counts of every kernel launched since the last reset, by kernel name (Counts, ws1_emu_hazard.h).
+inline std::mutex& counts_mu() {
+  static std::mutex m;
+  return m;
+}
+inline std::map<std::string, Counts>& counts_registry() {
+  static std::map<std::string, Counts> r;
+  return r;
+}
+inline Counts* counts_for(const char* kernel, uint32_t blocks) {
+  std::lock_guard<std::mutex> g(counts_mu());
+  Counts& c = counts_registry()[kernel];
+  ++c.launches;
+  c.blocks += blocks;
+  return &c;  // std::map nodes are stable
+}
 }  // namespace ws1emu
 
-namespace AscendC {
+// ASCEND_IS_AIC / ASCEND_IS_AIV (asc-devkit impl/utils/sys_macros.h; in CANN's CPU-debug mode a runtime test of
+// g_coreType, as here): which core of a mixed block runs this code.
+#define ASCEND_IS_AIC (::ws1emu::core().hz.kind == ::ws1emu::CK_AIC)
+#define ASCEND_IS_AIV (::ws1emu::core().hz.kind == ::ws1emu::CK_AIV)
 
 // ---- data types -------------------------------------------------------------------------------------------
-// bfloat16_t ("Cast" page, 0072: the bfloat16_t layout): 1 sign, 8 exponent, 7 mantissa bits.
+// bfloat16_t ("Cast" page, 0072: the bfloat16_t layout): 1 sign, 8 exponent, 7 mantissa bits. A GLOBAL type, as in
+// the kernel language (a compiler built-in on the device; tikicpulib's kernel_bf16.h in CANN's CPU-debug mode):
+// asc-devkit declares no AscendC::bfloat16_t, so the emulator does not either — a kernel that wrote it would fail
+// here as under bisheng (docs/ascend.md, compile check finding F1).
 struct bfloat16_t {
   uint16_t bits = 0;
   bfloat16_t() = default;
@@ -88,6 +180,8 @@ struct bfloat16_t {
     return r;
   }
 };
+
+namespace AscendC {
 inline float bf16_to_float(bfloat16_t v) {
   uint32_t u = static_cast<uint32_t>(v.bits) << 16;  // exact
   float f;
@@ -159,10 +253,57 @@ inline void WaitFlag(int32_t id, ws1emu::Where w = ws1emu::Where::here()) {
   ws1emu::hz().wait_flag(static_cast<int>(E), id, s, d, nullptr, w, "WaitFlag");
 }
 
-// GetBlockIdx / GetBlockNum ("GetBlockIdx" / "GetBlockNum" pages): this core's index in the launch and
-// the launch's block count (blockDim).
-inline int64_t GetBlockIdx() { return ws1emu::core().block_idx; }
+// CrossCoreSetFlag<modeId, pipe>(flagId) / CrossCoreWaitFlag<modeId, pipe>(flagId) (asc-devkit docs/zh/api/SIMD-API/
+// 基础API/同步控制/核间同步/CrossCoreSetFlag(ISASI).md, CrossCoreWaitFlag(ISASI).md, 关键特性说明.md;
+// include/basic_api/kernel_operator_block_sync_intf.h): mode 2 only (one AI core: the AIC's set releases both AIVs'
+// waits, the AIC's wait needs both AIVs' sets), flagId 0-15, the set's pipe one of V / M / MTE1 / MTE2 / MTE3 / FIX
+// (not S, not ALL). Only in KERNEL_TYPE_MIX_* kernels (AIV_ONLY / AIC_ONLY start no scheduling module). On A2/A3 the
+// wait's template arguments have no effect: it blocks every pipe of the waiting core.
+template <uint8_t modeId, pipe_t pipe>
+inline void CrossCoreSetFlag(uint16_t flagId, ws1emu::Where w = ws1emu::Where::here()) {
+  static_assert(modeId == 2, "the emulator implements CrossCoreSetFlag mode 2 (AIC <-> AIVs of one AI core) only");
+  static_assert(pipe != PIPE_S && pipe != PIPE_ALL, "CrossCoreSetFlag: PIPE_S and PIPE_ALL are not supported");
+  if (flagId > 15) ws1emu::fail("CrossCoreSetFlag: flagId must be in [0, 15] in mode 2");
+  ws1emu::hz().cross_set(static_cast<int>(pipe), flagId, w);
+}
+template <uint8_t modeId = 0, pipe_t pipe = PIPE_S>
+inline void CrossCoreWaitFlag(uint16_t flagId, ws1emu::Where w = ws1emu::Where::here()) {
+  static_assert(modeId == 2, "the emulator implements CrossCoreWaitFlag mode 2 (AIC <-> AIVs of one AI core) only");
+  if (flagId > 15) ws1emu::fail("CrossCoreWaitFlag: flagId must be in [0, 15] in mode 2");
+  auto& c = ws1emu::core();
+  if (!c.mixed || !c.run)
+    c.hz.error(std::string("CrossCoreWaitFlag (") + ws1emu::base_name(w.file) + ":" + std::to_string(w.line) +
+               ") in a kernel not launched as KERNEL_TYPE_MIX_AIC_1_2");
+  const auto i = c.hz.begin(ws1emu::P_S, "CrossCoreWaitFlag", w);
+  c.hz.end(i);
+  ws1emu::MixRun& r = *c.run;
+  std::unique_lock<std::mutex> lk(r.mu);
+  if (c.hz.cross_try_wait(flagId)) return;
+  r.waiting[c.slot] = flagId;
+  r.pass(c.slot);
+  r.cv.wait(lk, [&] { return r.turn == c.slot || r.abort; });
+  if (r.abort) throw ws1emu::MixAbort{};
+  r.waiting[c.slot] = -1;
+  if (!c.hz.cross_try_wait(flagId)) ws1emu::fail("emulator: a core resumed with no flag pending");
+}
+
+// GetBlockIdx / GetBlockNum / GetSubBlockIdx / GetTaskRatio (asc-devkit docs/zh/api/SIMD-API/基础API/工具接口/
+// 系统资源与变量/): GetBlockNum is the launch's numBlocks on every core; in a MIX_AIC_1_2 launch the AIC's block index
+// is in [0, numBlocks) and an AIV's in [0, 2 numBlocks) (block * 2 + sub-block), GetSubBlockIdx is 0 / 1 on the two
+// AIVs, GetTaskRatio 1 on the AIC and 2 on an AIV (1 in AIV_ONLY / AIC_ONLY launches).
+inline int64_t GetBlockIdx() {
+  const auto& c = ws1emu::core();
+  return c.mixed && c.slot > 0 ? c.block_idx * 2 + (c.slot - 1) : c.block_idx;
+}
 inline int64_t GetBlockNum() { return ws1emu::core().block_num; }
+inline int64_t GetSubBlockIdx() {
+  const auto& c = ws1emu::core();
+  return c.mixed && c.slot > 0 ? c.slot - 1 : 0;
+}
+inline int64_t GetTaskRatio() {
+  const auto& c = ws1emu::core();
+  return c.mixed && c.slot > 0 ? 2 : 1;
+}
 
 // ---- where a pointer lives (the emulator's own bookkeeping) ------------------------------------------------
 namespace detail {
@@ -291,8 +432,10 @@ inline uint8_t* arena_alloc(TPosition pos, size_t bytes, ws1emu::Region** region
                             bool queue) {
   auto& c = ws1emu::core();
   const int s = arena_of(pos);
-  const size_t cap = ws1emu::kCap[s];
-  if (c.arena[s].size() != cap) c.arena[s].assign(cap, 0xA5);  // on-chip memory starts as garbage, never as zeros
+  // a mixed (Cube + Vector) kernel may use 256 bytes less of UB and of L1: the framework reserves them
+  // ("NPU架构版本2201.md", 存储单元规格)
+  const size_t cap = ws1emu::kCap[s] - (c.mixed && (s == ws1emu::SP_UB || s == ws1emu::SP_L1) ? 256 : 0);
+  if (c.arena[s].size() != ws1emu::kCap[s]) c.arena[s].assign(ws1emu::kCap[s], 0xA5);  // garbage, never zeros
   size_t aligned = (bytes + 31) / 32 * 32;                      // buffers are 32-byte aligned
   if (c.used[s] + aligned > cap)
     ws1emu::fail("InitBuffer exceeds the on-chip buffer (" + std::to_string(c.used[s] + aligned) + " > " +
@@ -472,6 +615,21 @@ namespace detail {
 inline ws1emu::Instr issue(int pipe, const char* name, const ws1emu::Where& w, bool big = false) {
   return ws1emu::hz().begin(pipe, name, w, big);
 }
+// Vector instructions read and write UB at 32-byte-aligned addresses ("NPU架构版本2201.md", 存储单元规格: "Vector计算单元
+// 的数据来自于Unified Buffer，要求32字节对齐"): an operand starting elsewhere is refused.
+template <class T>
+inline void vaddr(const char* name, const LocalTensor<T>& t) {
+  if (t.space() == ws1emu::SP_UB && t.off() % 32 != 0)
+    ws1emu::fail(std::string(name) + ": a vector operand at UB offset " + std::to_string(t.off()) +
+                 " (vector instructions need 32-byte-aligned UB addresses)");
+}
+// the emulator's operation counts (ws1emu::Counts): vector element-operations, Cube MACs
+inline void count_vec(uint64_t n) {
+  if (auto* c = ws1emu::hz().counts) c->vec_elems += n;
+}
+inline void count_macs(uint64_t n) {
+  if (auto* c = ws1emu::hz().counts) c->mmad_macs += n;
+}
 template <class T>
 inline void rd(const ws1emu::Instr& i, const LocalTensor<T>& t, uint64_t n) {
   ws1emu::hz().access(i, t.space(), t.off(), t.off(n), false);
@@ -538,7 +696,13 @@ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, uint
 // "dummy" data the hardware chooses (the page: the block's first element when left/right padding are 0, random
 // otherwise, or SetPadValue's). The emulator writes a NaN byte pattern (0xFF) there, a value no kernel can
 // mistake for data — the kernels must never read it. UB->GM is PIPE_MTE3 and writes exactly blockLen bytes.
+// The parameter structs have asc-devkit's constructors (include/basic_api/kernel_struct_data_copy.h,
+// kernel_struct_mm.h, kernel_struct_fixpipe.h), not aggregate initialization: a brace list with too few values fails
+// here as it does under bisheng (compile check finding F2); defaults as asc-devkit's (F3).
 struct DataCopyExtParams {
+  DataCopyExtParams() = default;
+  DataCopyExtParams(uint16_t count, uint32_t len, uint32_t srcStrideIn, uint32_t dstStrideIn, uint32_t rsvIn)
+      : blockCount(count), blockLen(len), srcStride(srcStrideIn), dstStride(dstStrideIn), rsv(rsvIn) {}
   uint16_t blockCount = 1;
   uint32_t blockLen = 0;
   uint32_t srcStride = 0;
@@ -547,6 +711,9 @@ struct DataCopyExtParams {
 };
 template <class T>
 struct DataCopyPadExtParams {
+  DataCopyPadExtParams() = default;
+  DataCopyPadExtParams(bool isPadIn, uint8_t left, uint8_t right, T value)
+      : isPad(isPadIn), leftPadding(left), rightPadding(right), paddingValue(value) {}
   bool isPad = false;
   uint8_t leftPadding = 0;
   uint8_t rightPadding = 0;
@@ -620,7 +787,9 @@ inline void DataCacheCleanAndInvalid(const GlobalTensor<T>& dst, ws1emu::Where w
       ws1emu::fail(#NAME ": count past a buffer");                                                       \
     detail::same_or_apart(#NAME, dst, count, a, count);                                                  \
     detail::same_or_apart(#NAME, dst, count, b, count);                                                  \
+    detail::vaddr(#NAME, dst), detail::vaddr(#NAME, a), detail::vaddr(#NAME, b);                         \
     const auto ins = detail::issue(ws1emu::P_V, #NAME, w);                                               \
+    detail::count_vec(static_cast<uint64_t>(count));                                                     \
     detail::rd(ins, a, count), detail::rd(ins, b, count), detail::wr(ins, dst, count);                   \
     for (int32_t i = 0; i < count; ++i) {                                                                \
       const T x = a.raw()[i], y = b.raw()[i];                                                            \
@@ -642,7 +811,9 @@ WS1_EMU_BINARY(Max, (x != x || y != y) ? (x + y) : (x > y ? x : y))
     if (count < 0 || static_cast<uint32_t>(count) > dst.GetSize() || static_cast<uint32_t>(count) > src.GetSize()) \
       ws1emu::fail(#NAME ": count past a buffer");                                                         \
     detail::same_or_apart(#NAME, dst, count, src, count);                                                  \
+    detail::vaddr(#NAME, dst), detail::vaddr(#NAME, src);                                                  \
     const auto ins = detail::issue(ws1emu::P_V, #NAME, w);                                                 \
+    detail::count_vec(static_cast<uint64_t>(count));                                                       \
     detail::rd(ins, src, count), detail::wr(ins, dst, count);                                              \
     for (int32_t i = 0; i < count; ++i) {                                                                  \
       const T x = src.raw()[i];                                                                            \
@@ -661,7 +832,9 @@ WS1_EMU_SCALAR(Maxs, (x != x) ? x : (x > s ? x : s))
     if (count < 0 || static_cast<uint32_t>(count) > dst.GetSize() || static_cast<uint32_t>(count) > src.GetSize()) \
       ws1emu::fail(#NAME ": count past a buffer");                                                         \
     detail::same_or_apart(#NAME, dst, count, src, count);                                                  \
+    detail::vaddr(#NAME, dst), detail::vaddr(#NAME, src);                                                  \
     const auto ins = detail::issue(ws1emu::P_V, #NAME, w);                                                 \
+    detail::count_vec(static_cast<uint64_t>(count));                                                       \
     detail::rd(ins, src, count), detail::wr(ins, dst, count);                                              \
     for (int32_t i = 0; i < count; ++i) {                                                                  \
       const float x = src.raw()[i];                                                                        \
@@ -683,7 +856,9 @@ template <class T>
 inline void Duplicate(const LocalTensor<T>& dst, const T& v, const int32_t count,
                       ws1emu::Where w = ws1emu::Where::here()) {
   if (count < 0 || static_cast<uint32_t>(count) > dst.GetSize()) ws1emu::fail("Duplicate: count past the buffer");
+  detail::vaddr("Duplicate", dst);
   const auto ins = detail::issue(ws1emu::P_V, "Duplicate", w);
+  detail::count_vec(static_cast<uint64_t>(count));
   detail::wr(ins, dst, count);
   for (int32_t i = 0; i < count; ++i) dst.raw()[i] = v;
 }
@@ -695,7 +870,9 @@ inline void Cast(const LocalTensor<float>& dst, const LocalTensor<bfloat16_t>& s
   if (m != RoundMode::CAST_NONE) ws1emu::fail("Cast bf16->float: only CAST_NONE is emulated");
   if (count > dst.GetSize() || count > src.GetSize()) ws1emu::fail("Cast: count past a buffer");
   detail::apart("Cast", dst, count, src, count, "source and destination overlap");
+  detail::vaddr("Cast", dst), detail::vaddr("Cast", src);
   const auto ins = detail::issue(ws1emu::P_V, "Cast", w);
+  detail::count_vec(static_cast<uint64_t>(count));
   detail::rd(ins, src, count), detail::wr(ins, dst, count);
   for (uint32_t i = 0; i < count; ++i) dst.raw()[i] = bf16_to_float(src.raw()[i]);
 }
@@ -704,7 +881,9 @@ inline void Cast(const LocalTensor<bfloat16_t>& dst, const LocalTensor<float>& s
   if (m != RoundMode::CAST_RINT) ws1emu::fail("Cast float->bf16: only CAST_RINT is emulated");
   if (count > dst.GetSize() || count > src.GetSize()) ws1emu::fail("Cast: count past a buffer");
   detail::apart("Cast", dst, count, src, count, "source and destination overlap");
+  detail::vaddr("Cast", dst), detail::vaddr("Cast", src);
   const auto ins = detail::issue(ws1emu::P_V, "Cast", w);
+  detail::count_vec(static_cast<uint64_t>(count));
   detail::rd(ins, src, count), detail::wr(ins, dst, count);
   for (uint32_t i = 0; i < count; ++i) dst.raw()[i] = float_to_bf16_rint(src.raw()[i]);
 }
@@ -729,6 +908,7 @@ namespace detail {
 inline void reduce_operands(const char* name, const LocalTensor<float>& dst, const LocalTensor<float>& src,
                             const LocalTensor<float>& work, int32_t count, uint32_t work_n, const ws1emu::Instr& ins) {
   apart(name, dst, 1, src, count, "the destination overlaps the source (not documented as allowed)");
+  vaddr(name, dst), vaddr(name, src), vaddr(name, work);
   apart(name, work, work_n, src, count, "sharedTmpBuffer overlaps the source (not documented as allowed)");
   rd(ins, src, count);
   wr(ins, work, work_n);
@@ -741,6 +921,7 @@ inline void ReduceSum(const LocalTensor<float>& dst, const LocalTensor<float>& s
   const int32_t reps = (count + 63) / 64;
   if (work.GetSize() < static_cast<uint32_t>(reps)) ws1emu::fail("ReduceSum: work buffer too small");
   const auto ins = detail::issue(ws1emu::P_V, "ReduceSum", w);
+  detail::count_vec(static_cast<uint64_t>(count));
   detail::reduce_operands("ReduceSum", dst, src, work, count, static_cast<uint32_t>(reps), ins);
   float acc = 0.0f;
   for (int32_t r = 0; r < reps; ++r) {
@@ -760,6 +941,7 @@ inline void ReduceMax(const LocalTensor<float>& dst, const LocalTensor<float>& s
   const uint32_t reps = static_cast<uint32_t>((count + 63) / 64);
   if (work.GetSize() < reps) ws1emu::fail("ReduceMax: work buffer too small");
   const auto ins = detail::issue(ws1emu::P_V, "ReduceMax", w);
+  detail::count_vec(static_cast<uint64_t>(count));
   detail::reduce_operands("ReduceMax", dst, src, work, count, reps, ins);
   float m = src.raw()[0];
   for (int32_t i = 1; i < count; ++i) {
@@ -791,8 +973,14 @@ struct C0Of {
 // more cannot be expressed), written as Nz with dstNzC0Stride (32-byte blocks between column blocks) and
 // dstNzNStride (32-byte blocks between rows, 1 here).
 struct Nd2NzParams {
-  uint16_t ndNum = 1, nValue = 0, dValue = 0, srcNdMatrixStride = 0, srcDValue = 0, dstNzC0Stride = 0,
-           dstNzNStride = 1, dstNzMatrixStride = 0;
+  Nd2NzParams() = default;
+  Nd2NzParams(uint16_t ndNumIn, uint16_t nValueIn, uint16_t dValueIn, uint16_t srcNdMatrixStrideIn,
+              uint16_t srcDValueIn, uint16_t dstNzC0StrideIn, uint16_t dstNzNStrideIn, uint16_t dstNzMatrixStrideIn)
+      : ndNum(ndNumIn), nValue(nValueIn), dValue(dValueIn), srcNdMatrixStride(srcNdMatrixStrideIn),
+        srcDValue(srcDValueIn), dstNzC0Stride(dstNzC0StrideIn), dstNzNStride(dstNzNStrideIn),
+        dstNzMatrixStride(dstNzMatrixStrideIn) {}
+  uint16_t ndNum = 0, nValue = 0, dValue = 0, srcNdMatrixStride = 0, srcDValue = 0, dstNzC0Stride = 0,
+           dstNzNStride = 0, dstNzMatrixStride = 0;
 };
 template <class T>
 inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Nd2NzParams& p,
@@ -822,7 +1010,11 @@ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, cons
 // blocks, PIPE_MTE1) with initValue (the kernels zero their tiles so edge tiles carry exact zeros, never garbage).
 template <class T>
 struct InitConstValueParams {
-  uint16_t repeatTimes = 1, blockNum = 0, dstGap = 0;
+  InitConstValueParams() = default;
+  InitConstValueParams(uint16_t repeat, uint16_t blocks, uint16_t gap, T value)
+      : repeatTimes(repeat), blockNum(blocks), dstGap(gap), initValue(value) {}
+  InitConstValueParams(uint16_t repeat, T value) : repeatTimes(repeat), initValue(value) {}
+  uint16_t repeatTimes = 0, blockNum = 0, dstGap = 0;
   T initValue{};
 };
 template <class T>
@@ -843,10 +1035,19 @@ inline void InitConstValue(const LocalTensor<T>& dst, const InitConstValueParams
   }
 }
 
-// LoadData2DParams / LoadData L1 -> L0A / L0B, PIPE_MTE1 ("LoadData" page, the LoadData2DParams form): repeatTimes
-// fractals of 512 bytes, the i-th read at fractal startIndex + i * srcStride and written at fractal
-// i * (1 + dstGap). ifTranspose is not used by WS1 (weights are kept as Bᵀ).
+// LoadData2DParams / LoadData L1 -> L0A / L0B, PIPE_MTE1 ("LoadData" page, the LoadData2DParams form; asc-devkit
+// docs/zh/api/SIMD-API/基础API/矩阵计算（ISASI）/矩阵计算的搬入/LoadData_2D.md and its pseudo code
+// examples/01_simd_cpp_api/03_basic_api/03_matrix_compute/load_data_l12l0/scripts/load2d.py): repeatTimes fractals of
+// 512 bytes, the i-th read at fractal startIndex + i * srcStride and written at fractal i * (1 + dstGap).
+// ifTranspose (L1 -> L0A / L0B, b16 only): each 16 x 16 fractal is transposed — row j of the destination fractal is
+// column j of the source one. The attention kernels load V (and K, Q, dO where they are the B operand [k, n] of a
+// product, stored k-major) this way. The destination must be 512-byte aligned, an L1 source 32-byte aligned.
 struct LoadData2DParams {
+  LoadData2DParams() = default;
+  LoadData2DParams(uint16_t start, uint8_t repeat, uint16_t srcStrideIn, uint8_t sidIn, uint16_t dstGapIn,
+                   bool transpose, uint8_t addrModeIn)
+      : startIndex(start), repeatTimes(repeat), srcStride(srcStrideIn), sid(sidIn), dstGap(dstGapIn),
+        ifTranspose(transpose), addrMode(addrModeIn) {}
   uint16_t startIndex = 0;
   uint8_t repeatTimes = 0;
   uint16_t srcStride = 0;
@@ -858,15 +1059,26 @@ struct LoadData2DParams {
 template <class T>
 inline void LoadData(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LoadData2DParams& p,
                      ws1emu::Where w = ws1emu::Where::here()) {
-  if (p.ifTranspose) ws1emu::fail("LoadData2D: ifTranspose is not emulated");
+  if (p.ifTranspose && sizeof(T) != 2) ws1emu::fail("LoadData2D: ifTranspose supports b16 data only (LoadData_2D.md)");
+  if (src.space() != ws1emu::SP_L1 || (dst.space() != ws1emu::SP_L0A && dst.space() != ws1emu::SP_L0B))
+    ws1emu::fail("LoadData2D: the emulator implements L1 -> L0A / L0B only");
+  if (dst.off() % 512 != 0) ws1emu::fail("LoadData2D: the L0A / L0B destination must be 512-byte aligned");
+  if (src.off() % 32 != 0) ws1emu::fail("LoadData2D: the L1 source must be 32-byte aligned");
   const uint32_t frac = 512 / sizeof(T);
-  const auto ins = detail::issue(ws1emu::P_MTE1, "LoadData L1->L0", w);
+  const auto ins = detail::issue(ws1emu::P_MTE1, p.ifTranspose ? "LoadData L1->L0 (transpose)" : "LoadData L1->L0", w);
   for (uint32_t i = 0; i < p.repeatTimes; ++i) {
     const uint32_t s = (p.startIndex + i * p.srcStride) * frac, d = i * (1 + p.dstGap) * frac;
     if (s + frac > src.GetSize() || d + frac > dst.GetSize()) ws1emu::fail("LoadData2D past a buffer");
     detail::rd(ins, src[s], frac);
     detail::wr(ins, dst[d], frac);
-    std::memcpy(dst.raw() + d, src.raw() + s, 512);
+    if (!p.ifTranspose) {
+      std::memcpy(dst.raw() + d, src.raw() + s, 512);
+    } else {
+      T tmp[256];
+      for (uint32_t r = 0; r < 16; ++r)
+        for (uint32_t c = 0; c < 16; ++c) tmp[r * 16 + c] = src.raw()[s + c * 16 + r];
+      std::memcpy(dst.raw() + d, tmp, 512);
+    }
   }
 }
 
@@ -891,6 +1103,13 @@ inline void SetHF32Mode(bool hf32Mode, ws1emu::Where w = ws1emu::Where::here()) 
 // exact in fp32), and adds that partial sum to the L0C value once. So the bits depend on how K is cut into
 // Mmad calls (baseK), which is exactly what the kernels pin; the negative control varies it.
 struct MmadParams {
+  MmadParams() = default;
+  MmadParams(uint16_t mIn, uint16_t nIn, uint16_t kIn, bool isBiasIn, int32_t fmOffsetIn, bool enSsparseIn,
+             bool enWinogradAIn, bool enWinogradBIn)
+      : m(mIn), n(nIn), k(kIn), isBias(isBiasIn), fmOffset(fmOffsetIn), enSsparse(enSsparseIn),
+        enWinogradA(enWinogradAIn), enWinogradB(enWinogradBIn) {}
+  MmadParams(uint16_t mIn, uint16_t nIn, uint16_t kIn, uint8_t unitFlagIn, bool cmatrixSourceIn, bool cmatrixInitValIn)
+      : m(mIn), n(nIn), k(kIn), unitFlag(unitFlagIn), cmatrixSource(cmatrixSourceIn), cmatrixInitVal(cmatrixInitValIn) {}
   uint16_t m = 0, n = 0, k = 0;
   bool isBias = false;
   int32_t fmOffset = 0;
@@ -915,6 +1134,7 @@ inline void Mmad(const LocalTensor<float>& c, const LocalTensor<T>& a, const Loc
   if (p.m * p.k > a.GetSize() || p.k * p.n > b.GetSize() || p.m * p.n > c.GetSize())
     ws1emu::fail("Mmad: operands past their L0 buffers");
   const auto ins = detail::issue(ws1emu::P_M, "Mmad", w, (p.m / 16) * (p.n / 16) >= 10);
+  detail::count_macs(static_cast<uint64_t>(p.m) * p.n * p.k);
   detail::rd(ins, a, static_cast<uint64_t>(p.m) * p.k);
   detail::rd(ins, b, static_cast<uint64_t>(p.k) * p.n);
   if (!p.cmatrixInitVal) detail::rd(ins, c, static_cast<uint64_t>(p.m) * p.n);
@@ -938,6 +1158,9 @@ inline void Mmad(const LocalTensor<float>& c, const LocalTensor<T>& a, const Loc
 // as CAST_RINT), NoQuant keeps fp32.
 enum class QuantMode_t { NoQuant, F322BF16 };
 struct FixpipeParamsV220 {
+  FixpipeParamsV220() = default;
+  FixpipeParamsV220(uint16_t n, uint16_t m, uint16_t srcStrideIn, uint32_t dstStrideIn, bool relu)
+      : nSize(n), mSize(m), srcStride(srcStrideIn), dstStride(dstStrideIn), reluEn(relu) {}
   uint16_t nSize = 0, mSize = 0, srcStride = 0;
   uint32_t dstStride = 0;
   QuantMode_t quantPre = QuantMode_t::NoQuant;
@@ -956,8 +1179,12 @@ inline void Fixpipe(const GlobalTensor<D>& dst, const LocalTensor<U>& c, const F
   if (config.format != CO2Layout::ROW_MAJOR) ws1emu::fail("Fixpipe: only CFG_ROW_MAJOR (NZ2ND) is emulated");
   const auto ins = detail::issue(ws1emu::P_FIX, "Fixpipe L0C->GM", w);
   const uint64_t nblk = (p.nSize + 15u) / 16u;
-  if (nblk * p.srcStride * 16 > c.GetSize()) ws1emu::fail("Fixpipe past the L0C buffer");
-  detail::rd(ins, c, nblk * p.srcStride * 16);
+  if (p.mSize > p.srcStride) ws1emu::fail("Fixpipe: mSize past the L0C tile's m extent (srcStride)");
+  // the last element read: column block nblk - 1, row mSize - 1 (a source offset into a tile may start mid-tile)
+  const uint64_t extent = nblk == 0 ? 0 : ((nblk - 1) * p.srcStride + p.mSize) * 16;
+  if (extent > c.GetSize()) ws1emu::fail("Fixpipe past the L0C buffer");
+  if (c.off() % 64 != 0) ws1emu::fail("Fixpipe: the L0C source must be 64-byte aligned");
+  detail::rd(ins, c, extent);
   for (uint32_t m = 0; m < p.mSize; ++m) detail::gm_wr(ins, dst, static_cast<uint64_t>(m) * p.dstStride, p.nSize);
   for (uint32_t m = 0; m < p.mSize; ++m)
     for (uint32_t n = 0; n < p.nSize; ++n) {
@@ -983,15 +1210,61 @@ namespace ws1emu {
 // kernels' design (no atomics, each output written by exactly one block), which the tests check by varying blockDim.
 inline void launch(uint32_t block_dim, const char* kernel, const std::function<void()>& body) {
   if (block_dim == 0) fail("launch with blockDim 0");
+  Counts* counts = counts_for(kernel, block_dim);
   for (uint32_t b = 0; b < block_dim; ++b) {
     Core& c = core();
     c.block_idx = b;
     c.block_num = block_dim;
+    c.mixed = false, c.slot = 0, c.run = nullptr;
     c.tpipe = nullptr;
-    c.hz.reset(kernel, b);
+    c.hz.reset(kernel, b, 0, false, nullptr, counts);
     body();
     c.hz.finish();
     c.tpipe = nullptr;
+  }
+}
+
+// A KERNEL_TYPE_MIX_AIC_1_2 launch: per block one AIC and two AIVs, run as three threads under MixRun's baton (the
+// blocks themselves one after another, as above: nothing orders two blocks, and the kernels give each output to one
+// block). At the end of a block every cross-core set must have been waited for.
+inline void launch_mix(uint32_t block_dim, const char* kernel, const std::function<void()>& body) {
+  if (block_dim == 0) fail("launch with blockDim 0");
+  Counts* counts = counts_for(kernel, block_dim);
+  for (uint32_t b = 0; b < block_dim; ++b) {
+    MixRun run;
+    run.kernel = kernel, run.block = b;
+    auto core_main = [&](int slot) {
+      {
+        std::unique_lock<std::mutex> lk(run.mu);
+        run.cv.wait(lk, [&] { return run.turn == slot || run.abort; });
+      }
+      if (!run.abort) {
+        try {
+          Core& c = core();
+          c.block_idx = b, c.block_num = block_dim, c.mixed = true, c.slot = slot, c.run = &run, c.tpipe = nullptr;
+          c.hz.reset(kernel, b, slot, true, &run.group, counts);
+          body();
+          c.hz.finish();
+          c.tpipe = nullptr;
+        } catch (const MixAbort&) {
+        } catch (const std::exception& e) {
+          std::lock_guard<std::mutex> g(run.mu);
+          if (!run.abort) run.err = e.what(), run.abort = true;
+        }
+      }
+      std::lock_guard<std::mutex> g(run.mu);
+      run.done[slot] = true;
+      if (run.abort) {
+        run.turn = -1;
+        run.cv.notify_all();
+      } else {
+        run.pass(slot);
+      }
+    };
+    std::thread t0(core_main, 0), t1(core_main, 1), t2(core_main, 2);
+    t0.join(), t1.join(), t2.join();
+    if (run.abort) throw std::runtime_error(run.err.rfind("ascend emulator: ", 0) == 0 ? run.err : "ascend emulator: " + run.err);
+    finish_group(run.group, kernel, b);
   }
 }
 }  // namespace ws1emu

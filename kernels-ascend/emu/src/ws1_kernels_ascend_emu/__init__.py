@@ -26,6 +26,13 @@ def set_launch_blocks(vec: int = 0, cube: int = 0) -> None:
     torch.ops.ws1_ascend_emu.set_launch_blocks(vec, cube)
 
 
+def op_counts(reset: bool = False) -> dict[str, dict]:
+    """The emulator's operation counts per kernel since the last reset: launches, blocks, Cube MACs as issued
+    (m * n * k per Mmad), vector element-operations, cross-core flags, and per pipe instructions, GM bytes read and
+    written and on-chip bytes written. ``reset`` clears them after reading."""
+    return json.loads(torch.ops.ws1_ascend_emu.op_counts(reset))
+
+
 def set_gemm_k_panel(kp: int = 0) -> None:
     """The K panel width of later Cube GEMM launches (0 = kWs1KPanel = 65472). For tests only."""
     torch.ops.ws1_ascend_emu.set_gemm_k_panel(kp)
