@@ -8,6 +8,20 @@
 // (task queue on or off). NOT COMPILED IN THIS REPOSITORY'S CI: no CANN / torch_npu here (docs/ascend.md).
 #include "torch_npu/csrc/core/npu/NPUStream.h"
 #include "torch_npu/csrc/framework/OpCommand.h"
+#include "tiling/platform/platform_ascendc.h"
+
+#include <utility>
+
+// The SoC's core counts, read once (the first launch) through CANN's PlatformAscendCManager — the documented way for
+// kernel-launch (<<<>>>) operators to learn the hardware ("PlatformAscendCManager.md": GetInstance(), then
+// GetCoreNumAic / GetCoreNumAiv, "GetCoreNumAic.md": the Cube cores of the separated (A2/A3) architecture; needs
+// libtiling_api and libplatform, linked by setup.py). 0 (an unreadable platform) fails the launch with one line.
+inline std::pair<uint32_t, uint32_t> ws1a_npu_soc_cores() {
+  platform_ascendc::PlatformAscendC* p = platform_ascendc::PlatformAscendCManager::GetInstance();
+  if (p == nullptr) return {0u, 0u};
+  return {p->GetCoreNumAic(), p->GetCoreNumAiv()};
+}
+#define WS1A_SOC_CORES() ws1a_npu_soc_cores()
 
 #define WS1A_NAME "ws1_ascend"
 #define WS1A_PATH "npu"

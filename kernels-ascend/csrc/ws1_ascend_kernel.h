@@ -16,18 +16,19 @@
 // Synchronization (docs/ascend.md, "Pipes and synchronization"): the vector core's pipes (PIPE_MTE2 GM->UB,
 // PIPE_V, PIPE_MTE3 UB->GM, PIPE_S) run concurrently. The compiler's auto-sync orders S<->V, S<->MTE2, S<->MTE3
 // and V->V by itself, nothing else; every other ordering below is written out: PipeBarrier<PIPE_ALL> after each
-// transfer (this first version overlaps nothing), and V->MTE2 before each copy-in (LoadF32).
+// transfer in the row kernels (they overlap nothing), and V->MTE2 before each copy-in (LoadF32). The Cube GEMM and
+// the mixed attention kernels order their pipes with queues and flags (cube_gemm.h, attention.h).
 #pragma once
 #include "kernel_operator.h"
+#include "ws1_ascend_launch.h"
 
 namespace ws1a {
 using namespace AscendC;
 
-// Fixed launch geometry: Atlas 910B has 20-25 AI Cube cores and twice as many AI Vector cores (per SoC
-// variant); a fixed blockDim keeps the launch configuration the same on every A2/A3 host. More blocks
-// than cores are time-sliced by the runtime; fewer leave cores idle. Neither changes a work item's bits.
-constexpr uint32_t kVecBlocks = 40;
-constexpr uint32_t kCubeBlocks = 20;
+// Launch geometry: blockDim is the SoC's own core count, read by the host (ws1_ascend_ops.h, soc(): on an NPU
+// CANN's PlatformAscendCManager GetCoreNumAic / GetCoreNumAiv — 24 / 48 on an Ascend910B2, 20 / 40 on an
+// Ascend910B4): one block per AIV for vector kernels, per AIC for Cube kernels, per AI core (one AIC + two AIVs) for
+// mixed ones. Items go to blocks by index mod blockDim, so the count never changes a work item's bits.
 
 // One UB tile: 4096 fp32 elements (16 KiB). A row longer than that is processed in kTile pieces whose
 // ReduceSum results are added in ascending tile order on the scalar unit.
@@ -155,8 +156,23 @@ struct Launcher {
 };
 template <class F>
 Launcher<F> launcher(uint32_t n, F* f, const char* name) { return {n, f, name}; }
+template <class F>
+struct MixLauncher {
+  uint32_t n;
+  F* f;
+  const char* name;
+  template <class... A>
+  void operator()(A... a) const {
+    launch_mix(n, name, [&] { f(a...); });
+  }
+};
+template <class F>
+MixLauncher<F> mix_launcher(uint32_t n, F* f, const char* name) { return {n, f, name}; }
 }  // namespace ws1emu
 #define WS1_KERNEL_CALL(kernel, block_dim, stream) ws1emu::launcher(block_dim, kernel, #kernel)
+#define WS1_MIX_KERNEL_CALL(kernel, block_dim, stream) ws1emu::mix_launcher(block_dim, kernel, #kernel)
 #else
 #define WS1_KERNEL_CALL(kernel, block_dim, stream) kernel<<<block_dim, nullptr, stream>>>
+// a KERNEL_TYPE_MIX_AIC_1_2 kernel: block_dim = the number of AI cores used (each one AIC + two AIVs)
+#define WS1_MIX_KERNEL_CALL(kernel, block_dim, stream) kernel<<<block_dim, nullptr, stream>>>
 #endif

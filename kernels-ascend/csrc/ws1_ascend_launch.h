@@ -9,6 +9,10 @@
 // row-major panels [rows, width]; the kernels' last argument is the width used.
 constexpr int64_t kWs1KPanel = 65472;
 
+// The attention kernels' GM workspace per AI core (attention.h, attention_bwd.h: two tile slots of S, P, O, resp. of
+// S, dP and two BF16 operands, [64 x 128] each). The host allocates blockDim times this.
+constexpr uint64_t kWs1AttnWsBytes = 163840, kWs1AttnBwdWsBytes = 196608;
+
 void ws1_launch_embedding(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, int32_t, int64_t, int64_t, int64_t);
 void ws1_launch_embedding_bwd(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t,
                               int64_t, int64_t);
@@ -38,16 +42,18 @@ void ws1_launch_logprob_bwd(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, uint8
 void ws1_launch_batch_invariant_logp(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t);
 void ws1_launch_batch_invariant_logp_bwd(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t);
 void ws1_launch_attention(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*,
-                          uint8_t*, int32_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float);
-void ws1_launch_attention_bwd(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*,
-                              uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t,
-                              int64_t, int64_t, int64_t, int64_t, int64_t, float);
-void ws1_launch_attention_bwd_kv(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*,
-                                 uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t, int64_t, int64_t,
-                                 int64_t, int64_t, int64_t, float);
+                          uint8_t*, uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float);
+void ws1_launch_attention_bwd_prep(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, int32_t, int32_t, int64_t,
+                                   int64_t);
+void ws1_launch_attention_bwd_dq(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*,
+                                 uint8_t*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                 int64_t, int64_t, float);
+void ws1_launch_attention_bwd_dkv(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*,
+                                  uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t, int64_t,
+                                  int64_t, int64_t, int64_t, int64_t, int64_t, float);
 void ws1_launch_variant_attention_buffer_tiles(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*,
-                                               uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t,
-                                               int64_t, float);
+                                               uint8_t*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t, int64_t,
+                                               int64_t, int64_t, int64_t, int64_t, float);
 void ws1_launch_variant_lm_head_small_k(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, int64_t, int64_t, int64_t,
                                          int64_t);
 void ws1_launch_variant_rms_norm_small_tile(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, int32_t, int32_t,

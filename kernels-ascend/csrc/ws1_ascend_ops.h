@@ -53,16 +53,27 @@ inline std::string calls_json() {
   return o.str();
 }
 
-// blockDim of a launch: the fixed geometry of ws1_ascend_kernel.h; the emulator's tests override it
-// (set_launch_blocks) to show that blockDim cannot change bits.
-inline uint32_t& vec_blocks() {
-  static uint32_t v = 40;
-  return v;
+// blockDim of a launch: the SoC's core counts, read once from the device by the including file's
+// WS1A_SOC_CORES() -> std::pair<uint32_t, uint32_t> (AIC, AIV): on an NPU, CANN's PlatformAscendCManager
+// (GetCoreNumAic / GetCoreNumAiv, register_npu.cpp); in the emulator a parameter (set_soc_cores). Vector kernels
+// launch one block per AIV, Cube kernels one per AIC, mixed (Cube + Vector) kernels one per AI core = per AIC (each
+// block one AIC and two AIVs). Work items go to blocks by index mod blockDim and no item's instruction sequence
+// depends on blockDim, so the count changes no bit (the tests vary it).
+struct SocCores {
+  uint32_t aic = 0, aiv = 0;
+};
+inline SocCores& soc() {
+  static SocCores s = [] {
+    const std::pair<uint32_t, uint32_t> c = WS1A_SOC_CORES();
+    TORCH_CHECK(c.first > 0 && c.second > 0, WS1A_NAME, ": the SoC reports ", c.first, " AIC and ", c.second,
+                " AIV cores; cannot size a launch");
+    return SocCores{c.first, c.second};
+  }();
+  return s;
 }
-inline uint32_t& cube_blocks() {
-  static uint32_t v = 20;
-  return v;
-}
+inline uint32_t vec_blocks() { return soc().aiv; }
+inline uint32_t cube_blocks() { return soc().aic; }
+inline uint32_t mix_blocks() { return soc().aic; }
 
 #define WS1A_CHECK(cond, ...) TORCH_CHECK(cond, __VA_ARGS__)
 
@@ -439,113 +450,152 @@ inline at::Tensor batch_invariant_logp_bwd(const at::Tensor& g, const at::Tensor
   return d;
 }
 
-// ---- attention ------------------------------------------------------------------------------------------
-// The host part of the attention tiling: shapes checked, the sequence of each query and of each key row, and
-// the workspace offsets of the backward (woff[i] = sum over earlier queries of q_pos + 1).
+// ---- attention ----------------------------------------------------------------------------------------------
+// The host part of the attention tiling (attention.h, attention_bwd.h): shapes checked, the query-block table (per
+// sequence, queries in blocks of 64 / G: sequence, first query, count, largest position), and for the backward the
+// position -> query table, the occupied 128-slot query tiles per sequence and the 64-key blocks that see any query.
 struct AttnMeta {
-  int64_t Tq, Hq, D, Tk, Hkv, B, W;
-  at::Tensor seq, kseq, woff;  // on the inputs' device
+  int64_t Tq, Hq, D, Tk, Hkv, B, G, nblocks;
+  std::vector<int64_t> cq, ck, qpos;  // host copies
+  at::Tensor blocks;                  // [nblocks, 4] int64 on the inputs' device
 };
 inline AttnMeta attn_meta(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                           const at::Tensor& cu_q, const at::Tensor& cu_k, const at::Tensor& q_pos) {
   for (auto* p : {&q, &k, &v, &cu_q, &cu_k, &q_pos}) check_dev(*p, op, "an input");
-  float_code(q, op, "q");
-  WS1A_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), op,
-             ": q, k, v must have one dtype");
+  WS1A_CHECK(q.scalar_type() == at::kBFloat16 && k.scalar_type() == at::kBFloat16 && v.scalar_type() == at::kBFloat16,
+             op, ": q, k, v must be bfloat16 (the Cube's operands), got ", c10::toString(q.scalar_type()), ", ",
+             c10::toString(k.scalar_type()), ", ", c10::toString(v.scalar_type()));
   WS1A_CHECK(q.dim() == 3 && k.dim() == 3 && v.sizes() == k.sizes() && q.size(2) == k.size(2), op,
              ": need q [Tq, Hq, D], k and v [Tk, Hkv, D], got ", q.sizes(), ", ", k.sizes(), ", ", v.sizes());
-  AttnMeta m{q.size(0), q.size(1), q.size(2), k.size(0), k.size(1), 0, 0, {}, {}, {}};
+  AttnMeta m{q.size(0), q.size(1), q.size(2), k.size(0), k.size(1), 0, 1, 0, {}, {}, {}, {}};
   WS1A_CHECK(m.Hkv > 0 && m.Hq % m.Hkv == 0, op, ": Hq (", m.Hq, ") must be a multiple of Hkv (", m.Hkv, ")");
+  m.G = m.Hq / m.Hkv;
+  WS1A_CHECK(m.G <= 64, op, ": Hq / Hkv = ", m.G, " query heads per kv head; at most 64 fit a 64-row block");
+  WS1A_CHECK(m.D >= 1 && m.D <= 128, op, ": head_dim ", m.D, " outside [1, 128]");
+  WS1A_CHECK(m.Hkv * m.D <= 65535, op, ": Hkv * head_dim = ", m.Hkv * m.D,
+             " exceeds the 16-bit GM row stride of the Cube's Nd2Nz copy");
   WS1A_CHECK(cu_q.scalar_type() == at::kLong && cu_k.scalar_type() == at::kLong && q_pos.scalar_type() == at::kLong,
              op, ": cu_seqlens_q, cu_seqlens_k and q_pos must be int64");
   WS1A_CHECK(cu_q.dim() == 1 && cu_k.sizes() == cu_q.sizes() && cu_q.numel() >= 1, op,
              ": cu_seqlens_q and cu_seqlens_k must be [B + 1]");
   WS1A_CHECK(q_pos.numel() == m.Tq, op, ": q_pos must be [", m.Tq, "]");
   m.B = cu_q.numel() - 1;
-  at::Tensor cq = cu_q.cpu(), ck = cu_k.cpu(), qp = q_pos.cpu();
-  const int64_t *cqp = cq.data_ptr<int64_t>(), *ckp = ck.data_ptr<int64_t>(), *qpp = qp.data_ptr<int64_t>();
-  WS1A_CHECK(cqp[0] == 0 && cqp[m.B] == m.Tq && ckp[0] == 0 && ckp[m.B] == m.Tk, op,
+  auto host = [](const at::Tensor& t) {
+    at::Tensor c = t.cpu().contiguous();
+    return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+  };
+  m.cq = host(cu_q), m.ck = host(cu_k), m.qpos = host(q_pos);
+  WS1A_CHECK(m.cq[0] == 0 && m.cq[m.B] == m.Tq && m.ck[0] == 0 && m.ck[m.B] == m.Tk, op,
              ": cu_seqlens must start at 0 and end at Tq / Tk");
-  at::Tensor seq = at::empty({m.Tq}, cq.options()), kseq = at::empty({m.Tk}, cq.options()),
-             woff = at::empty({m.Tq}, cq.options());
-  int64_t w = 0;
+  const int64_t qb = 64 / m.G;
+  std::vector<int64_t> blocks;
   for (int64_t b = 0; b < m.B; ++b) {
-    const int64_t kl = ckp[b + 1] - ckp[b];
-    WS1A_CHECK(cqp[b] <= cqp[b + 1] && kl >= 0, op, ": cu_seqlens must be non-decreasing");
-    for (int64_t r = ckp[b]; r < ckp[b + 1]; ++r) kseq.data_ptr<int64_t>()[r] = b;
-    for (int64_t i = cqp[b]; i < cqp[b + 1]; ++i) {
-      WS1A_CHECK(qpp[i] >= 0 && qpp[i] < kl, op, ": q_pos[", i, "] = ", qpp[i], " outside its sequence's ", kl, " keys");
-      seq.data_ptr<int64_t>()[i] = b;
-      woff.data_ptr<int64_t>()[i] = w;
-      w += qpp[i] + 1;
+    const int64_t kl = m.ck[b + 1] - m.ck[b];
+    WS1A_CHECK(m.cq[b] <= m.cq[b + 1] && kl >= 0, op, ": cu_seqlens must be non-decreasing");
+    for (int64_t i = m.cq[b]; i < m.cq[b + 1]; ++i)
+      WS1A_CHECK(m.qpos[i] >= 0 && m.qpos[i] < kl, op, ": q_pos[", i, "] = ", m.qpos[i], " outside its sequence's ", kl,
+                 " keys");
+    for (int64_t s = m.cq[b]; s < m.cq[b + 1]; s += qb) {
+      const int64_t n = std::min(qb, m.cq[b + 1] - s);
+      const int64_t pmax = *std::max_element(m.qpos.begin() + s, m.qpos.begin() + s + n);
+      blocks.insert(blocks.end(), {b, s, n, pmax});
     }
   }
-  m.W = w * m.Hq;
-  m.seq = seq.to(q.device()), m.kseq = kseq.to(q.device()), m.woff = woff.to(q.device());
+  m.nblocks = static_cast<int64_t>(blocks.size() / 4);
+  m.blocks = at::tensor(blocks, at::TensorOptions().dtype(at::kLong)).to(q.device()).contiguous();
   return m;
 }
+inline at::Tensor attn_ws(const at::Tensor& like, uint64_t per_core) {
+  return at::empty({static_cast<int64_t>(per_core * mix_blocks())}, like.options().dtype(at::kByte));
+}
 
-inline std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                    const at::Tensor& cu_q, const at::Tensor& cu_k,
-                                                    const at::Tensor& q_pos, double scale) {
-  const char* op = "attention";
+using AttnLaunch = void (*)(uint32_t, void*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*,
+                            uint8_t*, uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float);
+inline std::tuple<at::Tensor, at::Tensor> attention_impl(const char* op, const char* id, AttnLaunch launch,
+                                                         const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                         const at::Tensor& cu_q, const at::Tensor& cu_k,
+                                                         const at::Tensor& q_pos, double scale) {
   AttnMeta m = attn_meta(op, q, k, v, cu_q, cu_k, q_pos);
-  const int32_t f = float_code(q, op, "q");
   at::Tensor out = at::empty(q.sizes(), q.options()), lse = at::empty({m.Tq, m.Hq}, q.options().dtype(at::kFloat));
   if (m.Tq == 0 || m.Hq == 0) return {out, lse};
-  count(WS1A_NAME "::attention");
-  at::Tensor seq = m.seq;
+  count(id);
+  at::Tensor blocks = m.blocks, ws = attn_ws(q, kWs1AttnWsBytes);
   WS1A_RUN(op, [=](void* s) {
-    ws1_launch_attention(vec_blocks(), s, gm(q), gm(k), gm(v), gm(cu_k), gm(q_pos), gm(seq), gm(out), gm(lse), f, m.Tq,
-                         m.Tk, m.B, m.Hq, m.Hkv, m.D, (float)scale);
+    launch(mix_blocks(), s, gm(q), gm(k), gm(v), gm(cu_k), gm(q_pos), gm(blocks), gm(out), gm(lse), gm(ws), m.nblocks,
+           m.Tq, m.Tk, m.B, m.Hq, m.Hkv, m.D, (float)scale);
   });
   return {out, lse};
 }
-
-// negative control: key tiles aligned to the packed buffer (see controls.asc); bf16 inputs only
+inline std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                    const at::Tensor& cu_q, const at::Tensor& cu_k,
+                                                    const at::Tensor& q_pos, double scale) {
+  return attention_impl("attention", WS1A_NAME "::attention", ws1_launch_attention, q, k, v, cu_q, cu_k, q_pos, scale);
+}
+// negative control: key tiles aligned to the packed buffer (see controls.asc)
 inline std::tuple<at::Tensor, at::Tensor> variant_attention_buffer_tiles(const at::Tensor& q, const at::Tensor& k,
                                                                          const at::Tensor& v, const at::Tensor& cu_q,
                                                                          const at::Tensor& cu_k, const at::Tensor& q_pos,
                                                                          double scale) {
-  const char* op = "variant_attention_buffer_tiles";
-  AttnMeta m = attn_meta(op, q, k, v, cu_q, cu_k, q_pos);
-  WS1A_CHECK(q.scalar_type() == at::kBFloat16, op, ": bf16 inputs only");
-  at::Tensor out = at::empty(q.sizes(), q.options()), lse = at::empty({m.Tq, m.Hq}, q.options().dtype(at::kFloat));
-  if (m.Tq == 0 || m.Hq == 0) return {out, lse};
-  count(WS1A_NAME "::variant_attention_buffer_tiles");
-  at::Tensor seq = m.seq;
-  WS1A_RUN(op, [=](void* s) {
-    ws1_launch_variant_attention_buffer_tiles(vec_blocks(), s, gm(q), gm(k), gm(v), gm(cu_k), gm(q_pos), gm(seq),
-                                              gm(out), gm(lse), m.Tq, m.Tk, m.B, m.Hq, m.Hkv, m.D, (float)scale);
-  });
-  return {out, lse};
+  return attention_impl("variant_attention_buffer_tiles", WS1A_NAME "::variant_attention_buffer_tiles",
+                        ws1_launch_variant_attention_buffer_tiles, q, k, v, cu_q, cu_k, q_pos, scale);
 }
 
 inline std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(
-    const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
-    const at::Tensor& out_in, const at::Tensor& lse_in, const at::Tensor& cu_q, const at::Tensor& cu_k,
-    const at::Tensor& q_pos, double scale) {
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+    const at::Tensor& lse_in, const at::Tensor& cu_q, const at::Tensor& cu_k, const at::Tensor& q_pos, double scale) {
   const char* op = "attention_bwd";
-  AttnMeta m = attn_meta(op, q_in, k_in, v_in, cu_q, cu_k, q_pos);
-  WS1A_CHECK(dout_in.sizes() == q_in.sizes() && out_in.sizes() == q_in.sizes(), op,
-             ": dout and out must have q's shape ", q_in.sizes());
+  AttnMeta m = attn_meta(op, q, k, v, cu_q, cu_k, q_pos);
+  WS1A_CHECK(dout.sizes() == q.sizes() && out.sizes() == q.sizes(), op, ": dout and out must have q's shape ", q.sizes());
+  check_dev(dout, op, "dout");
+  check_dev(out, op, "out");
+  const int32_t df = float_code(dout, op, "dout"), of = float_code(out, op, "out");
   WS1A_CHECK(lse_in.numel() == m.Tq * m.Hq, op, ": lse must be [Tq, Hq]");
-  // FP32 throughout (bf16 -> fp32 is exact)
-  auto f32 = [](const at::Tensor& t) { return t.to(at::kFloat).contiguous(); };
-  at::Tensor q = f32(q_in), k = f32(k_in), v = f32(v_in), out = f32(out_in), lse = f32(lse_in), dout = f32(dout_in);
-  at::Tensor dq = at::empty(q.sizes(), q.options()), dk = at::zeros(k.sizes(), k.options()),
-             dv = at::zeros(k.sizes(), k.options());
+  at::Tensor lse = lse_in.to(at::kFloat).contiguous();
+  check_dev(lse, op, "lse");
+  auto f32 = q.options().dtype(at::kFloat);
+  // dk, dv zero: keys no query sees (past every position in the call) get no item
+  at::Tensor dq = at::empty(q.sizes(), f32), dk = at::zeros(k.sizes(), f32), dv = at::zeros(k.sizes(), f32);
   if (m.Tq == 0 || m.Hq == 0) return {dq, dk, dv};
-  at::Tensor P = at::empty({std::max<int64_t>(m.W, 1)}, q.options()), DS = at::empty({std::max<int64_t>(m.W, 1)}, q.options());
-  at::Tensor seq = m.seq, kseq = m.kseq, woff = m.woff;
+  // row slots: position -> query (two queries at one position of a sequence would share a slot)
+  std::vector<int64_t> slotq(static_cast<size_t>(std::max<int64_t>(m.Tk, 1)), -1), kvb, tiles;
+  for (int64_t b = 0; b < m.B; ++b) {
+    std::vector<int64_t> us;
+    for (int64_t i = m.cq[b]; i < m.cq[b + 1]; ++i) {
+      int64_t& slot = slotq[m.ck[b] + m.qpos[i]];
+      WS1A_CHECK(slot < 0, op, ": sequence ", b, " has two queries at position ", m.qpos[i], " (queries ", slot, " and ",
+                 i, ")");
+      slot = i;
+      us.push_back(m.qpos[i] * m.G / 128);
+      us.push_back((m.qpos[i] * m.G + m.G - 1) / 128);
+    }
+    std::sort(us.begin(), us.end());
+    us.erase(std::unique(us.begin(), us.end()), us.end());
+    const int64_t len = m.ck[b + 1] - m.ck[b];
+    for (int64_t j0 = 0; j0 < len; j0 += 64) {  // key blocks aligned to key 0; tiles from the one holding slot j0 G
+      const int64_t u0 = j0 * m.G / 128, t0 = static_cast<int64_t>(tiles.size());
+      for (int64_t u : us)
+        if (u >= u0) tiles.push_back(u);
+      if (static_cast<int64_t>(tiles.size()) > t0)
+        kvb.insert(kvb.end(), {b, j0, std::min<int64_t>(64, len - j0), t0, static_cast<int64_t>(tiles.size())});
+    }
+  }
+  auto dev = [&](const std::vector<int64_t>& x) {
+    return at::tensor(x.empty() ? std::vector<int64_t>{0} : x, at::TensorOptions().dtype(at::kLong)).to(q.device());
+  };
+  at::Tensor t_slot = dev(slotq), t_kvb = dev(kvb), t_tiles = dev(tiles), blocks = m.blocks;
+  const int64_t nkv = static_cast<int64_t>(kvb.size() / 5), ntiles = static_cast<int64_t>(tiles.size());
+  at::Tensor dob = at::empty(q.sizes(), q.options()), delta = at::empty({m.Tq * m.Hq}, f32);
+  at::Tensor ws = attn_ws(q, kWs1AttnBwdWsBytes);
+  at::Tensor doc = dout.contiguous(), oc = out.contiguous();
   count(WS1A_NAME "::attention_bwd");
   WS1A_RUN(op, [=](void* s) {
-    ws1_launch_attention_bwd(vec_blocks(), s, gm(q), gm(k), gm(v), gm(out), gm(lse), gm(dout), gm(cu_q), gm(cu_k),
-                             gm(q_pos), gm(seq), gm(woff), gm(P), gm(DS), gm(dq), m.Tq, m.Tk, m.B, m.Hq, m.Hkv, m.D,
-                             m.W, (float)scale);
-    ws1_launch_attention_bwd_kv(vec_blocks(), s, gm(q), gm(dout), gm(cu_q), gm(cu_k), gm(q_pos), gm(seq), gm(woff),
-                                gm(P), gm(DS), gm(kseq), gm(dk), gm(dv), m.Tq, m.Tk, m.B, m.Hq, m.Hkv, m.D, m.W,
-                                (float)scale);
+    ws1_launch_attention_bwd_prep(vec_blocks(), s, gm(doc), gm(oc), gm(dob), gm(delta), df, of, m.Tq * m.Hq, m.D);
+    ws1_launch_attention_bwd_dq(mix_blocks(), s, gm(q), gm(k), gm(v), gm(dob), gm(lse), gm(delta), gm(cu_k), gm(q_pos),
+                                gm(blocks), gm(dq), gm(ws), m.nblocks, m.Tq, m.Tk, m.B, m.Hq, m.Hkv, m.D, (float)scale);
+    if (nkv)
+      ws1_launch_attention_bwd_dkv(mix_blocks(), s, gm(q), gm(k), gm(v), gm(dob), gm(lse), gm(delta), gm(cu_k),
+                                   gm(t_kvb), gm(t_tiles), gm(t_slot), gm(dk), gm(dv), gm(ws), nkv, ntiles, m.Tq, m.Tk,
+                                   m.B, m.Hq, m.Hkv, m.D, (float)scale);
   });
   return {dq, dk, dv};
 }

@@ -14,9 +14,10 @@ def contract():
 
 
 @pytest.fixture
-def blocks():
-    """Set the emulated launch's blockDim for one test, restoring the fixed geometry after."""
+def soc():
+    """Set the emulated SoC's core counts (AIC, AIV) for one test — the blockDim of every later launch: vector
+    kernels get AIV blocks, Cube kernels AIC blocks, mixed kernels AIC AI cores — restoring 20 / 40 after."""
     import ws1_kernels_ascend_emu as emu
 
-    yield emu.set_launch_blocks
-    emu.set_launch_blocks(0, 0)
+    yield emu.set_soc_cores
+    emu.set_soc_cores(0, 0)

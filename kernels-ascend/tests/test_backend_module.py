@@ -12,7 +12,8 @@ import sys, types, torch
 import ws1_kernels_ascend_emu  # only for the schemas of the shared host layer
 sys.modules["ws1_kernels_ascend"] = types.ModuleType("ws1_kernels_ascend")
 lib = torch.library.Library("ws1_ascend", "DEF")
-TEST_HOOKS = {"set_launch_blocks", "set_gemm_k_panel", "hazard_probes", "hazard_probe", "op_counts"}  # the emulator's alone
+TEST_HOOKS = {"set_soc_cores", "set_gemm_k_panel", "hazard_probes", "hazard_probe", "op_counts",
+              "legacy_gemm"}  # the emulator's alone
 for s in torch._C._jit_get_all_schemas():
     if s.name.startswith("ws1_ascend_emu::") and s.name.split("::")[1] not in TEST_HOOKS:
         lib.define(str(s).split("::", 1)[1])

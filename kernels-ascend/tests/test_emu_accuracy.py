@@ -22,36 +22,45 @@ def test_forward_accuracy(op, contract):
     assert r.passed, r.detail
 
 
-def test_attention_forward_accuracy(contract):
-    q, k, v, cu, qp = attention_inputs([5, 40, 1, 33])
-    out, lse = E.attention(q, k, v, cu, cu, qp, 0.125)
+# (Hq, Hkv, D): GQA groups of 2, 4 and 5 (one not dividing the 64-row block), MHA, head_dim 64, 128 and 40 (zero-padded
+# to the Mmad's 64-wide d chunks); the sequences cross the 128-key tile (150 keys)
+ATTN_SHAPES = [(4, 2, 64), (8, 2, 128), (5, 1, 40), (2, 2, 16)]
+ATTN_LENS = [5, 40, 1, 33, 150]
+
+
+@pytest.mark.parametrize("hq, hkv, d", ATTN_SHAPES)
+def test_attention_forward_accuracy(contract, hq, hkv, d):
+    q, k, v, cu, qp = attention_inputs(ATTN_LENS, Hq=hq, Hkv=hkv, D=d)
+    out, lse = E.attention(q, k, v, cu, cu, qp, d**-0.5)
     th = contract.resolve("forward_accuracy", "attention", "bfloat16")
-    r = within_tolerance(out, reference.attention(q, k, v, cu, cu, qp, 0.125), th.atol, th.rtol, "attention")
+    r = within_tolerance(out, reference.attention(q, k, v, cu, cu, qp, d**-0.5), th.atol, th.rtol, "attention")
     assert r.passed, r.detail
 
 
-def test_attention_forward_fp32_inputs(contract):
-    # the fp32 path of LoadF32 (no bf16 staging): the copy-in that raced the vector unit before the V -> MTE2 fix
-    q, k, v, cu, qp = attention_inputs([5, 40, 1, 33])
-    q, k, v = q.float(), k.float(), v.float()
-    out, lse = E.attention(q, k, v, cu, cu, qp, 0.125)
-    assert out.dtype == F32
-    th = contract.resolve("forward_accuracy", "attention", "bfloat16")
-    r = within_tolerance(out, reference.attention(q, k, v, cu, cu, qp, 0.125), th.atol, th.rtol, "attention fp32")
-    assert r.passed, r.detail
-    s, e = int(cu[1]), int(cu[2])
-    one = torch.tensor([0, e - s])
-    assert same_bits(E.attention(q[s:e], k[s:e], v[s:e], one, one, qp[s:e], 0.125)[1], lse[s:e])
+def test_attention_refuses_fp32_and_bad_shapes():
+    # the Cube kernels take BF16 q, k, v (kernels-cuda's contract too); FP32 or a head_dim past 128 is one line
+    q, k, v, cu, qp = attention_inputs([5, 40])
+    with pytest.raises(RuntimeError) as e:
+        E.attention(q.float(), k.float(), v.float(), cu, cu, qp, 0.125)
+    assert "q, k, v must be bfloat16" in str(e.value).splitlines()[0]
+    big = torch.zeros(3, 2, 136, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="head_dim 136 outside"):
+        E.attention(big, big, big, torch.tensor([0, 3]), torch.tensor([0, 3]), torch.arange(3), 0.1)
 
 
-def test_attention_backward(contract):
-    q, k, v, cu, qp = attention_inputs([5, 40, 1, 33])
-    out, lse = E.attention(q, k, v, cu, cu, qp, 0.125)
+@pytest.mark.parametrize("hq, hkv, d", ATTN_SHAPES[:3])
+def test_attention_backward(contract, hq, hkv, d):
+    q, k, v, cu, qp = attention_inputs(ATTN_LENS, Hq=hq, Hkv=hkv, D=d)
+    out, lse = E.attention(q, k, v, cu, cu, qp, d**-0.5)
     dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(9)).bfloat16()
-    dq, dk, dv = E.attention_bwd(dout, q, k, v, out, lse, cu, cu, qp, 0.125)
-    refs = _grad_ref(lambda a, b, c: reference.attention(a, b, c, cu, cu, qp, 0.125), q, k, v, dy=dout)
+    dq, dk, dv = E.attention_bwd(dout, q, k, v, out, lse, cu, cu, qp, d**-0.5)
+    refs = _grad_ref(lambda a, b, c: reference.attention(a, b, c, cu, cu, qp, d**-0.5), q, k, v, dy=dout)
     for name, got, ref in zip(("dq", "dk", "dv"), (dq, dk, dv), refs):
         _check(contract, "attention", got, ref, f"attention {name}")
+    # FP32 dO is rounded to BF16 for the Mmads (the only rounding of dO): the same bits as the BF16 dO it rounds to
+    got32 = E.attention_bwd(dout.float(), q, k, v, out, lse, cu, cu, qp, d**-0.5)
+    for a, r in zip(got32, (dq, dk, dv)):
+        assert same_bits(a, r)
 
 
 def _grad_ref(fn, *inputs, dy):

@@ -3,10 +3,13 @@
 Each must FAIL the invariance check that the real kernel passes — on every host, since the emulated bits are
 the same IEEE operations everywhere (-ffp-contract=off) — so a green invariance check means something."""
 
+import pytest
 import torch
 from emu_cases import EPS, E, attention_inputs, make, same_bits
 
+from ws1_ops.backends.controls import CONTROLS
 from ws1_ops.invariance import check
+from ws1_ops.registry import Kernel
 
 N = 70
 
@@ -42,7 +45,7 @@ def test_attention_with_key_tiles_aligned_to_the_buffer_is_caught():
     lens = [5, 40, 1, 33]
     q, k, v, cu, qp = attention_inputs(lens)
     packed = E.variant_attention_buffer_tiles(q, k, v, cu, cu, qp, 0.125)
-    # sequence 1 sits at buffer row 5: packed, its first key tile holds keys 0..26; alone, keys 0..31
+    # sequence 1 sits at buffer row 5: packed, its first key tile holds keys 0..122; alone, keys 0..127
     s, e = int(cu[1]), int(cu[2])
     one = torch.tensor([0, e - s])
     alone = E.variant_attention_buffer_tiles(q[s:e], k[s:e], v[s:e], one, one, qp[s:e], 0.125)
@@ -52,3 +55,34 @@ def test_attention_with_key_tiles_aligned_to_the_buffer_is_caught():
     assert same_bits(first[1], packed[1][:5])
     real_alone = E.attention(q[s:e], k[s:e], v[s:e], one, one, qp[s:e], 0.125)
     assert same_bits(real_alone[1], E.attention(q, k, v, cu, cu, qp, 0.125)[1][s:e])
+
+
+def _cu(*lens):
+    return torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()])
+
+
+@pytest.mark.parametrize("name", ["variant_attn_pack_tiles", "variant_attn_chunk_tiles", "variant_attn_decode_order"])
+def test_ws1_attention_controls_stay_red_on_the_cube_kernel(name):
+    # ws1_ops' three attention controls (they only wrap the base kernel's fwd, so they build on every family)
+    # built on the Cube attention: each breaks the transform it names, where the real kernel holds
+    base = Kernel("attention", "ascend_emu", "ws1_ascend_emu::attention", E.attention, E.attention_bwd)
+    variant = CONTROLS[name].overrides["attention"](base)
+    lens = [5, 40, 1, 33, 150]
+    q, k, v, cu, qp = attention_inputs(lens)
+    s, e = int(cu[4]), int(cu[5])  # the 150-token sequence, at buffer row 79
+
+    def differs(fwd):
+        if name == "variant_attn_pack_tiles":  # packed vs alone
+            packed = fwd(q, k, v, cu, cu, qp, 0.125)[0][s:e]
+            alone = fwd(q[s:e], k[s:e], v[s:e], _cu(150), _cu(150), qp[s:e], 0.125)[0]
+        elif name == "variant_attn_chunk_tiles":  # a chunk [70, 131) vs the full prefill
+            alone = fwd(q[s + 70 : s + 131], k[s : s + 131], v[s : s + 131], _cu(61), _cu(131), qp[s + 70 : s + 131],
+                        0.125)[0]
+            packed = fwd(q[s:e], k[s:e], v[s:e], _cu(150), _cu(150), qp[s:e], 0.125)[0][70:131]
+        else:  # decode at 149 vs the prefill's row
+            alone = fwd(q[e - 1 : e], k[s:e], v[s:e], _cu(1), _cu(150), qp[e - 1 : e], 0.125)[0]
+            packed = fwd(q[s:e], k[s:e], v[s:e], _cu(150), _cu(150), qp[s:e], 0.125)[0][149:150]
+        return not same_bits(packed, alone)
+
+    assert differs(variant.fwd), f"{name} on the Cube attention was not caught"
+    assert not differs(base.fwd), "the real kernel must pass the same check"

@@ -24,22 +24,21 @@
 #define WS1A_DEVICE_TYPE c10::DeviceType::CPU
 #define WS1A_DEVICE_NAME "CPU (emulator)"
 #define WS1A_RUN(name, fn) (fn)(nullptr)
+// The emulator's "SoC": 20 AIC / 40 AIV (the core counts of the Atlas A2 SKUs with 20 AI cores) unless a test sets
+// others (set_soc_cores); on an NPU register_npu.cpp reads the real ones.
+#define WS1A_SOC_CORES() std::pair<uint32_t, uint32_t>(20u, 40u)
 #include "ws1_ascend_ops.h"
 
 #include "hazard_probes.h"
+#include "legacy_gemm.h"
 
 namespace {
-// test hook: the launch's blockDim (0 restores the fixed geometry 40 vector / 20 cube blocks)
-void set_launch_blocks(int64_t vec, int64_t cube) {
-  TORCH_CHECK(vec >= 0 && cube >= 0 && vec <= 4096 && cube <= 4096, "set_launch_blocks: counts must be in [0, 4096]");
-  ws1a_host::vec_blocks() = vec ? static_cast<uint32_t>(vec) : 40u;
-  ws1a_host::cube_blocks() = cube ? static_cast<uint32_t>(cube) : 20u;
-}
-// test hook: the Cube GEMMs' K panel width (0 restores kWs1KPanel); a positive multiple of 64, at most kWs1KPanel
-void set_gemm_k_panel(int64_t kp) {
-  TORCH_CHECK(kp == 0 || (kp > 0 && kp % 64 == 0 && kp <= kWs1KPanel),
-              "set_gemm_k_panel: a positive multiple of 64 up to ", kWs1KPanel, " (or 0), got ", kp);
-  ws1a_host::k_panel() = kp ? kp : kWs1KPanel;
+// test hook: the SoC's core counts the host sizes launches from (0, 0 restores 20 AIC / 40 AIV): vector kernels get
+// aiv blocks, Cube kernels aic, mixed kernels aic AI cores (one AIC + two AIVs each)
+void set_soc_cores(int64_t aic, int64_t aiv) {
+  TORCH_CHECK(aic >= 0 && aiv >= 0 && aic <= 4096 && aiv <= 4096 && (aic == 0) == (aiv == 0),
+              "set_soc_cores: counts must be in [1, 4096] (or both 0 for the default)");
+  ws1a_host::soc() = ws1a_host::SocCores{aic ? static_cast<uint32_t>(aic) : 20u, aiv ? static_cast<uint32_t>(aiv) : 40u};
 }
 // the emulator's operation counts per kernel name since the last reset (ws1emu::Counts), as JSON
 std::string op_counts(bool reset) {
@@ -67,6 +66,28 @@ std::string op_counts(bool reset) {
   if (reset) ws1emu::counts_registry().clear();
   return o.str();
 }
+// the single-buffered Cube GEMM this checkout's cube_gemm.h replaced (legacy_gemm.h): kind 0 = det_gemm (bf16 out),
+// 1 = lm_head (fp32 out), 2 = gemm_fp32; a [M, K] and b [N, K] as the kernels take them (bf16, or fp32 for kind 2)
+at::Tensor legacy_gemm(const at::Tensor& a_in, const at::Tensor& b_in, int64_t kind) {
+  TORCH_CHECK(kind >= 0 && kind <= 2, "legacy_gemm: kind 0, 1 or 2");
+  const auto dt = kind == 2 ? at::kFloat : at::kBFloat16;
+  at::Tensor a = a_in.to(dt).contiguous(), b = b_in.to(dt).contiguous();
+  const int64_t M = a.size(0), N = b.size(0), K = a.size(1);
+  const int64_t kp = ws1a_host::k_panel();
+  at::Tensor ap = ws1a_host::k_panels(a, kp), bp = ws1a_host::k_panels(b, kp);
+  at::Tensor c = at::empty({M, N}, a.options().dtype(kind == 0 ? at::kBFloat16 : at::kFloat));
+  const uint32_t nb = ws1a_host::cube_blocks();
+  ws1emu::launch(nb, "legacy_cube_gemm", [&] {
+    legacy_cube_gemm(ws1a_host::gm(ap), ws1a_host::gm(bp), ws1a_host::gm(c), static_cast<int32_t>(kind), M, N, K, kp);
+  });
+  return c;
+}
+// test hook: the Cube GEMMs' K panel width (0 restores kWs1KPanel); a positive multiple of 64, at most kWs1KPanel
+void set_gemm_k_panel(int64_t kp) {
+  TORCH_CHECK(kp == 0 || (kp > 0 && kp % 64 == 0 && kp <= kWs1KPanel),
+              "set_gemm_k_panel: a positive multiple of 64 up to ", kWs1KPanel, " (or 0), got ", kp);
+  ws1a_host::k_panel() = kp ? kp : kWs1KPanel;
+}
 // the hazard checker's probes (hazard_probes.h): "name\texpected failure ('' = runs clean)" per line
 std::string hazard_probes() {
   std::string s;
@@ -86,9 +107,10 @@ at::Tensor hazard_probe(const std::string& name) {
 
 TORCH_LIBRARY(ws1_ascend_emu, m) {
   WS1A_DEFINE_LIBRARY(m);
-  m.def("set_launch_blocks(int vec, int cube) -> ()", &set_launch_blocks);
-  m.def("set_gemm_k_panel(int kp) -> ()", &set_gemm_k_panel);
+  m.def("set_soc_cores(int aic, int aiv) -> ()", &set_soc_cores);
   m.def("op_counts(bool reset) -> str", &op_counts);
+  m.def("legacy_gemm(Tensor a, Tensor b, int kind) -> Tensor", &legacy_gemm);
+  m.def("set_gemm_k_panel(int kp) -> ()", &set_gemm_k_panel);
   m.def("hazard_probes() -> str", &hazard_probes);
   m.def("hazard_probe(str name) -> Tensor", &hazard_probe);
 }

@@ -21,9 +21,10 @@ def calls() -> dict[str, dict[str, int]]:
     return json.loads(torch.ops.ws1_ascend_emu.calls())
 
 
-def set_launch_blocks(vec: int = 0, cube: int = 0) -> None:
-    """The blockDim of later launches (0 = the fixed 40 vector / 20 cube blocks). For tests only."""
-    torch.ops.ws1_ascend_emu.set_launch_blocks(vec, cube)
+def set_soc_cores(aic: int = 0, aiv: int = 0) -> None:
+    """The SoC core counts later launches are sized from (0, 0 = the emulator's 20 AIC / 40 AIV): vector kernels get
+    ``aiv`` blocks, Cube kernels ``aic``, mixed Cube + Vector kernels ``aic`` AI cores. For tests only."""
+    torch.ops.ws1_ascend_emu.set_soc_cores(aic, aiv)
 
 
 def op_counts(reset: bool = False) -> dict[str, dict]:
@@ -31,6 +32,12 @@ def op_counts(reset: bool = False) -> dict[str, dict]:
     (m * n * k per Mmad), vector element-operations, cross-core flags, and per pipe instructions, GM bytes read and
     written and on-chip bytes written. ``reset`` clears them after reading."""
     return json.loads(torch.ops.ws1_ascend_emu.op_counts(reset))
+
+
+def legacy_gemm(a: torch.Tensor, b: torch.Tensor, kind: int) -> torch.Tensor:
+    """The single-buffered Cube GEMM that cube_gemm.h replaced (emu/csrc/legacy_gemm.h): kind 0 det_gemm, 1 lm_head,
+    2 gemm_fp32. For the bit-for-bit comparison tests only."""
+    return torch.ops.ws1_ascend_emu.legacy_gemm(a, b, kind)
 
 
 def set_gemm_k_panel(kp: int = 0) -> None:
