@@ -28,6 +28,9 @@ from setuptools import setup
 HERE = os.path.dirname(os.path.abspath(__file__))
 ARCH = os.environ.get("WS1_NPU_ARCH", "dav-2201")
 LIBS = ("ascendcl", "runtime")
+# the extension (register_npu.cpp) reads the SoC's core counts through PlatformAscendCManager, which needs CANN's
+# tiling_api and platform libraries (asc-devkit docs/zh/api/Utils-API/平台信息获取/PlatformAscendCManager.md)
+PLATFORM_LIBS = ("tiling_api", "platform")
 HOW = ("run `source /usr/local/Ascend/ascend-toolkit/set_env.sh` (or export ASCEND_HOME_PATH=<CANN toolkit>/latest); "
        "WS1_NPU_ARCH selects the target (default dav-2201 = Atlas A2/A3)")
 
@@ -50,6 +53,10 @@ def _cann() -> tuple[str, str]:
     for lib in LIBS:
         if not os.path.isfile(os.path.join(home, "lib64", f"lib{lib}.so")):
             _fail(f"lib{lib}.so not found in {home}/lib64 (the CANN runtime the kernel launches link against)")
+    for lib in PLATFORM_LIBS:
+        if not any(os.path.isfile(os.path.join(home, "lib64", f"lib{lib}.{x}")) for x in ("so", "a")):
+            _fail(f"lib{lib}.so / .a not found in {home}/lib64 (PlatformAscendCManager, which sizes the launches from the "
+                  "SoC's core counts)")
     return home, bisheng
 
 
@@ -87,7 +94,7 @@ def _extension():
         sources=["csrc/register_npu.cpp"],
         include_dirs=[os.path.join(HERE, "csrc"), os.path.join(home, "include")],
         library_dirs=[lib_dir, os.path.join(home, "lib64")],
-        libraries=["ws1_ascend_kernels", *LIBS],
+        libraries=["ws1_ascend_kernels", *LIBS, *PLATFORM_LIBS],
         extra_compile_args=["-O2", "-std=c++17"],
         extra_link_args=["-Wl,-rpath,$ORIGIN", f"-Wl,-rpath,{os.path.join(home, 'lib64')}"],
     )
