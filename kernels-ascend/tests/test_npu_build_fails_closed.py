@@ -41,6 +41,22 @@ def test_build_without_the_cann_runtime_libraries_names_them(tmp_path):
     assert "libascendcl.so" in p.stderr and "lib64" in p.stderr, p.stderr
 
 
+def test_build_without_the_platform_libraries_names_them(tmp_path):
+    # the runtime is there, PlatformAscendCManager's libraries (the SoC's core counts) are not: one line, exit 2
+    bindir = tmp_path / "compiler" / "ccec_compiler" / "bin"
+    bindir.mkdir(parents=True)
+    (bindir / "bisheng").write_text("#!/bin/sh\nexit 1\n")
+    (bindir / "bisheng").chmod(0o755)
+    (tmp_path / "lib64").mkdir()
+    for lib in ("ascendcl", "runtime"):
+        (tmp_path / "lib64" / f"lib{lib}.so").write_text("")
+    env = dict(os.environ, ASCEND_HOME_PATH=str(tmp_path), PATH="/usr/bin:/bin")
+    p = subprocess.run([sys.executable, os.path.join(PKG, "setup.py"), "build_ext"], cwd=PKG, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "libtiling_api" in p.stderr and "PlatformAscendCManager" in p.stderr, p.stderr
+
+
 def test_import_without_torch_npu_names_it():
     code = f"import sys; sys.path.insert(0, {os.path.join(PKG, 'src')!r}); import ws1_kernels_ascend"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
