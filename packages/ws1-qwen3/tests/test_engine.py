@@ -126,6 +126,18 @@ def test_a_request_never_depends_on_its_bucket(tiny):
     assert flat(alone) == flat([mid[-1]]) == flat([full[-1]])
 
 
+def test_a_cache_passed_again_replays_its_static_steps(tiny):
+    """The static steps (CUDA graphs on a GPU) live with the cache: a second generate() through the same cache
+    makes none and gives what a fresh cache gives."""
+    cache = tiny.new_cache("contiguous", max_seqs=4, max_len=32)
+    rs = reqs(4)
+    first = generate(tiny, rs, cache=cache, graphs=True, stats=(s1 := {}))
+    again = generate(tiny, list(reversed(rs)), cache=cache, graphs=True, stats=(s2 := {}))
+    assert s1["graphs_made"] >= 1 and s2["graphs_made"] == 0 and s2["buckets"]
+    assert flat(again) == flat(list(reversed(first)))
+    assert flat(generate(tiny, rs, graphs=True)) == flat(first)
+
+
 def test_unseeded_samples_of_one_prompt_differ(tiny):
     """n samples of one prompt with no seed: distinct streams (from the request ids), distinct samples. The
     old default (seed 0 for every request) made them identical: GRPO saw zero advantages."""

@@ -98,19 +98,27 @@ class Engine:
         self.max_running = min(max_batch, self.lanes)
         L, dev = self.lanes, self.dev
         # per-lane state on the device: the next input token, its position, the next sampling step, the stream,
-        # the temperature; and (static path) which lanes a step advances
-        self.tok = torch.zeros(L, dtype=torch.int64, device=dev)
-        self.pos = torch.zeros(L, dtype=torch.int64, device=dev)
-        self.steps = torch.zeros(L, dtype=torch.int64, device=dev)
-        self.stream = torch.zeros(L, dtype=torch.int64, device=dev)
-        self.temp = torch.zeros(L, dtype=torch.float32, device=dev)
-        self.active = torch.zeros(L, dtype=torch.int64, device=dev)
+        # the temperature; and (static path) which lanes a step advances. The static path keeps it, with the
+        # captured graphs that point at it, on the cache (for this model): a later generate() through the same
+        # cache replays them instead of capturing again.
+        state = getattr(cache, "_ws1_lanes", None) if self.static else None
+        if state is None or state["model"] is not model or state["lanes"] != L:
+            state = {"model": model, "lanes": L, "graphs": {},
+                     **{n: torch.zeros(L, dtype=torch.float32 if n == "temp" else torch.int64, device=dev)
+                        for n in ("tok", "pos", "steps", "stream", "temp", "active")}}
+            if self.static:
+                cache._ws1_lanes = state
+        for n in ("tok", "pos", "steps", "stream", "temp", "active"):
+            state[n].zero_()
+            setattr(self, n, state[n])
         self._active_host = [0] * L
         self.free_lanes = list(range(L))
         self.running: dict[str, _Run] = {}
         # the window's draws: (lanes, their rows in the step's outputs, tokens, logprobs) per step
         self.window: list[tuple[tuple[int, ...], tuple[int, ...], torch.Tensor, torch.Tensor]] = []
-        self.graphs_by_bucket: dict[int, _StaticStep] = {}
+        self.graphs_by_bucket: dict[int, _StaticStep] = state["graphs"]
+        self.captured = 0
+        self.buckets_used: set[int] = set()
         self.clock = _Clock(dev)
         self.n_syncs = 0
         self.n_decode_steps = 0
@@ -217,6 +225,9 @@ class Engine:
         g = self.graphs_by_bucket.get(bk)
         if g is None:
             g = self.graphs_by_bucket[bk] = _StaticStep(self, bk)
+            self.captured += 1
+        g.eng = self
+        self.buckets_used.add(bk)
         tok, lp = g.run()
         self.cache.advance({r.req.request_id: 1 for r in act})
         lanes = tuple(r.lane for r in act)

@@ -88,7 +88,8 @@ def generate(model: Qwen3ForCausalLM, requests: Sequence[Request], *, max_batch:
     the sampled tokens (stop tokens are found there; the draws after a stop are dropped). ``graphs``: the
     static decode step per batch bucket — CUDA graphs on a GPU, the same step run directly on a CPU — which
     needs a contiguous cache; None: on when the model is on a CUDA device and the cache is contiguous.
-    ``stats``: filled with ``prefill_s``, ``decode_s``, ``decode_steps``, ``host_syncs``, ``buckets``.
+    ``stats``: filled with ``prefill_s``, ``decode_s``, ``decode_steps``, ``host_syncs``, ``buckets``, ``graphs_made``
+    (static steps captured in this call: a contiguous cache passed again keeps its graphs and replays them).
     Every request is validated before anything runs; a bad one raises and nothing is generated."""
     reqs = [r if r.request_id else Request(**{**r.__dict__, "request_id": f"req-{i}"}) for i, r in enumerate(requests)]
     ids = [r.request_id for r in reqs]
@@ -145,6 +146,7 @@ def generate(model: Qwen3ForCausalLM, requests: Sequence[Request], *, max_batch:
     if stats is not None:
         t = eng.clock.totals()
         stats.update({"prefill_s": t.get("prefill", 0.0), "decode_s": t.get("decode", 0.0), "decode_steps": eng.n_decode_steps,
-                      "host_syncs": eng.n_syncs, "graphs": bool(graphs), "buckets": sorted(eng.graphs_by_bucket),
+                      "host_syncs": eng.n_syncs, "graphs": bool(graphs), "buckets": sorted(eng.buckets_used),
+                      "graphs_made": eng.captured,
                       "sync_every": sync_every})
     return [out[r.request_id] for r in reqs]
