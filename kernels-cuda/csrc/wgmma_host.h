@@ -60,13 +60,14 @@ inline Operand operand(const at::Tensor& t_in, int64_t K8, int64_t rmul) {
     mj = Major::K;
   }
   if (mj == Major::K) {
-    if (K == K8 && R == Rp && aligned16(t) && t.stride(0) % 8 == 0) return {t, t.stride(0), mj, R};
+    // rows must not overlap (an expanded tensor has stride 0): TMA reads [R, ld] rows
+    if (K == K8 && R == Rp && aligned16(t) && t.stride(0) % 8 == 0 && t.stride(0) >= K) return {t, t.stride(0), mj, R};
     at::Tensor buf = at::zeros({Rp, K8}, t.options());
     buf.narrow(0, 0, R).narrow(1, 0, K).copy_(t);
     return {buf, K8, mj, Rp};
   }
   const int64_t R8 = (Rp + 7) / 8 * 8;
-  if (K == K8 && R == R8 && aligned16(t) && t.stride(1) % 8 == 0) return {t, t.stride(1), mj, R};
+  if (K == K8 && R == R8 && aligned16(t) && t.stride(1) % 8 == 0 && t.stride(1) >= R) return {t, t.stride(1), mj, R};
   at::Tensor buf = at::zeros({K8, R8}, t.options());  // physical [K8, R8]: R contiguous, as the input
   buf.narrow(0, 0, K).narrow(1, 0, R).copy_(t.t());
   return {buf, R8, mj, R8};

@@ -189,6 +189,9 @@ def test_gemm_edges_and_unaligned_inputs_give_the_same_bits():
     xb[:, 1:] = x
     assert xb[:, 1:].stride() == (257, 1)
     same(K_().det_gemm(xb[:, 1:], w), K_().det_gemm(x, w), "unaligned view vs aligned tensor")
+    xe = x[4:5].expand(9, 256)  # stride (0, 1): rows overlap, copied before TMA
+    same(K_().det_gemm(xe, w), K_().det_gemm(xe.contiguous(), w), "expanded (stride-0) rows vs contiguous")
+    same(K_().gemm(xe, w, True), K_().gemm(xe.contiguous(), w, True), "gemm: expanded rows vs contiguous")
 
 
 def serial_chain(a, b):
