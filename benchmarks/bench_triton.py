@@ -205,12 +205,50 @@ def gemm_cases(clock, dev, args) -> list[dict]:
                                    {"ws1": lambda dy=dy, x=x, perm=perm: _tgemm().gemm_dw(dy, x, perm),
                                     "torch": lambda dyp=dyp, xp=xp: mm(dyp.t(), xp)},
                                    flops, 2 * (M * N + M * K) + 4 * N * K, {"M": M, "K": K, "N": N, "vs": vs32})
+        rows += _candidate_rows(clock, args, g, dev, K, N, ws[0])
     wv = (torch.randn(V, K, generator=g, device="cpu") * 0.02).to(BF).to(dev)
     for M in Ms:
         x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
         rows += _gemm_rows(clock, args, f"lm_head M{M} K{K} V{V}", "lm_head",
                            {"ws1": lambda x=x: _tlm().lm_head(x, wv), "torch": lambda x=x: mm(x, wv.t())},
                            2 * M * K * V, 2 * (M * K + V * K) + 4 * M * V, {"M": M, "K": K, "N": V, "vs": vs32})
+    return rows
+
+
+def _candidate_rows(clock, args, g, dev, K, N, w) -> list[dict]:
+    """The M <= 64 candidate tile (``_gemm.SMALL_M_CANDIDATE``: 64 x 32, wgmma m64n32k16, N / 32 programs), not
+    used by the kernels: its speed beside the fixed tier's, and whether its bits equal the fixed tier's on the same
+    rows — the evidence that would let it become a tier (it is another wgmma instruction). No target."""
+    from ws1_ops.triton import _gemm
+    from ws1_ops.triton import det_gemm as tg
+
+    cand = _gemm.SMALL_M_CANDIDATE
+    rows = []
+    for M in ((1,) if args.quick else (1, 59)):
+        x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
+        p = _gemm.plan_fwd(x, w, True)
+        pc = _gemm.Launch(cand, tma=p.tma)
+
+        def run(launch, x=x, M=M):
+            y = torch.empty(M, N, dtype=BF, device=dev)
+            xa, wa = x, w
+            if launch.tma:
+                xa, wa = _gemm.descriptor(x, [launch.cfg.BM, launch.cfg.BK]), _gemm.descriptor(w, [launch.cfg.BN, launch.cfg.BK])
+            tg.det_gemm_fwd_kernel[launch.grid(M, N)](xa, wa, y, M, N, K, x.stride(0), w.stride(0), y.stride(0),
+                                                      **launch.kwargs(x, w))
+            return y
+
+        same = bool(torch.equal(run(pc).view(torch.int16), run(p).view(torch.int16)))
+        inner = 1 if args.quick else 50
+        for mode in _modes(clock):
+            r = _row(f"det_gemm candidate 64x32 M{M} K{K} N{N} vs the fixed tier", mode,
+                     compare(clock, {"ws1": lambda pc=pc: run(pc), "torch": lambda p=p: run(p)}, args.reps, inner,
+                             mode == "graph"),
+                     {"kind": "candidate", "M": M, "K": K, "N": N, "candidate": vars(cand), "fixed": vars(p.cfg),
+                      "candidate_bits_equal_fixed": same, "logic_check_only": not clock.cuda,
+                      "note": "speed = t_fixed / t_candidate; not a target"})
+            rows.append(_roof(r, 2 * M * K * N, 2 * (M * K + N * K + M * N)))
+        print(f"    candidate bits equal to the fixed tier's: {same}", flush=True)
     return rows
 
 
@@ -560,7 +598,7 @@ def main(argv=None) -> int:
     from ws1_ops.triton import attention as ta
 
     configs = {"gemm_bf16_tiers": {a: [{"max_m": t.max_m, **vars(t.cfg)} for t in tiers] for a, tiers in _gemm.BF16_TIERS.items()},
-               "gemm_bf16_out_large": {a: vars(c) for a, c in _gemm.BF16_OUT_LARGE.items()},
+               "gemm_small_m_candidate (measured, not used)": vars(_gemm.SMALL_M_CANDIDATE),
                "gemm_dw": {a: vars(c) for a, c in _gemm.DW_BF16.items()}, "gemm_fp32_dy": vars(_gemm.F32_CONFIG),
                "attention_fwd": {a: {k: vars(c) for k, c in cs.items()} for a, cs in ta.FWD.items()},
                "attention_bwd": {a: vars(c) for a, c in ta.BWD.items()}, "attention_BN": ta.BN, "attention_KV_CHUNK": ta.KV_CHUNK}

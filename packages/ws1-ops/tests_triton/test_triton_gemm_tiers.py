@@ -2,10 +2,10 @@
 give every row the same bits, and so do the TMA and pointer-load paths of one configuration.
 
 In the interpreter this checks the logic (each tier's tiling, masking and K loop; BK is the same in
-every tier, so numpy's per-element sums agree). In device mode (tests_triton on a GPU) it is *the*
-test of the claim in ``_gemm``'s docstring that the per-element chain of k16 MMAs does not depend on
-the wgmma's N or on a row's place in it: lm_head and dx store the FP32 accumulator itself, so every
-bit of the chain is compared."""
+every tier, so numpy's per-element sums agree). In device mode (tests_triton on a GPU) it is the GPU
+test that docs/design.md §7b rule 4 asks of a configuration chosen by M: the tiers issue one wgmma
+instruction (m64n128k16) with each element in the same fragment slot (``_gemm``'s docstring), and here
+lm_head and dx, which store the FP32 accumulator itself, show every bit of the chain."""
 
 import pytest
 import torch

@@ -23,7 +23,8 @@
    configuration of a GEMM or attention matrix kernel (``WGMMA_KERNELS``) without ``wgmma.mma_async``
    in its PTX and HGMMA in its SASS (cuobjdump), with any ``mma.sync`` / HMMA, or whose wgmma ptxas
    serialized; on a launch with TMA descriptors compiled without TMA loads (``cp.async.bulk.tensor``,
-   UTMALDG); and when attention's forward layouts issue different wgmma shapes (``SAME_WGMMA_SHAPES``).
+   UTMALDG); and when the configurations a kernel chooses by the batch shape (GEMM tiers, attention
+   layouts) issue different wgmma shapes (``SAME_WGMMA_SHAPES``).
 
 Launches are recorded once per configuration table (``_common.INTERPRET_ARCH``: the Hopper table
 for --arch 90, the sm_80 one for 80 and any other) and compiled for the arch whose table made them.
@@ -435,25 +436,26 @@ def verdict(r: dict) -> list[str]:
     return bad
 
 
-# kernels whose configurations (layouts) must give a row the same bits: on sm_90a they must issue the
-# same wgmma instruction shapes (attention's prefill and decode layouts: docs/triton.md)
-SAME_WGMMA_SHAPES = ("attention_fwd_kernel",)
+# kernels whose configurations chosen by the batch shape (the GEMM tiers by M, attention's prefill and
+# decode layouts) must give a row the same bits: on sm_90a every configuration of one of them (at one
+# head_dim, one operand dtype) must issue the same wgmma instruction shapes (docs/triton.md)
+SAME_WGMMA_SHAPES = ("attention_fwd_kernel", "det_gemm_fwd_kernel", "lm_head_fwd_kernel", "det_gemm_bwd_dx_kernel")
 
 
 def shape_agreement(results: list[dict]) -> None:
     """Add a red reason to every sm_90a configuration of a SAME_WGMMA_SHAPES kernel whose wgmma
-    instruction shapes differ from another configuration's at the same head_dim (BD)."""
+    instruction shapes differ from another configuration's with the same BD and SPLIT_A."""
     groups: dict[tuple, list[dict]] = {}
     for r in results:
         name = r["kernel"].split(":")[1]
         if name in SAME_WGMMA_SHAPES and r["arch"] == "sm_90a" and "error" not in r:
-            groups.setdefault((name, r["constexprs"].get("BD")), []).append(r)
-    for (_name, bd), rs in groups.items():
+            groups.setdefault((name, r["constexprs"].get("BD"), r["constexprs"].get("SPLIT_A")), []).append(r)
+    for (name, bd, split), rs in groups.items():
         shapes = {tuple(r["wgmma_shapes"]) for r in rs}
         if len(shapes) > 1:
             for r in rs:
-                r["red"].append(f"wgmma shapes {r['wgmma_shapes']} differ between the layouts at BD {bd}: "
-                                f"{sorted(shapes)}")
+                r["red"].append(f"wgmma shapes {r['wgmma_shapes']} differ between {name}'s configurations "
+                                f"(BD {bd}, SPLIT_A {split}): {sorted(shapes)}")
 
 
 def _table(results: list[dict]) -> str:

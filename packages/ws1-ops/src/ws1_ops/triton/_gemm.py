@@ -30,17 +30,14 @@ Configurations (fixed constants, no autotuning; docs/triton.md "Configurations")
 * Per arch: the Hopper table (compute capability 9.x: wgmma tiles of 64 rows per warpgroup, TMA
   descriptors for the operands of the BF16 forward and dx) and the sm_80 table (everything else:
   mma.sync, pointer loads). ``_common.arch`` picks the table from the device at launch.
-* BF16 operands, Hopper: three tiers chosen by M (:data:`BF16_TIERS`). The tiers differ in BM, BN,
-  warps and stages only; BK (64), the MMA kind (wgmma m64nNk16, BF16 x BF16 -> FP32), the operand
-  values and the epilogue are the same, so the chain above is the same for every element in every
-  tier. What differs is the wgmma's N (32, 128 or 256 columns per instruction) and which warp holds
-  an element: a row's bits are the same in every tier exactly when the tensor cores' result for one
-  output element does not depend on the instruction's N or on the element's place in the
-  instruction — the same property the single-configuration design already relied on for the row's
-  place in its tile. It is not documented by NVIDIA; the GPU test
-  (tests_triton/test_triton_gemm_tiers.py in device mode) compares every tier's rows bitwise and
-  decides it. If it fails, the fallback is one tier (set the small and middle tiers to the large
-  one's instruction width), not another order.
+* BF16 operands, Hopper: three tiers chosen by M (:data:`BF16_TIERS`). They differ in BM (64 or
+  128), warps and stages only; every tier issues the same instruction, wgmma.m64n128k16, with BK 64,
+  the same operand values (TMA or masked zeros) and the same epilogue, and an output element sits in
+  the same slot of that instruction's fragment (row i mod 64, column j mod 128). So every element sees
+  the chain above, instruction for instruction, in every tier: the proof docs/design.md §7b rule 4
+  asks of a configuration chosen by M. The GPU test (tests_triton/test_triton_gemm_tiers.py in device
+  mode) compares every tier's rows bitwise. triton-aot checks that every sm_90a configuration of a
+  GEMM kernel issues the same wgmma shapes.
 * The sm_80 table has one BF16 configuration for every M (the pre-issue-24 one).
 * FP32 ``a`` (lm_head's backward, SPLIT_A) and the parameter gradient dW (its reduction runs over
   the batch rows, so its configuration can never depend on them): one configuration per arch.
@@ -96,29 +93,33 @@ class Tier:
 BK = 64
 
 # BF16 operands (det_gemm, lm_head, the BF16 dx), chosen by M — one fixed table per arch.
-#   Hopper (sm_90a, wgmma, TMA operands):
-#   * M <= 64, decode and small batches: memory-bound (the weight is read once; M x N x K MMA work
-#     is tiny). 64 x 32 tiles give N / 32 programs (128 at N 4096, 384 at N 12288, not 32 / 96 as
-#     64 x 128 tiles did: 0.51 / 0.84x cuBLAS on the H200) and 10 stages keep ~40 KB of weight in
-#     flight per program (smem 10 x 12 KB): bytes in flight ~ N x stages x BK x 2, ~5 MB at N 4096.
-#   * 64 < M < 1024: 64 x 128 tiles, 4 warps (one warpgroup, wgmma m64n128k16): 128 programs at M 256,
-#     N 4096 (the configuration that measured 0.68x there with pointer loads; TMA now).
-#   * M >= 1024: 128 x 256 tiles, 8 warps (two warpgroups of m64n256k16), 3 stages (48 KB each): a
-#     third of 64 x 128's operand traffic per MMA; 128 programs at M 1024, N 4096 (one wave). For a
-#     BF16 output (det_gemm's forward) 128 x 128, 8 warps, 4 stages (BF16_OUT_LARGE) instead: under
-#     Triton 3.6 — the H200 image's — ptxas serialized the 128 x 256 tile's wgmmas with a BF16
-#     epilogue (C7515 "non wgmma instructions defining accumulator registers"), and, as oddly, the
-#     128 x 128 tile's with an FP32 one; triton-aot checks both under 3.6 and 3.9.
-#   Every tier: BK 64, wgmma, the same chain per element (module docstring); the GPU test decides it.
+#   Hopper (sm_90a, wgmma, TMA operands): every tier issues the one instruction wgmma.m64n128k16
+#   (BF16 x BF16 -> FP32) with an output element (i, j) in the same fragment slot (row i mod 64,
+#   column j mod 128: BM is 64 or 128 rows of 64-row fragments, BN 128, tiles aligned to 0), BK 64:
+#   the same instruction, the same operands in the same order, the same slot (docs/design.md §7b
+#   rule 4), so the tiers give a row the same bits by construction; the GPU test
+#   tests_triton/test_triton_gemm_tiers.py checks it.
+#   * M <= 64 (decode, small batches; memory-bound): 64 x 128, 4 warps, 8 stages (24 KB each): 128 KB of
+#     weight in flight per program, twice the 4 stages that measured 0.51x cuBLAS at N 4096; still
+#     N / 128 programs (32 there: the limit of this tile).
+#     A 64 x 32 tile (wgmma m64n32k16, N / 32 programs) would stream the weight with 4x the programs,
+#     but it is another instruction: whether its per-element result equals m64n128k16's is not
+#     documented, so it is not a tier; benchmarks/bench_triton.py measures it beside the fixed one and
+#     records whether its bits agree (the evidence to adopt it).
+#   * 64 < M < 1024: 64 x 128, 4 warps, 4 stages (the tile that measured 0.68x at M 256, now with TMA).
+#   * M >= 1024: 128 x 128 on one warpgroup (4 warps, two m64n128k16 per k16 step), 4 stages: half
+#     the operand traffic per MMA of 64 x 128. (128 x 256 / 8 warps, m64n256k16, would be another
+#     instruction; and under Triton 3.6, the H200 image's, ptxas serialized the wgmmas (C7515) of
+#     128 x 256 with a BF16 epilogue and of 128 x 128 on 8 warps with an FP32 one; triton-aot checks.)
 #   sm_80 (and every arch that is not 9.x): one configuration, 64 x 128 x 64, 4 warps, 4 stages.
 BF16_TIERS = {
-    "sm90": (Tier(64, GemmConfig(BM=64, BN=32, BK=BK, GROUP_M=8, num_warps=4, num_stages=10)),
+    "sm90": (Tier(64, GemmConfig(BM=64, BN=128, BK=BK, GROUP_M=8, num_warps=4, num_stages=8)),
              Tier(1023, GemmConfig(BM=64, BN=128, BK=BK, GROUP_M=8, num_warps=4, num_stages=4)),
-             Tier(None, GemmConfig(BM=128, BN=256, BK=BK, GROUP_M=8, num_warps=8, num_stages=3))),
+             Tier(None, GemmConfig(BM=128, BN=128, BK=BK, GROUP_M=8, num_warps=4, num_stages=4))),
     "sm80": (Tier(None, GemmConfig(BM=64, BN=128, BK=BK, GROUP_M=8, num_warps=4, num_stages=4)),),
 }
-# The large tier of a BF16-output GEMM on Hopper (see above).
-BF16_OUT_LARGE = {"sm90": GemmConfig(BM=128, BN=128, BK=BK, GROUP_M=8, num_warps=8, num_stages=4)}
+# Not a tier (see above): the M <= 64 candidate benchmarks/bench_triton.py measures on a GPU.
+SMALL_M_CANDIDATE = GemmConfig(BM=64, BN=32, BK=BK, GROUP_M=8, num_warps=4, num_stages=10)
 # An FP32 a operand (lm_head's backward: FP32 logit gradients), split into three BF16 parts
 # (SPLIT_A): 64x64 output tiles, BK 64, 8 warps, 3 stages, every arch, every M. The split holds three
 # BF16 copies of the a-block in registers; the BF16 tile (64x128, 4 warps) spilled with it (sm_80:
@@ -134,12 +135,11 @@ DW_BF16 = {"sm90": GemmConfig(BM=128, BN=128, BK=BK, GROUP_M=8, num_warps=4, num
 
 
 def bf16_config(arch_: str, M: int, out_bf16: bool = False) -> GemmConfig:
-    """The BF16 configuration for ``M`` rows on ``arch_`` (its table's first tier with M <= max_m;
-    the last tier of a BF16-output GEMM from BF16_OUT_LARGE where the arch has one)."""
+    """The BF16 configuration for ``M`` rows on ``arch_``: its table's first tier with M <= max_m.
+    (``out_bf16``: det_gemm's BF16 output; the tables are the same for both outputs today.)"""
+    del out_bf16
     for tier in BF16_TIERS[arch_]:
         if tier.max_m is None or M <= tier.max_m:
-            if tier.max_m is None and out_bf16 and arch_ in BF16_OUT_LARGE:
-                return BF16_OUT_LARGE[arch_]
             return tier.cfg
     raise AssertionError("the last tier serves every M")
 
