@@ -1,6 +1,7 @@
 // The sm_90a tensor-core GEMM (wgmma + TMA, CUTLASS 3.x collectives, warp-specialized, persistent), as a
-// torch-free C++ interface: wgmma_gemm.cu holds every instantiation; det_gemm.cu / lm_head.cu call it on an
-// sm_90 device (mma_gemm.cuh's mma.sync kernel stays the sm_80 path).
+// torch-free C++ interface: wgmma_gemm_{fwd_bf16,fwd_f32,dx,dw}.cu hold the instantiations (wgmma_gemm.cuh: the
+// CUTLASS types); det_gemm.cu / lm_head.cu call it on an sm_90 device through wgmma_host.h (mma_gemm.cuh's
+// mma.sync kernel stays the sm_80 path).
 //
 //   C[M, N] = A[M, K] · B[N, K]^T        A, B BF16; FP32 accumulation; C BF16 (one RNE rounding) or FP32
 //
