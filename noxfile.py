@@ -253,7 +253,9 @@ def tests_device(session: nox.Session) -> None:
     paths = sorted({p for pat in DEVICE_TESTS[family] for p in glob.glob(str(ROOT / pat))})
     report = ROOT / "evidence" / "build" / f"tests_device_{profile}.xml"
     report.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [PY, "-m", "pytest", "-q", "-ra", "-m", "not slow", f"--junit-xml={report}", *paths]
+    # pytest-xdist where the host has it (the GPU image does): the Triton tests' JIT compiles run side by side
+    workers = ["-n", "4"] if subprocess.call([PY, "-c", "import xdist"], stderr=subprocess.DEVNULL) == 0 else []
+    cmd = [PY, "-m", "pytest", "-q", "-ra", "-m", "not slow", *workers, f"--junit-xml={report}", *paths]
     session.log(" ".join(cmd[2:]))
     rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "WS1_DEVICE_PROFILE": profile, "PYTHONDONTWRITEBYTECODE": "1"})
     suites = ET.parse(report).getroot().iter("testsuite") if report.is_file() else []

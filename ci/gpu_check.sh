@@ -24,6 +24,12 @@
 #      ascend_bf16 missing until their hosts' records are added);
 #   5. WS1_BENCH=1: benchmarks/bench_cuda.py and bench_triton.py if the budget still allows (off by default: the
 #      closure run and the benchmark runs each fit one device call).
+#
+# WS1_GPU_TASK=c10-8b (one profile per run: WS1_PROFILES=cuda_bf16, then triton_cuda_bf16): the same preparation, then
+# instead of C11 the full-model chain gate, `python -m ws1_matrix c10 PROFILE --model qwen3-8b` (36 layers, all 399
+# parameters, seeded synthetic weights created on the device, vocabulary 151936) and its negative control
+# (--candidate variant_attn_decode_order, which must come out red); each cell prints its time and peak device memory.
+# Two 8B gates at once would not fit one card beside each other, so the gates of several profiles run one at a time.
 # OUT_DIR receives at most 8 files: summary.json, closure.txt, c11_evidence.tar.gz (every record, report and log of both
 # profiles, the build logs), host_packages.txt, and bench_*.json when run.
 #
@@ -38,6 +44,7 @@ ROOT=$(pwd)
 DEST=${1:-${OUT:-$ROOT/evidence-gpu}}
 PY=${PYTHON:-python3}
 PROFILES=${WS1_PROFILES:-"triton_cuda_bf16 cuda_bf16"}
+TASK=${WS1_GPU_TASK:-closure}
 DEADLINE=${WS1_DEADLINE_S:-540}
 WHEELS=${WS1_WHEELS:-$ROOT/.whl}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ws1_gpu.XXXXXX")
@@ -76,7 +83,26 @@ steps_f, ev, work, profiles = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 steps = [dict(zip(("step", "rc", "seconds"), line.rstrip("\n").split("\t"))) for line in open(steps_f) if line.strip()]
 facts = json.load(open(os.path.join(work, "facts.json"))) if os.path.exists(os.path.join(work, "facts.json")) else {}
 out = {"facts": facts, "steps": steps, "profiles": {}}
+task = os.environ.get("WS1_GPU_TASK", "closure")
 for p in profiles:
+    if task == "c10-8b":
+        recs = {}
+        for gate in ("c10_chain_gate", "c10_negative_control"):
+            f = os.path.join(ev, p, f"{gate}.json")
+            recs[gate] = json.load(open(f)) if os.path.exists(f) else None
+        g, n = recs["c10_chain_gate"], recs["c10_negative_control"]
+        ok = bool(g and g["passed"]) and bool(n and not n["passed"] and n.get("first_drift"))
+        cells = {c["id"]: [c["status"], c.get("seconds"), c.get("peak_device_gib")] for c in (g or {}).get("cells", [])
+                 if c["id"].startswith(("cell/", "parity/", "reference/"))}
+        out["profiles"][p] = {"status": "green" if ok else "red", "model": (g or {}).get("model"),
+                              "gradient_invariance": (g or {}).get("gradient_invariance"), "train_infer": (g or {}).get("train_infer"),
+                              "grad_compare": (g or {}).get("grad_compare"), "wall_time_s": (g or {}).get("wall_time_s"),
+                              "peak_device_gib": (g or {}).get("peak_device_gib"), "cells": cells,
+                              "negative_control": None if n is None else {"passed": n["passed"], "first_drift": n.get("first_drift"),
+                                                                          "wall_time_s": n.get("wall_time_s")},
+                              "first_red": next((f"{c['id']}: {c['detail'][:300]}" for c in (g or {}).get("cells", [])
+                                                 if c["status"] == "red"), None if g else "no c10_chain_gate record")}
+        continue
     f = os.path.join(ev, p, "c11_ci.json")
     if not os.path.exists(f):
         why = ("not executed: no CUDA device on this host" if facts.get("cuda_available") is False else
@@ -174,13 +200,29 @@ fi
 lane_triton() {
   [ "$DRY" = 1 ] || run triton_aot "$(( $(left) < 300 ? $(left) : 300 ))" "$PY" -m ws1_matrix triton-aot --arch "$CC" --no-execute \
     --jobs "$(nproc)" --cache-dir "$TRITON_CACHE_DIR" --evidence-dir "$EV"
-  run c11_triton_cuda_bf16 "$(left)" "$PY" ci/c11.py triton_cuda_bf16 --evidence-dir "$EV"
+  judge triton_cuda_bf16
 }
 lane_cuda() {
   [ "$DRY" = 1 ] || run cuda_build "$(( $(left) < 400 ? $(left) : 400 ))" env WS1_CUDA_ARCHS="$ARCH" MAX_JOBS="$(nproc)" \
     "$PY" -m pip install --no-deps --no-build-isolation --no-cache-dir -e kernels-cuda || return 1
-  run c11_cuda_bf16 "$(left)" "$PY" ci/c11.py cuda_bf16 --evidence-dir "$EV"
+  judge cuda_bf16
 }
+judge() {   # the lane's judgment: C11 (closure) or the full-model chain gate and its control, one 8B gate at a time
+  if [ "$TASK" = c10-8b ]; then
+    local lock=(flock "$WORK/gpu.lock")
+    command -v flock >/dev/null || lock=()
+    run "c10_8b_$1" "$(left)" "${lock[@]}" "$PY" -m ws1_matrix c10 "$1" --model qwen3-8b --evidence-dir "$EV"
+    run "c10_8b_control_$1" "$(left)" "${lock[@]}" "$PY" -m ws1_matrix c10 "$1" --model qwen3-8b \
+      --candidate variant_attn_decode_order --evidence-dir "$EV"
+  else
+    run "c11_$1" "$(left)" "$PY" ci/c11.py "$1" --evidence-dir "$EV"
+  fi
+}
+case "$TASK" in
+  closure | c10-8b) ;;
+  *) say "WS1_GPU_TASK=$TASK: expected closure or c10-8b"; pack; exit 1 ;;
+esac
+export WS1_GPU_TASK=$TASK
 pids=()
 for p in $PROFILES; do
   case "$p" in
@@ -199,8 +241,10 @@ if grep -q "exit -11\|Segmentation fault" "$EV"/cuda_bf16/logs/tests.log 2>/dev/
 fi
 
 # ---- 4. closure over this run's records ----------------------------------------------------------------------------
-"$PY" -m ws1_contract closure "$EV" >"$WORK/closure.txt" 2>&1
-say "closure over this host's evidence: $(head -1 "$WORK/closure.txt")"
+if [ "$TASK" = closure ]; then
+  "$PY" -m ws1_contract closure "$EV" >"$WORK/closure.txt" 2>&1
+  say "closure over this host's evidence: $(head -1 "$WORK/closure.txt")"
+fi
 
 # ---- 5. benchmarks (optional) --------------------------------------------------------------------------------------
 if [ "${WS1_BENCH:-0}" = 1 ]; then

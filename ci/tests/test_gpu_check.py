@@ -41,3 +41,14 @@ def test_dry_run_runs_both_lanes_and_closure(tmp_path):
         names = t.getnames()
     assert "evidence/cuda_bf16/c11_ci.json" in names and "evidence/triton_cuda_bf16/c11_ci.json" in names
     assert [st["step"] for st in s["steps"]][:1] == ["facts"] and {"c11_cuda_bf16", "c11_triton_cuda_bf16"} <= {st["step"] for st in s["steps"]}
+
+
+def test_the_full_8b_task_dry_run(tmp_path):
+    """WS1_GPU_TASK=c10-8b: the lane runs C10 --model qwen3-8b and its control (exit 2 here, no device); the summary
+    says which record is missing, and no closure is written (the task does not produce C11 records)."""
+    r = _run(tmp_path, WS1_GPU_CHECK_DRY="1", WS1_GPU_TASK="c10-8b", WS1_PROFILES="cuda_bf16")
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
+    s = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert list(s["profiles"]) == ["cuda_bf16"] and s["profiles"]["cuda_bf16"]["first_red"] == "no c10_chain_gate record"
+    assert {"c10_8b_cuda_bf16", "c10_8b_control_cuda_bf16"} <= {st["step"] for st in s["steps"]}
+    assert not (tmp_path / "out" / "closure.txt").exists()
