@@ -48,11 +48,12 @@ INTERPRETER_TEST_DIRS = ["packages/ws1-ops/tests_triton"]
 # that need the profile's device. Everything else is device-independent and already ran in CPU CI at the same commit
 # (closure requires every profile's C11 record from one commit).
 DEVICE_TESTS = {
-    "cuda": ["packages/ws1-ops/tests_device", "kernels-cuda/tests/test_gpu_kernels.py", "kernels-cuda/tests/test_gpu_*.py"],
+    "cuda": ["packages/ws1-ops/tests_device", "packages/ws1-qwen3/tests_device", "kernels-cuda/tests/test_gpu_kernels.py",
+             "kernels-cuda/tests/test_gpu_*.py"],
     # the Triton unit tests in device mode (tests_triton/conftest.py: WS1_DEVICE_PROFILE=triton_cuda_bf16 turns the
     # interpreter off; the real kernels on the device, interpreter-only tests deselected)
-    "triton": ["packages/ws1-ops/tests_device", "packages/ws1-ops/tests_triton"],
-    "ascend": ["packages/ws1-ops/tests_device"],
+    "triton": ["packages/ws1-ops/tests_device", "packages/ws1-qwen3/tests_device", "packages/ws1-ops/tests_triton"],
+    "ascend": ["packages/ws1-ops/tests_device", "packages/ws1-qwen3/tests_device"],
 }
 
 
