@@ -124,7 +124,7 @@ def gemm_cases(clock, dev, args) -> list[dict]:
                                "torch": lambda dy=dy, nxt=nxt, mm=mm: mm(dy, nxt("torch"))},
                               flops, nb_dx, {"kind": "backward_bf16", "M": M, "K": K, "N": N, "vs": vs})
             if M >= 59:
-                perm = torch.randperm(M, generator=g).to(dev)
+                perm = torch.randperm(M, generator=g, device="cpu").to(dev)
                 dyp, xp = dy.index_select(0, perm), x.index_select(0, perm)
                 nb_dw = 2 * (M * N + M * K) + 4 * N * K
                 rows += _gemm_row(clock, args, f"backward dW BF16 M{M} N{N} K{K}",
