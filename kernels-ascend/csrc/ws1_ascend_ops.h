@@ -309,6 +309,11 @@ inline at::Tensor rope(const at::Tensor& x, const at::Tensor& positions, double 
              ": positions must be int64 [", x.size(0), "], got ", c10::toString(positions.scalar_type()), " ",
              positions.sizes());
   if (positions.numel()) WS1A_CHECK(positions.min().item<int64_t>() >= 0, op, ": positions must be >= 0");
+  // The vector unit's Sin/Cos take arguments in [-65504, 65504] on A2/A3 (asc-devkit docs: Sin.md / Cos.md,
+  // constraints); an angle is position * inv_freq_i with inv_freq_0 = 1, so positions stay <= 65504 (Qwen3's
+  // context is 40960). Beyond it the NPU's result is undefined: an error, never a silent rotation.
+  if (positions.numel())
+    WS1A_CHECK(positions.max().item<int64_t>() <= 65504, op, ": positions must be <= 65504 (the Ascend Sin/Cos input range)");
   const int64_t D = x.size(2), half = D / 2;
   // inv_freq_i = (float)(1 / theta^(2i / D)) in double on the host: a function of (theta, D) only
   at::Tensor inv_cpu = at::empty({half}, at::TensorOptions().dtype(at::kFloat));

@@ -21,7 +21,7 @@ every report: (1) CANN's tikicpulib headers are replaced by WS1's stub (asc_host
 anything, so nothing below the API's implementation templates is checked); (2) ``kernel_tiling.h`` is generated
 from asc-devkit's tiling-data headers by our own converter; (3) the host launchers ``ws1_launch_*`` are compiled
 through their ``WS1_ASCEND_EMU`` form (a plain call; a host compiler cannot parse bisheng's ``<<<...>>>``), with
-a do-nothing ``ws1emu::launch``; (4) a unit that fails on ``AscendC::bfloat16_t`` is compiled once more with
+a do-nothing ``ws1emu::launch`` / ``launch_mix``; (4) a unit that fails on ``AscendC::bfloat16_t`` is compiled once more with
 ``namespace AscendC { using ::bfloat16_t; }`` to show what lies behind that error — reported apart, never counted
 as compiled. Names that resolve to the HOST's system headers (INFINITY from math.h, std:: from libstdc++) are
 listed: a device compile must find them elsewhere.
@@ -89,7 +89,10 @@ PRELUDE = """\
 #include "stub_def.h"
 // the host launchers through their WS1_ASCEND_EMU form: a host compiler cannot parse bisheng's <<<...>>>
 #define WS1_ASCEND_EMU 1
-namespace ws1emu { template <class... A> inline void launch(A&&...) {} }
+namespace ws1emu {
+template <class... A> inline void launch(A&&...) {}
+template <class... A> inline void launch_mix(A&&...) {}   // the mixed AIC + AIV kernels' launcher (attention)
+}
 """
 
 
@@ -538,7 +541,7 @@ def build_report(a, asc, cxx, arch, units, skipped, bad_types, names, probes) ->
             "tikicpulib headers (stub_def.h, stub_fun.h, kernel_fp16.h, kernel_bf16.h, simt_stub.h): WS1's stub, "
             "intrinsics accept any arguments (asc_host_stub.py)",
             "kernel_tiling/kernel_tiling.h: generated from asc-devkit's *tilingdata.h by asc_host_stub.py",
-            "host launchers: WS1_ASCEND_EMU form with a do-nothing ws1emu::launch (no <<<...>>> on a host compiler)",
+            "host launchers: WS1_ASCEND_EMU form with a do-nothing ws1emu::launch / launch_mix (no <<<...>>> on a host compiler)",
             f"shim, reported apart, never counted: {SHIM_BF16['code']}",
         ],
         "units": [u.as_dict(a.errors) for u in units],
