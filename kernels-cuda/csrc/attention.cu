@@ -1174,6 +1174,7 @@ std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q_in, const at::T
                                              const at::Tensor& q_pos, double scale) {
   const char* op = "ws1_cuda::attention";
   CallScope call(op);
+  check_cuda(q_in, op, "q");  // before the guard: a CPU q is a one-line error, not a CUDAGuard failure
   const c10::cuda::CUDAGuard guard(q_in.device());
   const Meta m = check_inputs(op, q_in, k_in, v_in, cu_seqlens_q, cu_seqlens_k, q_pos, /*need_host=*/false);
   at::Tensor out = at::empty_like(q_in);
@@ -1192,6 +1193,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(const at::Tensor& d
                                                              const at::Tensor& q_pos, double scale) {
   const char* op = "ws1_cuda::attention_bwd";
   CallScope call(op);
+  check_cuda(q_in, op, "q");  // before the guard (as above)
   const c10::cuda::CUDAGuard guard(q_in.device());
   const Meta m = check_inputs(op, q_in, k_in, v_in, cu_seqlens_q, cu_seqlens_k, q_pos, /*need_host=*/true);
   TORCH_CHECK(dout_in.sizes() == q_in.sizes() && out_in.sizes() == q_in.sizes(), op, ": dout and out must have q's shape");
