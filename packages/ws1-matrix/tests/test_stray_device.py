@@ -36,6 +36,8 @@ def test_the_mode_makes_an_unplaced_tensor_fail():
         with pytest.raises(RuntimeError):
             _ = x * torch.arange(3)
     assert torch.get_default_device().type == "cpu"   # restored
+    # and no device context left behind (it would route every later torch call through a function mode)
+    assert getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None) is None
 
 
 def test_fp32_reference_rope_and_attention_place_their_tensors():

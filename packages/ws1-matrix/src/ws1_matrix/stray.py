@@ -28,8 +28,12 @@ ENV = "WS1_STRAY_DEVICE"
 
 @contextlib.contextmanager
 def stray_default_device(device: str = "meta"):
-    """torch's default device set to ``device`` (a device no input lives on) for the block."""
-    before = torch.get_default_device()
+    """torch's default device set to ``device`` (a device no input lives on) for the block; afterwards exactly the
+    state before: no default device context if there was none. (``set_default_device("cpu")`` would leave a
+    DeviceContext function mode on the stack, through which every later torch call — ``Tensor.tolist`` included —
+    is routed: a test that wraps such a method then sees each call twice.)"""
+    ctx = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+    before = None if ctx is None else ctx.device
     torch.set_default_device(device)
     try:
         yield torch.device(device)
