@@ -41,10 +41,10 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_triton import BF, HKV, HQ, L2_BYTES, V_FULL, Clock, D, _cu, _modes, _row, chain_phases, compare  # noqa: E402
+from bench_triton import _sdpa_flash as _triton_sdpa_flash  # noqa: E402
 
 
 def _k():
@@ -175,32 +175,9 @@ ATTN_WANT = {"attention_prefill": 0.8, "attention_decode": 0.7, "attention_backw
 
 
 def _sdpa_flash(dev) -> dict:
-    """torch's SDPA forced onto its flash backend (``sdpa_kernel(SDPBackend.FLASH_ATTENTION)``, FlashAttention-2
-    class): {"fn": fn(q, k, v, causal, scale) on [B, H, S, D], "expand": K/V must be expanded to Hq heads first,
-    "note"}, or {"fn": None, "note": why it cannot run here} — then the attention targets are reported ABSENT."""
-    try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError as exc:
-        return {"fn": None, "note": f"torch.nn.attention.sdpa_kernel is not importable ({exc})"}
-
-    def run(q, k, v, causal, scale, gqa=False):
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=gqa)
-
-    q, kv = torch.zeros(1, 4, 8, 64, dtype=BF, device=dev), torch.zeros(1, 2, 8, 64, dtype=BF, device=dev)
-    try:
-        run(q, kv, kv, True, 0.1, True)
-        torch.cuda.synchronize()
-        return {"fn": lambda q, k, v, causal, scale: run(q, k, v, causal, scale, True), "expand": False,
-                "note": "SDPA flash (GQA native)"}
-    except Exception as exc1:  # noqa: BLE001  (this torch's flash kernel may not take GQA)
-        try:
-            run(q, kv.repeat_interleave(2, 1), kv.repeat_interleave(2, 1), True, 0.1)
-            torch.cuda.synchronize()
-        except Exception as exc2:  # noqa: BLE001
-            return {"fn": None, "note": f"SDPA's flash backend cannot run here: {str(exc2).splitlines()[0][:160]}"}
-        return {"fn": run, "expand": True,
-                "note": f"SDPA flash, K/V expanded to Hq heads outside the timed call (GQA: {str(exc1).splitlines()[0][:80]})"}
+    """torch's SDPA forced onto its flash backend (FlashAttention-2 class): bench_triton's, the one contender both GPU
+    profiles are judged against ({"fn", "expand", "note"}, or {"fn": None, "note"}: the targets are then ABSENT)."""
+    return _triton_sdpa_flash(dev, quick=False)
 
 
 def attention_cost(kind: str, lengths=None, B=0, S=0) -> tuple[float, float]:

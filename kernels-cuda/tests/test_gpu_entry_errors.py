@@ -12,18 +12,17 @@ Skipped, with the reason, on a host without a CUDA device or without the built w
 host; ``kernels-cuda/tools/link_check.py`` drives the first check of each entry point there, through the
 CUDA dispatch key with CPU tensors).
 """
+import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
-import torch
 
-try:
-    import ws1_kernels_cuda  # noqa: F401
-    _WHY = None if torch.cuda.is_available() else "no CUDA device on this host"
-except ImportError as exc:
-    _WHY = f"ws1_kernels_cuda is not built here ({str(exc).splitlines()[0][:120]})"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ws1_cuda_testpaths import gpu_unavailable  # noqa: E402
+
+_WHY = gpu_unavailable()
 
 
 # (op, the bad arguments as Python source over the names defined in CHILD's prologue, a substring of the message).

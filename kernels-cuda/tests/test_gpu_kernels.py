@@ -6,15 +6,16 @@ Skipped, with the reason, on a host without a CUDA device or without the built w
 host): nothing here can pass without executing the kernels. ci/gpu_check.sh runs it on the GPU host
 (small shapes: well under a minute)."""
 import json
+import os
+import sys
 
 import pytest
 import torch
 
-try:
-    import ws1_kernels_cuda  # noqa: F401
-    _WHY = None if torch.cuda.is_available() else "no CUDA device on this host"
-except ImportError as exc:
-    _WHY = f"ws1_kernels_cuda is not built here ({str(exc).splitlines()[0][:120]})"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ws1_cuda_testpaths import gpu_unavailable  # noqa: E402
+
+_WHY = gpu_unavailable()
 
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=str(_WHY))
 BF, F32 = torch.bfloat16, torch.float32

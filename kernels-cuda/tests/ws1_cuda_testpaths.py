@@ -18,3 +18,15 @@ def load_compile_check():
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def gpu_unavailable() -> str | None:
+    """Why the GPU tests (test_gpu_*.py) cannot run on this host, or None when they can: they need a CUDA device
+    and the built ws1_kernels_cuda, and are skipped with this reason on every CPU host."""
+    import torch
+
+    try:
+        import ws1_kernels_cuda  # noqa: F401
+    except ImportError as exc:
+        return f"ws1_kernels_cuda is not built here ({str(exc).splitlines()[0][:120]})"
+    return None if torch.cuda.is_available() else "no CUDA device on this host"
