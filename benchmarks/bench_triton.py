@@ -342,6 +342,7 @@ def attention_cost(kind: str, heads, lengths=None, B=0, S=0) -> tuple[float, flo
 def attention_cases(clock, dev, args) -> list[dict]:
     """Prefill (fixture pack, B1 S2048, varlen pack), decode (B1 Skv32, B32 Skv2048, B1 Skv32768) and the
     backward at S2048 vs SDPA flash (forced), Hq 32 / Hkv 8 / D 128; each beside its roofline."""
+    import ws1_ops
     from ws1_ops.triton import attention as ta
 
     g = torch.Generator(device="cpu").manual_seed(1)
@@ -382,7 +383,7 @@ def attention_cases(clock, dev, args) -> list[dict]:
             rows.append(_roof(_row(f"attention {name}", mode, compare(clock, fns, args.reps, 1 if args.quick else 10,
                                                                         mode == "graph"),
                                    {**extra0, "kind": "attention_prefill", "lengths": lengths, "ws1_layout": plan.layout,
-                                    "ws1_chunks": plan.n_chunks, "contender_layout": f"padded [{B}, {hq}, {S}, {d}]"}),
+                                    "ws1_chunks": int(plan.items[:, 2].max()) + 1, "contender_layout": f"padded [{B}, {hq}, {S}, {d}]"}),
                               flops, nbytes))
         fns_op = {"ws1": lambda q=q, k=k, v=v, cu=cu, pos=pos: ta.attention(q, k, v, cu, cu, pos, scale), "torch": fns["torch"]}
         rows.append(_row(f"attention {name} (+host plan)", "eager", compare(clock, fns_op, args.reps, 1, False),
@@ -403,7 +404,21 @@ def attention_cases(clock, dev, args) -> list[dict]:
             rows.append(_roof(_row(f"attention {name}", mode, compare(clock, fns, args.reps, 1 if args.quick else 50,
                                                                         mode == "graph"),
                                    {**extra0, "kind": "attention_decode", "B": B, "Skv": S, "ws1_layout": plan.layout,
-                                    "ws1_chunks": plan.n_chunks, "ws1_programs": int(plan.items.shape[0]) * (hq // plan.HPB)}),
+                                    "ws1_chunks": int(plan.items[:, 2].max()) + 1, "ws1_programs": int(plan.items.shape[0]) * (hq // plan.HPB)}),
+                              flops, nbytes))
+        # what the engine's captured decode step runs: the plan made on the device by a kernel of its own, per call
+        # (ws1_ops.graph_safe), launch grid sized from the shapes (sentinel items past the call's own)
+        dplan = ta.plan_on_device(q, k, v, cu_q, cu_k, pos)
+
+        def on_device(q=q, k=k, v=v, cu_q=cu_q, cu_k=cu_k, pos=pos):
+            with ws1_ops.graph_safe():
+                return ta.attention(q, k, v, cu_q, cu_k, pos, scale)
+        for mode in _modes(clock):
+            rows.append(_roof(_row(f"attention {name} (device plan)", mode,
+                                   compare(clock, {"ws1": on_device, "torch": fns["torch"]}, args.reps,
+                                           1 if args.quick else 50, mode == "graph"),
+                                   {**extra0, "kind": "attention_decode_device_plan", "B": B, "Skv": S,
+                                    "ws1_programs": int(dplan.items.shape[0]) * (hq // dplan.HPB)}),
                               flops, nbytes))
     # backward: ws1's attention_bwd (eager: it plans its tiles on the host) vs the flash backward (autograd.grad)
     S = S_bwd

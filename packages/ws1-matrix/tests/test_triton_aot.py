@@ -34,7 +34,10 @@ def _one(launches, kernel, shapes, table="sm90", where=lambda r: True, **kwargs)
 
 def test_every_node_launch_is_recorded_with_the_family_options(launches):
     kernels = {r["kernel"].split(":")[1] for r in launches}
-    assert len(kernels) == 27, sorted(kernels)
+    assert len(kernels) == 28, sorted(kernels)
+    # the captured decode's path: the plan made on the device and the merge that checks it
+    assert "attention_plan_kernel" in kernels
+    assert {r["kwargs"]["CHECKED"] for r in launches if r["kernel"].endswith(":attention_fwd_merge_kernel")} == {False, True}
     assert all(r["kwargs"]["enable_fp_fusion"] is False for r in launches)
     assert {r["shapes"] for r in launches} == {"test", "qwen3-8b"}
     assert {r["table"] for r in launches} == {"sm90", "sm80"}

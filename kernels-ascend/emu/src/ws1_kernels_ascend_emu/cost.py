@@ -17,7 +17,6 @@ Ascend910B4-1.ini); vector FP32 64 elements per cycle (Add, Mul, Adds, Muls), 32
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass, field
 
 # ---- the kernels' fixed tiles (csrc/cube_gemm.h, attention.h, attention_bwd.h) --------------------------------------

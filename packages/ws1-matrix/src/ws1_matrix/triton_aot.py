@@ -130,6 +130,11 @@ def _cases(shapes: str):
         with torch.no_grad():
             ws1_ops.attention(q, k, v, cu_of([1] * B), cu_of([S] * B), torch.full((B,), S - 1, device="cpu"))
 
+    def decode_graph_safe(B, S):
+        """The same decode as a captured step runs it: planned on the device (ws1_ops.graph_safe)."""
+        with ws1_ops.graph_safe():
+            decode(B, S)
+
     def logits():
         return (make(n, V, dtype=f32) * 4).requires_grad_(True)
 
@@ -158,13 +163,15 @@ def _cases(shapes: str):
         # the other configurations the chain launches at these shapes: the GEMM tiers by M (Hopper:
         # M <= 64 above, 64 < M < 1024 at 300 rows, M >= 1024 at 2048; forward, dx, dW; lm_head forward
         # only, its backward's FP32-dy GEMMs have one configuration), attention's prefill layout with
-        # one and two key chunks (the merge kernel) and the split-KV decode layout across chunks
+        # one and two key chunks (the merge kernel), the split-KV decode layout across chunks, and that decode planned
+        # on the device as a captured step runs it (the plan kernel, the checked merge)
         for m in (300, 2048):
             out += [("det_gemm", gemm(NOUT, H, m)), ("det_gemm", gemm(NKV * D, H, m)), ("det_gemm", gemm(F, H, m)),
                     ("det_gemm", gemm(H, F, m)),
                     ("lm_head", lambda m=m: ws1_ops.lm_head(make(m, H), weight(V, H)))]
         out += [("attention", lambda: attention([300])), ("attention", lambda: attention([2100, 7])),
-                ("attention", lambda: decode(4, 2100)), ("attention", lambda: decode(32, 2048))]
+                ("attention", lambda: decode(4, 2100)), ("attention", lambda: decode(32, 2048)),
+                ("attention", lambda: decode_graph_safe(32, 2100))]
     return out
 
 

@@ -17,7 +17,7 @@ import pkgutil
 
 from . import reference
 from .canonical import canonical_order, expand_rows, logical_keys
-from .errors import OpInputError, trusted_inputs
+from .errors import OpInputError, graph_safe, trusted_inputs
 from .grads import CanonicalGrads, canonical_grads
 from .ops._common import cast_once
 from .ops.pack import cu_seqlens_from_lengths, pack, padded_segments, unpack
@@ -61,7 +61,7 @@ def __getattr__(name: str):
 __all__ = [
     "REQUIRED_NODES", "CanonicalGrads", "canonical_grads", "cast_once",
     "Kernel", "KernelUnavailable", "NoProfile", "OpInputError", "Recorder", "active", "canonical_order",
-    "cu_seqlens_from_lengths", "expand_rows", "family_available", "kernels_for", "logical_keys", "pack", "padded_segments",
+    "cu_seqlens_from_lengths", "expand_rows", "family_available", "graph_safe", "kernels_for", "logical_keys", "pack", "padded_segments",
     "record", "reference", "trusted_inputs", "unpack", "use_candidate", "use_profile",
 ]   # and ws1_ops.<node> for every op module ws1_ops/ops/<node>.py
 

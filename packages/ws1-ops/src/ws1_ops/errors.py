@@ -45,10 +45,39 @@ def trusted_inputs() -> Iterator[None]:
         _trusted.reset(token)
 
 
+_graph_safe: contextvars.ContextVar[bool] = contextvars.ContextVar("ws1_graph_safe", default=False)
+
+
+@contextlib.contextmanager
+def graph_safe() -> Iterator[None]:
+    """Inside, the ops take the path they take while a CUDA graph is being captured, eagerly: no device ->
+    host copy at all — no value checks (as :func:`trusted_inputs`), and the kernel packages that plan their
+    launches from input values on the host plan them on the device instead (the Triton attention). A rollout
+    engine warms a graph's step up inside it, so every kernel of the captured path is compiled before the
+    capture; on a CPU the same path runs (and is tested) without a GPU. The bits are those of the eager path:
+    the plan decides which program computes a row, never how."""
+    token = _graph_safe.set(True)
+    try:
+        with trusted_inputs():
+            yield
+    finally:
+        _graph_safe.reset(token)
+
+
+def graph_safe_now(*tensors) -> bool:
+    """Whether an op must not copy device -> host now: inside :func:`graph_safe`, or while the current CUDA
+    stream is being captured into a graph (``tensors``: the op's inputs; only a CUDA one can be captured)."""
+    if _graph_safe.get():
+        return True
+    import torch
+
+    return any(getattr(t, "is_cuda", False) for t in tensors) and torch.cuda.is_current_stream_capturing()
+
+
 def value_checks(*tensors) -> bool:
-    """Whether an op checks its inputs' values now: not inside :func:`trusted_inputs`, and not while the
-    current CUDA stream is being captured into a graph (a device -> host copy cannot be captured; the
-    kernels guard themselves there, see kernels-cuda's capturing())."""
+    """Whether an op checks its inputs' values now: not inside :func:`trusted_inputs` or :func:`graph_safe`,
+    and not while the current CUDA stream is being captured into a graph (a device -> host copy cannot be
+    captured; the kernels guard themselves there, see kernels-cuda's capturing())."""
     if _trusted.get():
         return False
     import torch

@@ -24,7 +24,9 @@ Two ways to run a decode step, with the same bits (tested):
 
 The graph path needs a contiguous cache (B1) holding only this run's sequences and no model tracer;
 ``generate(graphs=None)`` takes it when the model is on a CUDA device whose kernels can be captured
-(:data:`CAPTURE_FAMILIES`: cuda_bf16 today) and the cache is contiguous.
+(:data:`CAPTURE_FAMILIES`: cuda_bf16 and triton_cuda_bf16) and the cache is contiguous. The static step always
+runs inside :func:`ws1_ops.graph_safe` — captured, warmed up or called directly on a CPU — so the kernels take one
+path there: the Triton attention plans its launch on the device (ws1_cuda's always does).
 """
 
 from __future__ import annotations
@@ -325,6 +327,10 @@ class _StaticStep:
 
     @torch.no_grad()
     def _step(self) -> tuple[torch.Tensor, torch.Tensor]:
+        with ws1_ops.graph_safe():      # no device -> host copy: the path a capture records (ws1_ops.graph_safe)
+            return self._step_ops()
+
+    def _step_ops(self) -> tuple[torch.Tensor, torch.Tensor]:
         eng, bk = self.eng, self.bk
         model, cache = eng.model, eng.cache
         tok, pos, act = eng.tok[:bk], eng.pos[:bk], eng.active[:bk]
@@ -349,10 +355,9 @@ class _StaticStep:
 
 
 # Families whose kernels can be captured into a CUDA graph with positions that move between replays: ws1_cuda's
-# forward plans each launch on the device from cu_seqlens / q_pos and skips its host checks under capture.
-# The Triton attention builds its work list from q_pos on the host (a sync, and a plan that goes stale as
-# positions grow past a KV chunk): its decode steps run eager until it plans on the device.
-CAPTURE_FAMILIES = ("cuda",)
+# forward plans each launch on the device from cu_seqlens / q_pos and skips its host checks under capture; the
+# Triton attention does the same inside ws1_ops.graph_safe (ws1_ops.triton.attention.plan_on_device).
+CAPTURE_FAMILIES = ("cuda", "triton")
 
 
 def capture_refused(model: Qwen3ForCausalLM) -> str | None:
@@ -367,8 +372,7 @@ def capture_refused(model: Qwen3ForCausalLM) -> str | None:
     except Exception:  # noqa: BLE001  the reference path or a candidate: not a profile
         return f"{model.profile!r} is not a GPU profile whose kernels can be captured"
     if family not in CAPTURE_FAMILIES:
-        return (f"{model.profile}'s kernels cannot be captured into a CUDA graph yet (its attention plans its launch "
-                "from q_pos on the host); its decode steps run eager")
+        return f"{model.profile}'s kernels cannot be captured into a CUDA graph; its decode steps run eager"
     return None
 
 

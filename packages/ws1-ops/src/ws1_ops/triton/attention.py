@@ -70,6 +70,7 @@ Backward (FP32, no atomics, per sequence; p recomputed from lse2, not chunked):
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 import torch
@@ -77,6 +78,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from ..errors import graph_safe_now
 from ._common import arch, bf16_operand, check_device, counted, dot, dot_f32, index_on, next_pow2, rne_bf16
 
 BN = 64               # keys per tile, every arch and path (part of every query's order)
@@ -98,6 +100,8 @@ FWD = {"sm90": {"prefill": FwdConfig(BM=128, num_warps=8, num_stages=2),
        "sm80": {"prefill": FwdConfig(BM=64, num_warps=8, num_stages=2),
                 "decode": FwdConfig(BM=64, num_warps=8, num_stages=2)}}
 MERGE_ROWS = 16        # (query, head) rows per program of the merge kernel
+PLAN_LANES = 128       # sequences per step of the device plan's one program
+WS_BUDGET_BYTES = 64 << 20   # a device plan's split-KV workspace sized for any input while within this
 
 
 @dataclass(frozen=True)
@@ -117,8 +121,9 @@ BWD = {"sm90": BwdConfig(BM=64, BN_KV=64, warps_dq=4, warps_kv=8, stages_kv=1),
 
 
 def qk_scale2(scale: float) -> float:
-    """The scores' one multiplier, scale * log2(e), as the FP32 value the kernels use."""
-    return float(torch.tensor(scale * LOG2E, dtype=torch.float32, device="cpu"))
+    """The scores' one multiplier, scale * log2(e), as the FP32 value the kernels use (rounded to nearest
+    even, as torch's own FP64 -> FP32 conversion; on the host, no tensor)."""
+    return struct.unpack("<f", struct.pack("<f", scale * LOG2E))[0]
 
 
 # ---- tile loads --------------------------------------------------------------------------------
@@ -173,13 +178,14 @@ def _scores(q, kt, qk_scale, BM: tl.constexpr, BN: tl.constexpr):
 @counted
 @triton.jit
 def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, ws_ptr, wml_ptr, cu_q_ptr, cu_k_ptr, pos_ptr, item_ptr,
-                         qk_scale, Tq, HQ, HKV, D, HPB,
+                         base_ptr, qk_scale, Tq, HQ, HKV, D, HPB,
                          BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, GP: tl.constexpr,
                          KV_CHUNK: tl.constexpr, DOT_F32: tl.constexpr, TMA: tl.constexpr):
     """One program per (work item = (sequence, first query row, chunk), head block of HPB heads).
 
     Row r of the block is query r // GP of the item, head h0 + r % GP (prefill: GP = HPB = 1).
-    TMA: k_ptr / v_ptr are descriptors over [Tk, Hkv * D] with blocks [BN, BD]."""
+    TMA: k_ptr / v_ptr are descriptors over [Tk, Hkv * D] with blocks [BN, BD]. A row with several
+    chunks writes chunk c's partial to workspace slot (base[row] + c) * HQ + head (the plan's base)."""
     item = tl.program_id(0)
     h0 = tl.program_id(1) * HPB
     # row and key indices in int32 (a [BM, BN] int64 mask costs twice the registers; T < 2^31),
@@ -248,7 +254,9 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, ws_ptr, wml_ptr, c
     out_off = qrow.to(tl.int64)[:, None] * (HQ * D) + head[:, None] * D + d[None, :]
     tl.store(o_ptr + out_off, rne_bf16(tl.div_rn(acc, l_i[:, None])), mask=fin[:, None] & dm)
     tl.store(lse_ptr + qrow.to(tl.int64) * HQ + head, m_i + tl.log2(l_i), mask=fin)
-    slot = (c.to(tl.int64) * Tq + qrow) * HQ + head
+    base = tl.load(base_ptr + qrow, mask=part, other=-1)
+    part = part & (base >= 0)                 # a device plan's bad or overflowing row has none (merge: NaN)
+    slot = (base.to(tl.int64) + c) * HQ + head
     tl.store(ws_ptr + slot[:, None] * D + d[None, :], acc, mask=part[:, None] & dm)
     tl.store(wml_ptr + 2 * slot, m_i, mask=part)
     tl.store(wml_ptr + 2 * slot + 1, l_i, mask=part)
@@ -256,24 +264,35 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, ws_ptr, wml_ptr, c
 
 @counted
 @triton.jit(do_not_specialize=["R"])
-def attention_fwd_merge_kernel(ws_ptr, wml_ptr, o_ptr, lse_ptr, pos_ptr, R, HQ, D, BR: tl.constexpr,
-                               BD: tl.constexpr, KV_CHUNK: tl.constexpr):
-    """Rows (t, h) = t * HQ + h with more than one chunk: fold the chunks' (m, l, acc) in ascending
-    order (module docstring), then out = bf16(A / L), lse2 = M + log2(L). Single-chunk rows: skipped
-    (the forward kernel finalized them)."""
+def attention_fwd_merge_kernel(ws_ptr, wml_ptr, o_ptr, lse_ptr, pos_ptr, base_ptr, stat_ptr, R, HQ, D, BR: tl.constexpr,
+                               BD: tl.constexpr, KV_CHUNK: tl.constexpr, CHECKED: tl.constexpr):
+    """Rows (t, h) = t * HQ + h with more than one chunk: fold the chunks' (m, l, acc) from slots
+    (base[t] + c) * HQ + h in ascending order (module docstring), then out = bf16(A / L), lse2 = M +
+    log2(L). Single-chunk rows: skipped (the forward kernel finalized them). CHECKED (a plan made on
+    the device, which no host validated): every row of a call whose plan is not ok (stat[0] == 0), and
+    each row whose position lies outside its sequence's keys (base == -2), gets NaN out and lse."""
     rows = tl.program_id(0).to(tl.int64) * BR + tl.arange(0, BR)
     ok = rows < R
-    pos = tl.load(pos_ptr + rows // HQ, mask=ok, other=0)
+    t = rows // HQ
+    h = rows % HQ
+    pos = tl.load(pos_ptr + t, mask=ok, other=0)
     n = pos // KV_CHUNK + 1
     act = ok & (n > 1)
+    if CHECKED:
+        b_all = tl.load(base_ptr + t, mask=ok, other=0)
+        st = tl.load(stat_ptr + 0 * t, mask=ok, other=0)      # the status as a row vector (one address)
+        bad = ok & ((b_all == -2) | (st == 0))
+        act = act & (b_all != -2) & (st != 0)
+    base = tl.load(base_ptr + t, mask=act, other=0).to(tl.int64)
     d = tl.arange(0, BD)
     dm = (d < D)[None, :]
-    m_i = tl.load(wml_ptr + 2 * rows, mask=act, other=0.0)
-    l_i = tl.load(wml_ptr + 2 * rows + 1, mask=act, other=1.0)
-    acc = tl.load(ws_ptr + rows[:, None] * D + d[None, :], mask=act[:, None] & dm, other=0.0)
+    slot0 = base * HQ + h
+    m_i = tl.load(wml_ptr + 2 * slot0, mask=act, other=0.0)
+    l_i = tl.load(wml_ptr + 2 * slot0 + 1, mask=act, other=1.0)
+    acc = tl.load(ws_ptr + slot0[:, None] * D + d[None, :], mask=act[:, None] & dm, other=0.0)
     for c in range(1, tl.max(tl.where(act, n, 1), 0)):
         live = act & (c < n)
-        slot = c * R + rows
+        slot = (base + c) * HQ + h
         mc = tl.load(wml_ptr + 2 * slot, mask=live, other=0.0)
         lc = tl.load(wml_ptr + 2 * slot + 1, mask=live, other=0.0)
         ac = tl.load(ws_ptr + slot[:, None] * D + d[None, :], mask=live[:, None] & dm, other=0.0)
@@ -287,6 +306,99 @@ def attention_fwd_merge_kernel(ws_ptr, wml_ptr, o_ptr, lse_ptr, pos_ptr, R, HQ, 
         acc = tl.where(live[:, None], acc_new, acc)
     tl.store(o_ptr + rows[:, None] * D + d[None, :], rne_bf16(tl.div_rn(acc, l_i[:, None])), mask=act[:, None] & dm)
     tl.store(lse_ptr + rows, m_i + tl.log2(l_i), mask=act)
+    if CHECKED:
+        nan = float("nan")
+        tl.store(o_ptr + rows[:, None] * D + d[None, :], tl.full((BR, BD), nan, tl.float32).to(tl.bfloat16),
+                 mask=bad[:, None] & dm)
+        tl.store(lse_ptr + rows, tl.full((BR,), nan, tl.float32), mask=bad)
+
+
+# ---- the plan on the device (graph capture: ws1_ops.graph_safe) ----------------------------------
+
+SENTINEL_CHUNK = 1 << 19   # a work item that does nothing: chunk start 2^30 lies past every position
+
+
+@counted
+@triton.jit(do_not_specialize=["B", "Tq", "Tk", "PER", "CAP", "CAP_SLOTS"])
+def attention_plan_kernel(cu_q_ptr, cu_k_ptr, pos_ptr, item_ptr, base_ptr, stat_ptr, B, Tq, Tk, PER, CAP, CAP_SLOTS,
+                          SB: tl.constexpr, KV_CHUNK: tl.constexpr, SENT: tl.constexpr):
+    """The forward's work items and workspace slots from cu_seqlens / q_pos, on the device (one program;
+    no host sync, so a captured forward plans each replay from its own inputs). Sequences in blocks of SB
+    (vector lanes), in order, with running totals (integers: exact):
+
+    * sequence b (valid cu_seqlens): ntiles = ceil(lq / PER) query tiles of PER queries from cu_q[b];
+      nch = (its largest valid position) // KV_CHUNK + 1 chunks (1 if it has none); its items are
+      (b, cu_q[b] + i * PER, c) for i < ntiles, c < nch, tile-major, after the earlier sequences' items.
+      An item whose chunk lies past a tile's positions computes nothing (the forward's loops are empty
+      and its stores masked): the same rows get the same programs' work as in the host plan.
+    * row t with a valid position p >= KV_CHUNK (several chunks): base[t] = its first of p // KV_CHUNK + 1
+      workspace slots, after the earlier rows' slots; a valid single-chunk row: -1; a row whose position
+      is outside its sequence's keys, or whose slots would lie past CAP_SLOTS: -2 (no partial is written;
+      the merge writes NaN there).
+    * items [total, CAP) are sentinels (0, max(Tq - 1, 0), SENT): a chunk past every position, so the
+      program's loops are empty and it stores nothing (its first row is a real one: a TMA load of the
+      query tile starts inside the tensor).
+    * stat[0] = 1 if cu_seqlens are consistent (start 0, non-decreasing, end Tq / Tk) and the items and
+      slots fit CAP / CAP_SLOTS, else 0: the merge then writes NaN to every row (nothing is raised on a
+      device; NaN is what a bad input gives under capture, as in ws1_cuda)."""
+    bad = (tl.load(cu_q_ptr) != 0) | (tl.load(cu_k_ptr) != 0) | (tl.load(cu_q_ptr + B) != Tq) | \
+        (tl.load(cu_k_ptr + B) != Tk)
+    n_items = tl.full((), 0, tl.int64)
+    n_slots = tl.full((), 0, tl.int64)
+    lane = tl.arange(0, SB)
+    for b0 in range(0, B, SB):
+        b = b0 + lane
+        okb = b < B
+        q0 = tl.load(cu_q_ptr + b, mask=okb, other=0)
+        q1 = tl.load(cu_q_ptr + b + 1, mask=okb, other=0)
+        k0 = tl.load(cu_k_ptr + b, mask=okb, other=0)
+        k1 = tl.load(cu_k_ptr + b + 1, mask=okb, other=0)
+        seq_ok = (0 <= q0) & (q0 <= q1) & (q1 <= Tq) & (0 <= k0) & (k0 <= k1) & (k1 <= Tk)
+        bad = bad | (tl.sum((okb & (seq_ok == 0)).to(tl.int32), 0) > 0)
+        lq = tl.where(okb & seq_ok, q1 - q0, 0)
+        kl = k1 - k0
+        mp = tl.full((SB,), -1, tl.int64)
+        slots = tl.zeros((SB,), tl.int64)
+        for i in range(0, tl.max(lq, 0)):                       # pass 1: largest position, slots per sequence
+            live = i < lq
+            p = tl.load(pos_ptr + q0 + i, mask=live, other=-1)
+            valid = live & (p >= 0) & (p < kl)
+            mp = tl.maximum(mp, tl.where(valid, p, -1))
+            slots += tl.where(valid & (p >= KV_CHUNK), p // KV_CHUNK + 1, 0)
+        ntiles = (lq + PER - 1) // PER
+        nch = tl.where(mp >= 0, mp // KV_CHUNK + 1, 1)
+        items = ntiles * nch
+        first_item = n_items + tl.cumsum(items, 0) - items
+        first_slot = n_slots + tl.cumsum(slots, 0) - slots
+        run = first_slot
+        for i in range(0, tl.max(lq, 0)):                       # pass 2: each row's base
+            live = i < lq
+            p = tl.load(pos_ptr + q0 + i, mask=live, other=-1)
+            valid = live & (p >= 0) & (p < kl)
+            multi = valid & (p >= KV_CHUNK)
+            need = tl.where(multi, p // KV_CHUNK + 1, 0)
+            fits = run + need <= CAP_SLOTS                      # never a slot past the workspace
+            tl.store(base_ptr + q0 + i, tl.where(multi & fits, run, tl.where(valid & fits, -1, -2)).to(tl.int32),
+                     mask=live)
+            run += need
+        for i in range(0, tl.max(ntiles, 0)):                   # the items, tile-major
+            for c in range(0, tl.max(tl.where(i < ntiles, nch, 0), 0)):
+                w = first_item + i * nch + c
+                m = (i < ntiles) & (c < nch) & (w < CAP)
+                tl.store(item_ptr + 3 * w, b.to(tl.int64), mask=m)
+                tl.store(item_ptr + 3 * w + 1, q0 + i * PER, mask=m)
+                tl.store(item_ptr + 3 * w + 2, tl.zeros((SB,), tl.int64) + c, mask=m)
+        n_items += tl.sum(items, 0)
+        n_slots += tl.sum(slots, 0)
+    for w0 in range(0, CAP, SB):                                # sentinels after the last item
+        w = w0 + lane
+        m = (w >= n_items) & (w < CAP)
+        zero = tl.zeros((SB,), tl.int64)
+        tl.store(item_ptr + 3 * w, zero, mask=m)
+        tl.store(item_ptr + 3 * w + 1, zero + tl.maximum(Tq - 1, 0), mask=m)
+        tl.store(item_ptr + 3 * w + 2, zero + SENT, mask=m)
+    ok = (bad == 0) & (n_items <= CAP) & (n_slots <= CAP_SLOTS)
+    tl.store(stat_ptr, ok.to(tl.int32))
 
 
 # ---- backward ----------------------------------------------------------------------------------
@@ -464,7 +576,8 @@ def _desc(t: torch.Tensor, rows: int, D: int) -> TensorDescriptor:
 
 @dataclass(frozen=True)
 class Plan:
-    """The forward's launch plan for one call (``plan``): layout, configuration, work items."""
+    """The forward's launch plan for one call (``plan`` on the host, ``plan_on_device``): layout,
+    configuration, work items, workspace slots."""
 
     arch: str
     layout: str                 # "prefill" or "decode"
@@ -472,51 +585,101 @@ class Plan:
     GP: int                     # rows per query (heads packed along M; 1 in prefill)
     HPB: int                    # heads per block
     items: torch.Tensor         # [n, 3] int64 (sequence, first query row, chunk), on the device
-    n_chunks: int               # chunks of the longest query (workspace slots; > 1: the merge runs)
+    base: torch.Tensor          # [Tq] int32: a several-chunk row's first workspace slot (else -1; -2 bad row)
+    slots: int                  # workspace slots (a slot: one (query, chunk) partial of every head)
+    merge: bool                 # the merge kernel runs (a row has several chunks, or the plan is unchecked)
+    status: torch.Tensor | None = None   # [1] int32 of a device plan (1 ok; 0: every row NaN); None: host-checked
 
 
-def plan(q, k, v, cu_q, cu_k, q_pos) -> Plan:
-    """Validate on the host and build the forward's work items (one host sync); a decode loop or a
-    benchmark can reuse it with :func:`attention_planned` (e.g. inside a CUDA graph)."""
-    qs, lq, _, _ = _meta("attention", q, k, v, cu_q, cu_k, q_pos)
+def _layout(q, k, decode: bool) -> tuple[str, FwdConfig, int, int]:
+    """(layout, config, GP, HPB) for a call on ``q``'s device: the decode layout when asked and the
+    group fits a block, else prefill. A choice of speed only: both give every row the same bits."""
     a = arch(q)
     G = q.shape[1] // k.shape[1]
     GP = next_pow2(G)
-    dec = FWD[a]["decode"]
-    if max(lq, default=0) * GP <= dec.BM and GP <= dec.BM:
-        layout, gp, hpb = "decode", GP, G
-    else:
-        layout, gp, hpb = "prefill", 1, 1
-    cfg = FWD[a][layout]
+    if decode and GP <= FWD[a]["decode"].BM:
+        return "decode", FWD[a]["decode"], GP, G
+    return "prefill", FWD[a]["prefill"], 1, 1
+
+
+def plan(q, k, v, cu_q, cu_k, q_pos) -> Plan:
+    """Validate on the host and build the forward's work items (one host sync); a benchmark can reuse
+    it with :func:`attention_planned`. The decode layout when every sequence has at most BM / GP
+    queries."""
+    qs, lq, _, _ = _meta("attention", q, k, v, cu_q, cu_k, q_pos)
+    GP = next_pow2(q.shape[1] // k.shape[1])
+    layout, cfg, gp, hpb = _layout(q, k, max(lq, default=0) * GP <= FWD[arch(q)]["decode"].BM)
     per = cfg.BM // gp                                   # queries per block
     pos = q_pos.to("cpu").tolist()
-    items, n_chunks = [], 1
+    items = []
     for bi, (s, n) in enumerate(zip(qs, lq)):
         for r0 in range(s, s + n, per):
             top = max(pos[r0:min(s + n, r0 + per)]) // KV_CHUNK + 1
-            n_chunks = max(n_chunks, top)
             items += [(bi, r0, c) for c in range(top)]
-    return Plan(a, layout, cfg, gp, hpb, torch.tensor(items, dtype=torch.int64, device=q.device).reshape(-1, 3),
-                n_chunks)
+    base, slots = [], 0
+    for p in pos:                                        # several-chunk rows, in row order
+        n = p // KV_CHUNK + 1
+        base.append(slots if n > 1 else -1)
+        slots += n if n > 1 else 0
+    dev = q.device
+    return Plan(arch(q), layout, cfg, gp, hpb, torch.tensor(items, dtype=torch.int64, device=dev).reshape(-1, 3),
+                torch.tensor(base, dtype=torch.int32, device=dev), slots, slots > 0)
+
+
+def plan_on_device(q, k, v, cu_q, cu_k, q_pos) -> Plan:
+    """The same work on the device (``attention_plan_kernel``; no host sync, nothing validated on the
+    host): what a captured forward uses (and :func:`ws1_ops.graph_safe`). Sizes come from the shapes
+    alone — the launch grid is CAP items, the workspace CAP_SLOTS slots:
+
+    * CAP = (B + Tq // per) + ceil(Tq / per) * (Tk // KV_CHUNK) >= every call's item count: a sequence
+      has nt_b <= ceil(lq_b / per) tiles, nt_b summed <= B + Tq // per, and nch_b <= 1 + k_len_b //
+      KV_CHUNK chunks with the k_len_b summing to Tk, so sum nt_b * nch_b <= sum nt_b + max nt_b * sum
+      (k_len_b // KV_CHUNK). Items past the call's own are sentinels that do nothing.
+    * CAP_SLOTS = Tq * (Tk // KV_CHUNK + 1) >= every call's slots (a row at position p < k_len_b <= Tk
+      takes p // KV_CHUNK + 1 slots) where that workspace stays within WS_BUDGET_BYTES; else Tq + Tk //
+      KV_CHUNK: the slots of a call with at most one query per sequence (a decode step; the positions of
+      one sequence's keys sum to less than Tk). A call that needs more (several queries per sequence past
+      KV_CHUNK keys, at such sizes) gets status 0: NaN rows, never a write past the workspace.
+
+    The decode layout for calls with Tq <= B (a decode step's shape), prefill otherwise."""
+    check_device("attention", q, k, v)
+    B, Tq, Tk = cu_q.shape[0] - 1, q.shape[0], k.shape[0]
+    layout, cfg, gp, hpb = _layout(q, k, Tq <= B)
+    per = cfg.BM // gp
+    cap = max(1, B + Tq // per + -(-Tq // per) * (Tk // KV_CHUNK))
+    HQ, D = q.shape[1], q.shape[2]
+    cap_slots = Tq * (Tk // KV_CHUNK + 1)
+    if cap_slots * HQ * (D + 2) * 4 > WS_BUDGET_BYTES:
+        cap_slots = Tq + Tk // KV_CHUNK
+    dev = q.device
+    items = torch.empty(cap, 3, dtype=torch.int64, device=dev)
+    base = torch.empty(Tq, dtype=torch.int32, device=dev)
+    status = torch.empty(1, dtype=torch.int32, device=dev)
+    attention_plan_kernel[(1,)](cu_q, cu_k, q_pos, items, base, status, B, Tq, Tk, per, cap, cap_slots,
+                                SB=PLAN_LANES, KV_CHUNK=KV_CHUNK, SENT=SENTINEL_CHUNK, num_warps=4)
+    return Plan(arch(q), layout, cfg, gp, hpb, items, base, cap_slots, True, status)
 
 
 def attention(q, k, v, cu_q, cu_k, q_pos, scale):
-    """-> (out [Tq, Hq, D] BF16, lse2 [Tq, Hq] FP32)."""
+    """-> (out [Tq, Hq, D] BF16, lse2 [Tq, Hq] FP32). Planned on the host (validated, one sync), or on
+    the device inside :func:`ws1_ops.graph_safe` and under CUDA graph capture."""
     cu_q, cu_k, q_pos = index_on(q, cu_q, cu_k, q_pos)
-    return attention_planned(q, k, v, cu_q, cu_k, q_pos, scale, plan(q, k, v, cu_q, cu_k, q_pos))
+    make = plan_on_device if graph_safe_now(q) else plan
+    return attention_planned(q, k, v, cu_q, cu_k, q_pos, scale, make(q, k, v, cu_q, cu_k, q_pos))
 
 
 def attention_planned(q, k, v, cu_q, cu_k, q_pos, scale, p: Plan):
-    """The forward launches for a plan from :func:`plan` (no host sync, no validation)."""
+    """The forward launches for a plan from :func:`plan` or :func:`plan_on_device` (no host sync, no
+    validation)."""
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     Tq, HQ, D = q.shape
     HKV = k.shape[1]
     out = torch.empty_like(q)
     lse = torch.empty(Tq, HQ, dtype=torch.float32, device=q.device)
-    if p.items.shape[0] == 0 or HQ == 0 or D == 0:
+    if p.items.shape[0] == 0 or Tq == 0 or HQ == 0 or D == 0:
         return out, lse
     BD = _bd(D)
-    ws_rows = Tq * HQ * p.n_chunks if p.n_chunks > 1 else 1
+    ws_rows = max(1, p.slots * HQ)
     ws = torch.empty(ws_rows, D, dtype=torch.float32, device=q.device)
     wml = torch.empty(ws_rows, 2, dtype=torch.float32, device=q.device)
     tma = _tma(p.arch, D, q, k, v)
@@ -524,15 +687,17 @@ def attention_planned(q, k, v, cu_q, cu_k, q_pos, scale, p: Plan):
     if tma:
         qa = TensorDescriptor(q, [Tq, HQ, D], [HQ * D, D, 1], [p.cfg.BM // p.GP, p.GP, D])
         ka, va = _desc(k, BN, D), _desc(v, BN, D)
+    q_pos = q_pos.contiguous()
     attention_fwd_kernel[(p.items.shape[0], HQ // p.HPB)](
-        qa, ka, va, out, lse, ws, wml, cu_q, cu_k, q_pos.contiguous(), p.items, qk_scale2(scale), Tq, HQ, HKV, D,
+        qa, ka, va, out, lse, ws, wml, cu_q, cu_k, q_pos, p.items, p.base, qk_scale2(scale), Tq, HQ, HKV, D,
         p.HPB, BM=p.cfg.BM, BN=BN, BD=BD, GP=p.GP, KV_CHUNK=KV_CHUNK, DOT_F32=dot_f32(q, k), TMA=tma,
         num_warps=p.cfg.num_warps, num_stages=p.cfg.num_stages)
-    if p.n_chunks > 1:
+    if p.merge:
         R = Tq * HQ
-        attention_fwd_merge_kernel[(triton.cdiv(R, MERGE_ROWS),)](ws, wml, out, lse, q_pos.contiguous(), R, HQ, D,
-                                                                   BR=MERGE_ROWS, BD=BD, KV_CHUNK=KV_CHUNK,
-                                                                   num_warps=4)
+        checked = p.status is not None
+        attention_fwd_merge_kernel[(max(1, triton.cdiv(R, MERGE_ROWS)),)](
+            ws, wml, out, lse, q_pos, p.base, p.status if checked else p.base, R, HQ, D, BR=MERGE_ROWS, BD=BD,
+            KV_CHUNK=KV_CHUNK, CHECKED=checked, num_warps=4)
     return out, lse
 
 
@@ -576,4 +741,5 @@ def attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, q_pos, scale):
     return dq, dk, dv
 
 
-__all__ = ["BN", "KV_CHUNK", "FWD", "BWD", "Plan", "plan", "attention", "attention_planned", "attention_bwd", "qk_scale2"]
+__all__ = ["BN", "KV_CHUNK", "FWD", "BWD", "Plan", "plan", "plan_on_device", "attention", "attention_planned", "attention_bwd",
+           "qk_scale2"]
