@@ -43,7 +43,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_triton import BF, HKV, HQ, L2_BYTES, V_FULL, Clock, D, _cu, _modes, _row, chain_phases, compare  # noqa: E402
+from bench_triton import BF, HKV, HQ, L2_BYTES, V_FULL, Clock, D, _cu, _modes, _row, chain_phases, compare, flash_backward, print_targets  # noqa: E402
 from bench_triton import _sdpa_flash as _triton_sdpa_flash  # noqa: E402
 
 
@@ -267,13 +267,8 @@ def attention_cases(clock, dev, args) -> list[dict]:
     cu, pos = _cu([S], dev), torch.arange(S, device=dev)
     out, lse = _k().attention(q, k, v, cu, cu, pos, scale)
     dout = r(S, HQ, D)
-    qf = q.transpose(0, 1)[None].contiguous().requires_grad_(True)
-    kf = kv_for(k.transpose(0, 1)[None].contiguous()).requires_grad_(True)
-    vf = kv_for(v.transpose(0, 1)[None].contiguous()).requires_grad_(True)
-    of = flash["fn"](qf, kf, vf, True, scale)
-    do = dout.transpose(0, 1)[None].contiguous()
     fns = {"ws1": lambda: _k().attention_bwd(dout, q, k, v, out, lse, cu, cu, pos, scale),
-           "torch": lambda: torch.autograd.grad(of, (qf, kf, vf), do, retain_graph=True)}
+           "torch": flash_backward(flash, kv_for, q, k, v, dout, scale)}
     flops, nbytes = attention_cost("backward", S=S)
     rows.append(_attn_row(clock, args, "attention backward B1 S2048 vs SDPA flash", "eager", fns, 5,
                           {"kind": "attention_backward", "vs": flash["note"], "S": S}, flops, nbytes))
@@ -385,13 +380,7 @@ def main(argv=None) -> int:
             errors[name] = f"{type(exc).__name__}: {exc}"
             print(f"  {name}: FAILED {errors[name]}", flush=True)
     tg = targets(rows)
-    for t in tg:
-        if t["met"] is None:  # the contender cannot run here: reported, never replaced
-            print(f"  target ABSENT {t['target']}: {t.get('absent', '')}")
-            continue
-        roof = (f"  (ws1 {t['ws1_ms']:.4f} ms, {t.get('vs', 'cuBLAS')} {t['torch_ms']:.4f} ms, roofline {t['roofline_ms']:.4f} ms)"
-                if "roofline_ms" in t else "")
-        print(f"  target {'MET ' if t['met'] else 'MISS'} {t['target']}: {t['value']:.3f}{roof}")
+    print_targets(tg, vs="cuBLAS")
     gemm_config = ("sm_90: wgmma m64n128k16 + TMA (CUTLASS collectives, persistent): 256x128x64 cooperative (wide) or "
                    "64x128x64 ping-pong (narrow; M <= 128 or < 132 wide tiles), same bits; sm_80: mma.sync 64x128 / 32x32; "
                    "FP32 operands: CUDA-core serial chain 128x128x16")

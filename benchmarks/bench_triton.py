@@ -325,6 +325,18 @@ def _sdpa_flash(dev, quick: bool) -> dict:
                 "note": f"SDPA flash, K/V expanded to Hq heads outside the timed call ({str(exc1).splitlines()[0][:80]})"}
 
 
+def flash_backward(flash: dict, kv_for: Callable, q, k, v, dout, scale: float) -> Callable:
+    """The flash contender's backward for one packed sequence q [S, Hq, D], k, v [S, Hkv, D], dout [S, Hq, D]:
+    its forward run once (padded [1, H, S, D] layout, K/V as ``kv_for`` gives them), then autograd.grad of that
+    graph, retained, per call."""
+    qf = q.transpose(0, 1)[None].contiguous().requires_grad_(True)
+    kf = kv_for(k.transpose(0, 1)[None].contiguous()).requires_grad_(True)
+    vf = kv_for(v.transpose(0, 1)[None].contiguous()).requires_grad_(True)
+    of = flash["fn"](qf, kf, vf, True, scale)
+    do = dout.transpose(0, 1)[None].contiguous()
+    return lambda: torch.autograd.grad(of, (qf, kf, vf), do, retain_graph=True)
+
+
 def attention_cost(kind: str, heads, lengths=None, B=0, S=0) -> tuple[float, float]:
     """(useful FLOPs, fewest HBM bytes) of one call (docs/triton.md "Cost model"): causal prefill 4 D Hq sum n(n+1)/2,
     q/k/v read and out written once; decode 4 D Hq B S, K/V read once; backward 2.5x the forward's FLOPs,
@@ -426,13 +438,8 @@ def attention_cases(clock, dev, args) -> list[dict]:
     cu, pos = _cu([S], dev), torch.arange(S, device="cpu").to(dev)
     out, lse = ta.attention(q, k, v, cu, cu, pos, scale)
     dout = r(S, hq, d)
-    qf = q.transpose(0, 1)[None].contiguous().requires_grad_(True)
-    kf = kv_for(k.transpose(0, 1)[None].contiguous()).requires_grad_(True)
-    vf = kv_for(v.transpose(0, 1)[None].contiguous()).requires_grad_(True)
-    of = flash["fn"](qf, kf, vf, True, scale)
-    do = dout.transpose(0, 1)[None].contiguous()
     fns = {"ws1": lambda: ta.attention_bwd(dout, q, k, v, out, lse, cu, cu, pos, scale),
-           "torch": lambda: torch.autograd.grad(of, (qf, kf, vf), do, retain_graph=True)}
+           "torch": flash_backward(flash, kv_for, q, k, v, dout, scale)}
     flops, nbytes = attention_cost("backward", heads, S=S)
     rows.append(_roof(_row(f"attention backward B1 S{S}", "eager", compare(clock, fns, args.reps, 1 if args.quick else 5, False),
                            {**extra0, "kind": "attention_backward", "S": S}), flops, nbytes))
@@ -563,12 +570,14 @@ def targets(rows: list[dict]) -> list[dict]:
     return out
 
 
-def print_targets(tg: list[dict]) -> None:
+def print_targets(tg: list[dict], vs: str = "torch") -> None:
+    """Each target MET / MISS (ABSENT where its contender cannot run here), beside the times and the roofline;
+    ``vs``: the contender's name where a row does not give one (bench_cuda: cuBLAS)."""
     for t in tg:
         if t["met"] is None:   # the contender cannot run here: reported, never replaced
             print(f"  target ABSENT {t['target']}: {t.get('absent', '')}")
             continue
-        roof = (f"  (ws1 {t['ws1_ms']:.4f} ms, {t.get('vs', 'torch')} {t['torch_ms']:.4f} ms, roofline {t['roofline_ms']:.4f} ms)"
+        roof = (f"  (ws1 {t['ws1_ms']:.4f} ms, {t.get('vs', vs)} {t['torch_ms']:.4f} ms, roofline {t['roofline_ms']:.4f} ms)"
                 if "roofline_ms" in t else "")
         print(f"  target {'MET ' if t['met'] else 'MISS'} {t['target']}: {t['value']:.3f}{roof}")
 
