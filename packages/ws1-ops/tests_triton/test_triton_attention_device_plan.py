@@ -73,6 +73,26 @@ def test_device_plan_gives_the_host_plans_bits(tri, small_chunk, name):
         assert r.passed, r.detail
 
 
+def test_negative_control_a_plan_with_overlapping_slots_is_caught(tri, small_chunk):
+    """The comparison above can fail: the same device plan with every several-chunk row's slot base set to 0 (a
+    plan fault of ours: three queries' partials share one set of slots, so at least two of them fold another
+    query's chunks) changes the bits of those rows, and the check says so; single-chunk rows keep theirs. (Moving
+    every base by the same offset changes nothing: the forward and the merge read one base.)"""
+    import dataclasses
+
+    args = CASES["decode across chunk edges"]
+    host = _call(args, False)
+    q, k, v, cu_q, cu_k, pos = to_dev(args)
+    p = ta.plan_on_device(q, k, v, cu_q, cu_k, pos)
+    bad = dataclasses.replace(p, base=torch.where(p.base >= 0, torch.zeros_like(p.base), p.base))
+    out, lse = (to_cpu(t) for t in ta.attention_planned(q, k, v, cu_q, cu_k, pos, D ** -0.5, bad))
+    multi = [i for i, x in enumerate(args[5].tolist()) if x >= CHUNK]
+    assert multi == [0, 3, 4]
+    assert not bitwise(out[multi], host[0][multi], "overlapping slots").passed
+    single = [i for i in range(6) if i not in multi]
+    assert bitwise(out[single], host[0][single], "single-chunk rows").passed
+
+
 def test_device_plan_has_the_host_plans_items_and_slots(tri, small_chunk):
     """A decode step: the device plan's items are the host plan's (then sentinels up to the shape-sized
     grid), its slot bases the host's, its status ok."""
