@@ -7,10 +7,11 @@ over --reps; ``graph`` (captured calls replayed: device time) and ``eager`` (pla
 
 * det_gemm vs ``torch.matmul`` (cuBLAS) at M in {1, 59, 256, 4096}, K 4096, N in {4096, 12288}; weights
   rotate over > 2x L2 so neither side is timed on an L2-resident weight; the same layers' backward GEMMs
-  (dx = dy W and dW = dy^T x with BF16 dy: vs cuBLAS BF16 -> FP32; dx with an FP32 dy, lm_head's case: vs
-  cuBLAS FP32 with TF32 off, and vs cuBLAS BF16 for the record); lm_head at V 151936 vs cuBLAS BF16 -> FP32.
+  (dx = dy W and dW = dy^T x with BF16 dy: vs cuBLAS BF16 -> FP32; dx with an FP32 dy: vs cuBLAS FP32 with
+  TF32 off, and vs cuBLAS BF16 for the record); lm_head at V 151936 vs cuBLAS BF16 -> FP32, and its backward
+  at M 256 / 2048 (bench_triton.lm_head_backward_cases: FP32 dy [M, V], dx and dW vs cuBLAS FP32, TF32 off).
   Every GEMM row carries its roofline time (max of FLOPs / 790 TFLOP/s and bytes / 4.3 TB/s, the H200's
-  measured ceilings; the CUDA-core FP32 path against the datasheet's 67 TFLOP/s) and ws1's fraction of it;
+  measured ceilings; an FP32-dy GEMM — three BF16 GEMMs on sm_90 — against 790 / 3) and ws1's fraction of it;
 * attention prefill (the 4 fixture samples packed; B1 S2048; a varlen pack B4 S1000/700/300/48), decode (B1
   Skv32, B32 Skv2048, B1 Skv32768) and the backward at S2048, Hq 32, Hkv 8, D 128, vs
   ``F.scaled_dot_product_attention`` forced onto its flash backend (``sdpa_kernel(SDPBackend.FLASH_ATTENTION)``;
@@ -43,7 +44,23 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_triton import BF, HKV, HQ, L2_BYTES, V_FULL, Clock, D, _cu, _modes, _row, chain_phases, compare, flash_backward, print_targets  # noqa: E402
+from bench_triton import (  # noqa: E402
+    BF,
+    HKV,
+    HQ,
+    L2_BYTES,
+    V_FULL,
+    Clock,
+    D,
+    _cu,
+    _modes,
+    _row,
+    chain_phases,
+    compare,
+    flash_backward,
+    lm_head_backward_cases,
+    print_targets,
+)
 from bench_triton import _sdpa_flash as _triton_sdpa_flash  # noqa: E402
 
 
@@ -52,8 +69,10 @@ def _k():
 
 
 # Measured H200 ceilings (the first GPU run; docs/cuda.md "Cost model"): cuBLAS BF16 dense and a device copy.
-# The CUDA-core FP32 ceiling is the datasheet's (not measured here): labelled so wherever it is printed.
-BF16_TFLOPS, HBM_TBS, FP32_SIMT_TFLOPS = 790.0, 4.3, 67.0
+# An FP32 operand runs as three BF16 GEMMs on sm_90 (det_gemm.cu: the exact split), so its floor is a third of
+# the BF16 rate.
+BF16_TFLOPS, HBM_TBS = 790.0, 4.3
+SPLIT3_TFLOPS = BF16_TFLOPS / 3
 
 
 def roofline_ms(flops: float, nbytes: float, tflops: float = BF16_TFLOPS) -> float:
@@ -82,7 +101,7 @@ def _gemm_row(clock, args, name, fns, flops, nbytes, extra, tflops=BF16_TFLOPS):
     for mode in _modes(clock):
         r = _row(name, mode, compare(clock, fns, args.reps, inner, mode == "graph"), extra)
         r["roofline_ms"] = roofline_ms(flops, nbytes, tflops)
-        r["roofline_basis"] = f"{tflops:g} TFLOP/s{' (datasheet)' if tflops == FP32_SIMT_TFLOPS else ''}, {HBM_TBS:g} TB/s"
+        r["roofline_basis"] = f"{tflops:g} TFLOP/s{' (3 BF16 GEMMs)' if tflops == SPLIT3_TFLOPS else ''}, {HBM_TBS:g} TB/s"
         r["tflops_ws1"] = flops / (r["ws1_ms"] * 1e9)
         r["tflops_torch"] = flops / (r["torch_ms"] * 1e9)
         r["ws1_over_roofline"] = r["roofline_ms"] / r["ws1_ms"]
@@ -93,7 +112,8 @@ def _gemm_row(clock, args, name, fns, flops, nbytes, extra, tflops=BF16_TFLOPS):
 
 def gemm_cases(clock, dev, args) -> list[dict]:
     """det_gemm and lm_head forward, and the backward's gemm (dx, dW; BF16 operands -> the tensor-core path, an
-    FP32 dy -> the CUDA-core serial chain), each against cuBLAS, at the issue's shapes. Weights rotate over > 2x L2."""
+    FP32 dy -> the three-way BF16 split on sm_90), each against cuBLAS, at the issue's shapes. Weights rotate over
+    > 2x L2."""
     g = torch.Generator(device="cpu").manual_seed(0)
     f32_out = _mm_f32_out()
     rows = []
@@ -131,7 +151,7 @@ def gemm_cases(clock, dev, args) -> list[dict]:
                                   {"ws1": lambda dyp=dyp, xp=xp: _k().gemm(dyp.t(), xp.t(), True),
                                    "torch": lambda dyp=dyp, xp=xp, mm=mm: mm(dyp.t(), xp)},
                                   flops, nb_dw, {"kind": "backward_bf16", "M": M, "K": K, "N": N, "vs": vs})
-            # the same dx in FP32 (lm_head's dy is FP32): the CUDA-core serial chain, against cuBLAS FP32 (TF32 off)
+            # the same dx in FP32 (lm_head's dy is FP32): the three-way split, against cuBLAS FP32 (TF32 off)
             # and, for the record, against cuBLAS BF16
             if M in (59, 256):
                 dy32 = torch.randn(M, N, generator=g, device="cpu").to(dev) * 0.1
@@ -142,13 +162,13 @@ def gemm_cases(clock, dev, args) -> list[dict]:
                                    "torch": lambda dy32=dy32, w32=w32: torch.mm(dy32, w32)},
                                   flops, 4 * M * N + 2 * N * K + 4 * M * K,
                                   {"kind": "backward_fp32", "M": M, "K": K, "N": N, "vs": "cuBLAS FP32 (TF32 off)"},
-                                  tflops=FP32_SIMT_TFLOPS)
+                                  tflops=SPLIT3_TFLOPS)
                 rows += _gemm_row(clock, args, f"backward dx FP32 M{M} N{N} K{K} vs cuBLAS BF16",
                                   {"ws1": lambda dy32=dy32, w0=w0: _k().gemm(dy32, w0.t(), True),
                                    "torch": lambda dy=dy, w0=w0: torch.mm(dy, w0)},
                                   flops, 4 * M * N + 2 * N * K + 4 * M * K,
                                   {"kind": "backward_fp32_vs_bf16", "M": M, "K": K, "N": N, "vs": "cuBLAS BF16 (information)"},
-                                  tflops=FP32_SIMT_TFLOPS)
+                                  tflops=SPLIT3_TFLOPS)
     # lm_head: the vocabulary projection, FP32 logits
     V = V_FULL
     wv = (torch.randn(V, K, generator=g, device="cpu") * 0.02).to(BF).to(dev)
@@ -159,6 +179,12 @@ def gemm_cases(clock, dev, args) -> list[dict]:
         rows += _gemm_row(clock, args, f"lm_head M{M} K{K} V{V}",
                           {"ws1": lambda x=x, wv=wv: _k().lm_head(x, wv), "torch": lambda x=x, wv=wv, mm=mm: mm(x, wv.t())},
                           2 * M * K * V, 2 * (M * K + V * K) + 4 * M * V, {"kind": "lm_head", "M": M, "K": K, "N": V, "vs": vs})
+    mm = f32_out or (lambda a, b: torch.mm(a, b))
+    vs = "cuBLAS BF16 -> FP32" if f32_out else "cuBLAS BF16 -> BF16 (no out_dtype in this torch)"
+    for name, kind, fns, flops, nbytes, extra in lm_head_backward_cases(
+            dev, K, wv, (256, 2048), lambda dy, w: _k().gemm(dy, w.t(), True), lambda dy, x: _k().gemm(dy.t(), x.t(), True),
+            mm, vs):
+        rows += _gemm_row(clock, args, name, fns, flops, nbytes, {**extra, "kind": kind}, tflops=SPLIT3_TFLOPS)
     return rows
 
 
@@ -337,7 +363,7 @@ def targets(rows: list[dict]) -> list[dict]:
     printed, not judged (an FP32 product cannot be compared with a BF16 one as a target)."""
     out = []
     for r in rows:
-        if r.get("kind") in ("det_gemm", "lm_head", "backward_bf16", "backward_fp32") and r["mode"] == "graph":
+        if r.get("kind") in ("det_gemm", "lm_head", "backward_bf16", "backward_fp32", "lm_head_backward") and r["mode"] == "graph":
             want = 0.9 if r["M"] >= 256 else 0.8
             out.append({"target": f"{r['case']}: speed >= {want} vs {r['vs']} (graph)", "value": r["speed"], "met": r["speed"] >= want,
                         "roofline_ms": r["roofline_ms"], "ws1_ms": r["ws1_ms"], "torch_ms": r["torch_ms"]})
@@ -383,7 +409,8 @@ def main(argv=None) -> int:
     print_targets(tg, vs="cuBLAS")
     gemm_config = ("sm_90: wgmma m64n128k16 + TMA (CUTLASS collectives, persistent): 256x128x64 cooperative (wide) or "
                    "64x128x64 ping-pong (narrow; M <= 128 or < 132 wide tiles), same bits; sm_80: mma.sync 64x128 / 32x32; "
-                   "FP32 operands: CUDA-core serial chain 128x128x16")
+                   "FP32 a with BF16 b on sm_90: the exact three-way BF16 split on the same wgmma kernel, (lo + mid) + hi; "
+                   "other FP32 operands and sm_80: CUDA-core serial chain 128x128x16")
     result = {"host": host, "gemm_config": gemm_config, "cases": rows,
               "targets": tg, "errors": errors, "calls": json.loads(_k().calls())}
     path = args.json or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "evidence", "bench", "cuda.json")

@@ -5,9 +5,11 @@ Cases (Qwen3-8B shapes, BF16, FP32 accumulation):
 * det_gemm vs ``torch.matmul`` (cuBLAS) at M in {1, 59, 256, 4096}, K 4096, N in {4096, 12288} (weights
   rotate over enough copies, > 2x L2, that neither side is timed on an L2-resident weight), the same
   layers' backward GEMMs (dx = dy W, dW = dy^T x over the rows in canonical order; BF16 dy, vs cuBLAS
-  BF16 -> FP32 where torch.mm has ``out_dtype``), and lm_head at V 151936 (FP32 logits, vs cuBLAS BF16 ->
-  FP32). Each row beside its roofline: max(FLOPs / 790 TFLOP/s, bytes / 4.3 TB/s), the H200's measured
-  ceilings (each operand read once, the output written once).
+  BF16 -> FP32 where torch.mm has ``out_dtype``), lm_head at V 151936 (FP32 logits, vs cuBLAS BF16 ->
+  FP32) and its backward at M 256 / 2048 (FP32 logit gradient dy [M, V]: dx and dW vs cuBLAS FP32 with
+  TF32 off, judged; dx vs cuBLAS BF16 on dy rounded to BF16, for the record). Each row beside its
+  roofline: max(FLOPs / 790 TFLOP/s, bytes / 4.3 TB/s), the H200's measured ceilings (each operand read
+  once, the output written once).
 * attention vs ``F.scaled_dot_product_attention`` forced onto its flash backend
   (``sdpa_kernel(SDPBackend.FLASH_ATTENTION)``; GQA native, or K/V expanded to Hq heads outside the timed
   call if this torch's flash takes none; the targets are ABSENT when flash cannot run, never compared with
@@ -212,7 +214,41 @@ def gemm_cases(clock, dev, args) -> list[dict]:
         rows += _gemm_rows(clock, args, f"lm_head M{M} K{K} V{V}", "lm_head",
                            {"ws1": lambda x=x: _tlm().lm_head(x, wv), "torch": lambda x=x: mm(x, wv.t())},
                            2 * M * K * V, 2 * (M * K + V * K) + 4 * M * V, {"M": M, "K": K, "N": V, "vs": vs32})
+    for name, kind, fns, flops, nbytes, extra in lm_head_backward_cases(
+            dev, K, wv, (70,) if args.quick else (256, 2048),
+            lambda dy, w: _tgemm().gemm_dx(dy, None, w),
+            lambda dy, x: _tgemm().gemm_dw(dy, x, torch.arange(dy.shape[0], device=dy.device)), mm, vs32):
+        rows += _gemm_rows(clock, args, name, kind, fns, flops, nbytes, extra)
     return rows
+
+
+def lm_head_backward_cases(dev, K, wv, Ms, dx, dw, mm_bf16, vs_bf16):
+    """lm_head's backward at the vocabulary: dy [M, V] is the FP32 logit gradient, dx = dy W [M, K], dW = dy^T x
+    [V, K], ws1's ``dx(dy, w)`` / ``dw(dy, x)`` (rows in order). Judged against cuBLAS FP32 with TF32 off (the
+    same FP32 operands, kind "lm_head_backward"); for the record against cuBLAS BF16 on dy rounded to BF16
+    (``mm_bf16``: what plain PyTorch BF16 computes, half the precision; kind "lm_head_backward_vs_bf16", not
+    judged). Shared by bench_triton and bench_cuda. Yields (name, kind, fns, flops, bytes, extra)."""
+    V = wv.shape[0]
+    wv32 = wv.float()
+    for M in Ms:
+        gen = torch.Generator(device=dev).manual_seed(M)
+        dy = torch.randn(M, V, generator=gen, device=dev).mul_(1e-3)
+        dyb = dy.to(BF)
+        x = torch.randn(M, K, generator=gen, device=dev).to(BF)
+        x32 = x.float()
+        flops = 2 * M * K * V
+        nb_dx, nb_dw = 4 * M * V + 2 * V * K + 4 * M * K, 4 * M * V + 2 * M * K + 4 * V * K
+        base = {"M": M, "K": K, "N": V}
+        yield (f"lm_head backward dx FP32 M{M} V{V} K{K} vs cuBLAS FP32", "lm_head_backward",
+               {"ws1": lambda dy=dy: dx(dy, wv), "torch": lambda dy=dy: torch.mm(dy, wv32)},
+               flops, nb_dx, {**base, "vs": "cuBLAS FP32 (TF32 off)"})
+        yield (f"lm_head backward dW FP32 M{M} V{V} K{K} vs cuBLAS FP32", "lm_head_backward",
+               {"ws1": lambda dy=dy, x=x: dw(dy, x), "torch": lambda dy=dy, x32=x32: torch.mm(dy.t(), x32)},
+               flops, nb_dw, {**base, "vs": "cuBLAS FP32 (TF32 off)"})
+        if M == Ms[-1]:
+            yield (f"lm_head backward dx FP32 M{M} V{V} K{K} vs cuBLAS BF16", "lm_head_backward_vs_bf16",
+                   {"ws1": lambda dy=dy: dx(dy, wv), "torch": lambda dyb=dyb: mm_bf16(dyb, wv)},
+                   flops, nb_dx, {**base, "vs": f"{vs_bf16} on dy rounded to BF16 (information)"})
 
 
 def _candidate_rows(clock, args, g, dev, K, N, w) -> list[dict]:
@@ -269,7 +305,8 @@ def _gemm_rows(clock, args, name, kind, fns, flops, nbytes, extra) -> list[dict]
 
     inner = 1 if args.quick else max(3, min(200, int(2e11 / (flops + 1))))
     table = _common.arch(torch.empty(0, device=clock.device))
-    cfg = (_gemm.bf16_config(table, extra["M"], kind == "det_gemm") if kind in ("det_gemm", "lm_head", "backward_dx")
+    cfg = (_gemm.F32_CONFIG if kind.startswith("lm_head_backward")
+           else _gemm.bf16_config(table, extra["M"], kind == "det_gemm") if kind in ("det_gemm", "lm_head", "backward_dx")
            else _gemm.DW_BF16[table])
     extra = {**extra, "kind": kind, "logic_check_only": not clock.cuda, "config": vars(cfg), "table": table}
     rows = []
@@ -534,7 +571,7 @@ def chain_cases(clock, dev, args) -> list[dict]:
 # ---- targets and main --------------------------------------------------------------------------
 
 
-GEMM_KINDS = ("det_gemm", "lm_head", "backward_dx", "backward_dw")
+GEMM_KINDS = ("det_gemm", "lm_head", "backward_dx", "backward_dw", "lm_head_backward")
 ATTN_WANT = {"attention_prefill": 0.8, "attention_decode": 0.7, "attention_backward": 0.6}
 
 

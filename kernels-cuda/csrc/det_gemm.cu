@@ -8,17 +8,31 @@
 // (transposed views welcome). The GEMMs of the canonical row-fold VJP (ws1_ops backends/cuda.py):
 //   dx = gemm(dy, weight.T)                  (reduction over N, per row of dy)
 //   dW = gemm(dy[perm].T, x[perm].T)         (reduction over the rows, in the canonical order `perm`)
-// Two kernels, chosen by the operands' DTYPES and the arch (never by a size):
+// Three kernels, chosen by the operands' DTYPES and the arch (never by a size):
 //  * both operands BF16 on sm_90 (det_gemm's backward: dy, weight, x are all BF16) -> wgmma_gemm.h, FP32 C:
 //    the same instruction and per-element sequence as the forward, the reduction axis (N for dx, the rows in
 //    canonical order for dW) in k16 steps from 0. The products of BF16 values are exact in FP32; the sum is
 //    the tensor core's. calls(): "sm_90:wgmma".
-//  * any FP32 operand (lm_head's backward: dy is the FP32 logit gradient, never rounded to BF16), or an
-//    sm_80 device -> fp32_gemm_kernel below: every output ONE serial chain of FP32 FMAs, k ascending from +0,
-//    the cpu kernel's contract (kernels-cpu gives the same bits):
+//  * a FP32 and b BF16 on sm_90 (lm_head's backward: dy is the FP32 logit gradient, never rounded to BF16)
+//    -> the exact three-way BF16 split on the same wgmma kernel, calls(): "sm_90:wgmma_bf16x3":
+//      a = hi + mid + lo,  hi = bf16(a), mid = bf16(a - hi), lo = a - hi - mid     (each RNE; split3_part)
+//    8 + 8 + 8 significand bits hold FP32's 24, so the three BF16 parts sum to a EXACTLY (for |a| >= 2^-103,
+//    where lo is still a normal number; below that lo loses bits under 2^-133, an absolute error the FP32
+//    sum cannot see). Then
+//      c = (C(lo) + C(mid)) + C(hi),   C(p) = the wgmma GEMM of the BF16 part p with b, FP32 out
+//    each C(p) the BF16 path's per-element sequence over the whole K (products of BF16 values exact in FP32),
+//    the two FP32 additions elementwise in that fixed order, small parts first. A row of c is a function of
+//    that row of a and of b alone, as on the BF16 path: the batch, the rows beside it and the chunking of M
+//    below change no bit. Cost: three BF16 tensor-core GEMMs (~3x the BF16 backward's time) instead of one
+//    IEEE FP32 chain on the CUDA cores (~12x at the datasheet's 67 vs 790 TFLOP/s). The same split and order
+//    as triton_cuda_bf16's SPLIT_A (ws1_ops/triton/_gemm.py), there per 64-wide k-block into one accumulator.
+//  * any other FP32 operand, or an sm_80 device -> fp32_gemm_kernel below: every output ONE serial chain of
+//    FP32 FMAs, k ascending from +0, the cpu kernel's contract (kernels-cpu gives the same bits):
 //      acc = fmaf(a[m, k], b[n, k], acc) for k = 0 .. K-1;  c[m, n] = acc (or bf16_rne(acc))
 //    CUDA cores, IEEE FP32. calls(): "sm_XX:simt_fp32".
-// BF16 output (out_fp32 false) on the wgmma path is the FP32 result rounded once (RNE).
+// BF16 output (out_fp32 false) on the wgmma paths is the FP32 result rounded once (RNE).
+#include <algorithm>
+
 #include "mma_gemm.cuh"
 
 namespace ws1cu {
@@ -92,6 +106,31 @@ __global__ void __launch_bounds__(kFgThreads) fp32_gemm_kernel(const TA* __restr
     }
 }
 
+// The j-th BF16 part of x in the exact split x = hi + mid + lo (part 2 = hi, 1 = mid, 0 = lo). Each
+// subtraction is exact (Sterbenz: hi is x rounded to 8 significand bits, so x - hi holds x's low 16 bits; mid
+// its top 8 of those, so r - mid holds the last 8, a BF16 value); --fmad=false keeps them plain subtractions.
+__device__ __forceinline__ uint16_t split3_part(float x, int part) {
+  const uint16_t hi = bf16_rne(x);
+  if (part == 2) return hi;
+  const float r = x - bf16_f32(hi);
+  const uint16_t mid = bf16_rne(r);
+  if (part == 1) return mid;
+  return bf16_rne(r - bf16_f32(mid));  // exact: the conversion rounds nothing
+}
+
+// p[r * C + c] = split3_part(a[r * s_r + c], part) for r < R, c < C: a strided FP32 matrix whose inner axis is
+// contiguous, written as a dense BF16 matrix of the same orientation (reads and writes coalesced). Grid-stride
+// over rows (y) and columns (x), no division per element. Elementwise: which thread computes an element
+// changes nothing.
+constexpr int kSplitThreads = 256;
+__global__ void __launch_bounds__(kSplitThreads) split3_kernel(const float* __restrict__ a, int64_t s_r, int64_t R,
+                                                                 int64_t C, int part, uint16_t* __restrict__ p) {
+  for (int64_t r = blockIdx.y; r < R; r += gridDim.y)
+    for (int64_t c = static_cast<int64_t>(blockIdx.x) * kSplitThreads + threadIdx.x; c < C;
+         c += static_cast<int64_t>(gridDim.x) * kSplitThreads)
+      p[r * C + c] = split3_part(a[r * s_r + c], part);
+}
+
 }  // namespace ws1cu
 
 WS1_MMA_GEMM_INSTANTIATE(false)
@@ -111,6 +150,55 @@ at::Tensor det_gemm(const at::Tensor& x, const at::Tensor& weight) {
   return mma::run(x, weight, /*out_f32=*/false, "ws1_cuda::det_gemm", call);
 }
 
+namespace {
+
+// Transient memory of the split path: one BF16 part of a (2 bytes per element of the chunk) and one FP32
+// partial product (4 per element of the chunk's C) at most this size each. A larger call runs in chunks of
+// output rows (a row of c depends only on its own row of a, so chunking changes no bit); the count balances
+// the chunks, whose height is a multiple of 256 (the wide tile's).
+constexpr int64_t kSplitBudgetBytes = int64_t{2} << 30;
+constexpr int64_t kSplitMaxBlocksX = 64, kSplitMaxBlocksY = 4096;  // split3_kernel's grid (grid-stride beyond)
+
+// out[M, N] (FP32, contiguous) = a @ b^T for an FP32 a with any strides and a BF16 b [N, K], on sm_90:
+// out = (C(lo) + C(mid)) + C(hi), this file's header. a's orientation is kept for the parts (a K-contiguous
+// dy for dx, an M-contiguous dy^T view for dW), so the split reads and writes coalesced and the wgmma kernel
+// gets the layout it would get from a BF16 operand at the same call site.
+void split3_gemm(const at::Tensor& a_in, const at::Tensor& b, at::Tensor& out, const char* op) {
+  at::Tensor a = a_in;
+  const bool k_contig = a.stride(1) == 1 || a.size(1) == 1, m_contig = a.stride(0) == 1 || a.size(0) == 1;
+  if (!k_contig && !m_contig) a = a.contiguous();  // neither axis contiguous: copied K-major
+  const bool k_major = k_contig || !m_contig;
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(0);
+  const int64_t chunks = std::max<int64_t>({int64_t{1}, ceil_div(2 * M * K, kSplitBudgetBytes), ceil_div(4 * M * N, kSplitBudgetBytes)});
+  const int64_t rows = std::min(M, ceil_div(ceil_div(M, chunks), 256) * 256);
+  for (int64_t m0 = 0; m0 < M; m0 += rows) {
+    const int64_t mc = std::min(rows, M - m0);
+    const at::Tensor ac = a.narrow(0, m0, mc);
+    // the part as a dense [R, C] BF16 matrix: K-major [mc, K], or M-major [K, mc] used as its transpose
+    const int64_t R = k_major ? mc : K, C = k_major ? K : mc, s_r = k_major ? ac.stride(0) : ac.stride(1);
+    at::Tensor buf = at::empty({R, C}, a.options().dtype(at::kBFloat16));
+    const at::Tensor part = k_major ? buf : buf.t();
+    at::Tensor oc = out.narrow(0, m0, mc);  // contiguous rows of the contiguous out
+    at::Tensor tmp = at::empty({mc, N}, out.options());
+    const dim3 grid(static_cast<unsigned>(std::min(kSplitMaxBlocksX, ceil_div(C, ws1cu::kSplitThreads))),
+                    static_cast<unsigned>(std::min(kSplitMaxBlocksY, R)));
+    for (int j = 0; j < 3; ++j) {  // lo, mid, hi: small parts first
+      ws1cu::split3_kernel<<<grid, ws1cu::kSplitThreads, 0, stream()>>>(static_cast<const float*>(ac.data_ptr()), s_r, R, C,
+                                                                          j, bf16_out(buf));
+      check_launch(op);
+      // the stream orders this GEMM's reads of buf before the next part overwrites it
+      if (j == 0) {
+        wg::run(part, b, oc, op);
+      } else {
+        wg::run(part, b, tmp, op);
+        oc.add_(tmp);  // IEEE FP32 addition, elementwise: (C(lo) + C(mid)) + C(hi)
+      }
+    }
+  }
+}
+
+}  // namespace
+
 at::Tensor gemm(const at::Tensor& a, const at::Tensor& b, bool out_fp32) {
   const char* op = "ws1_cuda::gemm";
   CallScope call(op);
@@ -125,19 +213,19 @@ at::Tensor gemm(const at::Tensor& a, const at::Tensor& b, bool out_fp32) {
               " (shape ", b.sizes(), ")");
   const c10::cuda::CUDAGuard guard(a.device());
   at::Tensor out = at::empty({M, N}, a.options().dtype(out_fp32 ? at::kFloat : at::kBFloat16));
-  // the kernel is chosen by dtypes and arch only (det_gemm.cu's header); calls() names it
-  const bool tensor_core = wg::on_sm90(a) && a.scalar_type() == at::kBFloat16 && b.scalar_type() == at::kBFloat16;
-  call.path(tensor_core ? "wgmma" : "simt_fp32");
+  // the kernel is chosen by dtypes and arch only (this file's header); calls() names it
+  const bool sm90 = wg::on_sm90(a), b_bf16 = b.scalar_type() == at::kBFloat16;
+  const bool tensor_core = sm90 && b_bf16 && a.scalar_type() == at::kBFloat16;
+  const bool split3 = sm90 && b_bf16 && a.scalar_type() == at::kFloat;
+  call.path(tensor_core ? "wgmma" : split3 ? "wgmma_bf16x3" : "simt_fp32");
   if (M == 0 || N == 0) return out;
   if (K == 0) return out.zero_();
-  if (tensor_core) {
-    if (out_fp32) {
-      wg::run(a, b, out, op);
-    } else {  // the FP32 result rounded once to nearest even (torch's float -> bfloat16 conversion is RNE)
-      at::Tensor c32 = at::empty({M, N}, a.options().dtype(at::kFloat));
-      wg::run(a, b, c32, op);
-      out.copy_(c32);
-    }
+  if (tensor_core || split3) {
+    // BF16 out: the FP32 result rounded once to nearest even (torch's float -> bfloat16 conversion is RNE)
+    at::Tensor c32 = out_fp32 ? out : at::empty({M, N}, a.options().dtype(at::kFloat));
+    if (tensor_core) wg::run(a, b, c32, op);
+    else split3_gemm(a, b, c32, op);
+    if (!out_fp32) out.copy_(c32);
     return out;
   }
   const int64_t mt = ceil_div(M, ws1cu::kFgBM), nt = ceil_div(N, ws1cu::kFgBN);

@@ -2,7 +2,7 @@
 // signatures — their CUDA implementations (the entry points of the per-node .cu files), their Meta
 // implementations (shapes and dtypes only, for fake tensors and torch.compile), and the self-report
 // ws1_cuda::calls(): how often each entry point ran to completion, by the device arch ("sm_90", "sm_80"), and
-// for the GEMMs by the kernel that ran ("sm_90:wgmma", "sm_80:mma_sync", "sm_90:simt_fp32").
+// for the GEMMs by the kernel that ran ("sm_90:wgmma", "sm_90:wgmma_bf16x3", "sm_80:mma_sync", "sm_80:simt_fp32").
 #include <torch/extension.h>
 #include <torch/library.h>
 

@@ -205,23 +205,114 @@ def serial_chain(a, b):
     return acc
 
 
-def test_backward_gemm_fp32_path_is_the_serial_chain():
-    """Any FP32 operand (lm_head's backward: the FP32 logit gradient) takes the CUDA-core kernel: bitwise the
+def _gemm_path_count(path):
+    arch = "sm_{}{}".format(*torch.cuda.get_device_capability())
+    return json.loads(K_().calls()).get("ws1_cuda::gemm", {}).get(f"{arch}:{path}", 0)
+
+
+def test_backward_gemm_serial_chain_path():
+    """The CUDA-core kernel (an sm_80 device for every FP32 operand; on sm_90 when b is FP32 too): bitwise the
     serial chain (FP32 values that are BF16-exact, so the reference is exact), through transposed views too;
     and FP32 values in general against FP64."""
     dy = rnd(37, 300, seed=5).float()          # BF16-exact FP32 values
     w = rnd(300, 260, seed=7, scale=0.05)
-    dx = K_().gemm(dy, w.t(), True)
-    same(dx, serial_chain(dy, w.t()), "dx vs the serial chain")
+    wt = w.t() if not sm90() else w.float().t()   # sm_90 takes the serial chain for an FP32 b only
+    before = _gemm_path_count("simt_fp32")
+    same(K_().gemm(dy, wt, True), serial_chain(dy, w.t()), "dx vs the serial chain")
     x = rnd(37, 260, seed=6)
     perm = torch.randperm(37, generator=gen(8)).to(DEV)
-    dw = K_().gemm(dy.index_select(0, perm).t(), x.index_select(0, perm).t(), True)
+    xt = x.index_select(0, perm).t()
+    xt = xt if not sm90() else xt.float()
+    dw = K_().gemm(dy.index_select(0, perm).t(), xt, True)
     same(dw, serial_chain(dy.index_select(0, perm).t(), x.index_select(0, perm).t()), "dW vs the serial chain")
-    arch = "sm_{}{}".format(*torch.cuda.get_device_capability())
-    assert json.loads(K_().calls())["ws1_cuda::gemm"].get(f"{arch}:simt_fp32", 0) >= 2
+    assert _gemm_path_count("simt_fp32") == before + 2
     dyf = rnd(37, 300, seed=9, dtype=F32)
-    torch.testing.assert_close(K_().gemm(dyf, w.t(), True).double(), dyf.double() @ w.double(), atol=1e-5, rtol=1e-5)
-    rows_alone_vs_batched(lambda a: K_().gemm(a, w.t(), True), [dyf], sizes=(1, 5, 64, 65, 130))
+    torch.testing.assert_close(K_().gemm(dyf, wt, True).double(), dyf.double() @ w.double(), atol=1e-5, rtol=1e-5)
+    rows_alone_vs_batched(lambda a: K_().gemm(a, wt, True), [dyf], sizes=(1, 5, 64, 65, 130))
+
+
+def ceil_to(a, m):
+    return -(-a // m) * m
+
+
+def _rel_err(got, a, b):
+    """max |got - a b| / (|a| |b|) elementwise, in FP64: the error relative to the sum's own scale."""
+    exact, scale = a.double() @ b.double(), a.double().abs() @ b.double().abs()
+    return float(((got.double() - exact).abs() / scale).max())
+
+
+def _split_path_or_serial_chain():
+    """True on sm_90 (the split path runs); elsewhere asserts that an FP32 dy takes the serial chain instead and
+    returns False (a device test that skipped would count as a failure: tests_device)."""
+    if sm90():
+        return True
+    before = _gemm_path_count("simt_fp32")
+    K_().gemm(rnd(3, 40, seed=1, dtype=F32), rnd(24, 40, seed=2), True)
+    assert _gemm_path_count("simt_fp32") == before + 1
+    return False
+
+
+def test_backward_gemm_fp32_dy_split_into_three_bf16_parts():
+    """lm_head's backward on sm_90 (a FP32, b BF16): dy = hi + mid + lo exactly, three wgmma GEMMs summed
+    (lo + mid) + hi (det_gemm.cu's header); calls() 'sm_90:wgmma_bf16x3'.
+    * a BF16-exact FP32 dy has mid = lo = 0, so the result is the BF16 path's bits: dx and dW bitwise;
+    * FP32 accuracy: error / (|dy| |w|) < 1e-6 against FP64 (triton's SPLIT_A: 5e-8 / 1.7e-7), and the same
+      bound is red for dy rounded to BF16 first (one BF16 GEMM: ~1e-3) — the test can fail;
+    * rows alone == rows among 2 .. 2048 others, across the narrow / wide boundary, bitwise."""
+    if not _split_path_or_serial_chain():
+        return
+    before = _gemm_path_count("wgmma_bf16x3")
+    w = rnd(1000, 256, seed=20, scale=0.1)
+    dyb = rnd(70, 1000, seed=21)
+    same(K_().gemm(dyb.float(), w.t(), True), K_().gemm(dyb, w.t(), True), "BF16-exact FP32 dy vs the BF16 path (dx)")
+    x = rnd(70, 256, seed=22)
+    perm = torch.randperm(70, generator=gen(23)).to(DEV)
+    a, b = dyb.index_select(0, perm).t(), x.index_select(0, perm).t()
+    same(K_().gemm(a.float(), b, True), K_().gemm(a, b, True), "BF16-exact FP32 dy vs the BF16 path (dW)")
+    dy = rnd(70, 1000, seed=24, scale=1e-3, dtype=F32)
+    a32 = dy.index_select(0, perm).t()
+    assert _rel_err(K_().gemm(dy, w.t(), True), dy, w) < 1e-6
+    assert _rel_err(K_().gemm(a32, b, True), a32, b) < 1e-6
+    one = dy.to(BF).float()
+    assert _rel_err(K_().gemm(one, w.t(), True), dy, w) > 1e-4, "control: dy rounded to BF16 must miss the bound"
+    assert _gemm_path_count("wgmma_bf16x3") == before + 6
+    # BF16 out is the FP32 result rounded once
+    same(K_().gemm(dy, w.t(), False), K_().gemm(dy, w.t(), True).to(BF), "BF16 out vs RNE(FP32 out)")
+    N, Kw = 4096, 4096
+    wl = rnd(N, Kw, seed=25, scale=0.02)
+    src = rnd(64, N, seed=26, scale=0.1, dtype=F32)
+    alone = torch.cat([K_().gemm(src[i:i + 1], wl.t(), True) for i in range(64)])
+    g = gen(27)
+    for M in (2, 65, 129, 1024, 1025, 2048):
+        idx = torch.randint(0, 64, (M,), generator=g)
+        rows_match(K_().gemm(src.index_select(0, idx.to(DEV)), wl.t(), True), alone, idx, f"split dx M={M} ({config(M, Kw)})")
+
+
+def test_backward_gemm_split_chunks_change_no_bit():
+    """Above 2 GiB of one BF16 part or of one FP32 partial the split path runs in chunks of output rows
+    (det_gemm.cu kSplitBudgetBytes): lm_head-sized calls — dx with dy [7300, 151936] (2 chunks by the part) and dW
+    [151936, 4096] (2 chunks by the partial) — give, on both sides of the chunk boundary, the bits of the same rows
+    computed in a small call."""
+    V, H = 151936, 128
+    budget = 2 << 30
+    height = lambda M, K, N: ceil_to(-(-M // max(1, -(-2 * M * K // budget), -(-4 * M * N // budget))), 256)  # noqa: E731
+    w = rnd(V, H, seed=30, scale=0.05)
+    dy = torch.randn(7300, V, generator=torch.Generator(device=DEV).manual_seed(31), device=DEV).mul_(1e-3)
+    rows = height(7300, V, H)
+    assert rows == 3840, rows                       # two chunks: 2 x 7300 x 151936 bytes > 2 GiB
+    dx = K_().gemm(dy, w.t(), True)
+    pick = torch.tensor([0, 1, rows - 1, rows, rows + 1, 7299], device=DEV)
+    rows_match(dx.index_select(0, pick), K_().gemm(dy.index_select(0, pick), w.t(), True), torch.arange(6), "dx chunks")
+    del dy, dx
+    T, H2 = 64, 4096
+    b = height(V, T, H2)
+    assert b == 76032, b                            # two chunks: 4 x 151936 x 4096 bytes > 2 GiB
+    dy = torch.randn(T, V, generator=torch.Generator(device=DEV).manual_seed(32), device=DEV).mul_(1e-3)
+    x = rnd(T, H2, seed=33)
+    dw = K_().gemm(dy.t(), x.t(), True)
+    for v0 in (0, b - 3, V - 5):
+        part = K_().gemm(dy[:, v0:v0 + 8].t(), x.t(), True)
+        same(dw[v0:v0 + 8], part, f"dW rows {v0}.. vs the same rows in a small call")
 
 
 def test_backward_gemm_bf16_path_accuracy_and_invariance():
