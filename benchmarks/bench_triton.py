@@ -219,6 +219,53 @@ def gemm_cases(clock, dev, args) -> list[dict]:
             lambda dy, w: _tgemm().gemm_dx(dy, None, w),
             lambda dy, x: _tgemm().gemm_dw(dy, x, torch.arange(dy.shape[0], device=dy.device)), mm, vs32):
         rows += _gemm_rows(clock, args, name, kind, fns, flops, nbytes, extra)
+    rows += _split3_candidate_rows(clock, args, dev, K, wv)
+    return rows
+
+
+def _split3_candidate_rows(clock, args, dev, K, wv) -> list[dict]:
+    """A candidate for lm_head's FP32-dy backward, not used by the kernels: cuda_bf16's scheme (det_gemm.cu) on
+    this profile's BF16 path — dy split by torch ops into hi = bf16(dy), mid = bf16(dy - hi), lo = bf16(dy - hi -
+    mid) (exact), three BF16 GEMMs on the Hopper tiers (TMA, 128 x 128 at large M), summed (lo + mid) + hi —
+    timed, split included, against the SPLIT_A kernel the profile runs (64 x 64 tiles, the split in registers,
+    three dots per k-block). Its bits differ from SPLIT_A's by design (both row-invariant); its error / (|dy| |w|)
+    against FP64 is recorded beside SPLIT_A's. ``speed`` = t_SPLIT_A / t_candidate. The evidence to adopt it;
+    no target."""
+    g = torch.Generator(device=dev).manual_seed(7)
+    M = 70 if args.quick else 2048
+    dy = torch.randn(M, wv.shape[0], generator=g, device=dev).mul_(1e-3)
+
+    def parts(a):
+        hi = a.to(BF)
+        r = a - hi.float()
+        mid = r.to(BF)
+        return (r - mid.float()).to(BF), mid, hi
+
+    def cand():
+        lo, mid, hi = parts(dy)
+        out = _tgemm().gemm_dx(lo, None, wv)
+        out += _tgemm().gemm_dx(mid, None, wv)
+        out += _tgemm().gemm_dx(hi, None, wv)
+        return out
+
+    lo, mid, hi = parts(dy)
+    exact = (lo.double() + mid.double() + hi.double()).equal(dy.double())
+    ref, scale = dy.double() @ wv.double(), dy.double().abs() @ wv.double().abs()
+    err = {name: float(((fn().double() - ref).abs() / scale).max())
+           for name, fn in (("candidate", cand), ("split_a", lambda: _tgemm().gemm_dx(dy, None, wv)))}
+    del ref, scale
+    inner = 1 if args.quick else 3
+    rows = []
+    for mode in _modes(clock):
+        r = _row(f"lm_head backward dx M{M} candidate 3 x BF16 GEMM vs SPLIT_A", mode,
+                 compare(clock, {"ws1": cand, "torch": lambda: _tgemm().gemm_dx(dy, None, wv)}, args.reps, inner,
+                         mode == "graph"),
+                 {"kind": "candidate", "M": M, "K": K, "N": wv.shape[0], "parts_sum_exactly": exact,
+                  "max_error_over_abs_scale": err, "logic_check_only": not clock.cuda,
+                  "note": "speed = t_SPLIT_A / t_candidate; not a target"})
+        rows.append(_roof(r, 2 * M * K * wv.shape[0] * 3, 4 * M * wv.shape[0] + 2 * wv.shape[0] * K + 4 * M * K))
+    print(f"    parts sum to dy exactly: {exact}; error / (|dy| |w|): candidate {err['candidate']:.2e}, "
+          f"SPLIT_A {err['split_a']:.2e}", flush=True)
     return rows
 
 

@@ -1,0 +1,111 @@
+"""benchmarks/report.py: issue 24's table and the targets from a GPU run's benchmark JSON, and the generated
+"Measured on a GPU" blocks of docs/cuda.md and docs/triton.md. CPU only: the first H200 run's committed JSON and
+synthetic runs."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import report  # noqa: E402
+
+FIRST = ROOT / "evidence" / "devices" / "2026-12-04-h200"
+
+
+def _cells(table, label, prof):
+    return next(r for r in table if r["case"] == label)[prof]["now"]["text"]
+
+
+def test_the_first_runs_json_gives_the_issues_table():
+    """The numbers issue 24 was filed with come back out of the committed evidence (graph mode; cuda_bf16's logprob
+    row is eager, marked e; cuda_bf16's attention group crashed in that run: '-' and its error named)."""
+    now = report.load_run(FIRST)
+    table = report.issue_table(now, {})
+    assert _cells(table, report.ISSUE_ROWS[0][0], "cuda_bf16") == "0.21 / 0.17 / 0.16 / 0.20"
+    assert _cells(table, report.ISSUE_ROWS[0][0], "triton_cuda_bf16") == "0.51 / 0.48 / 0.68 / 0.57"
+    assert _cells(table, "the same at N 12288", "triton_cuda_bf16") == "0.84 / 0.80 / 0.52 / 0.58"
+    assert _cells(table, "attention decode B32 Skv2048 vs SDPA", "triton_cuda_bf16") == "0.075"
+    assert _cells(table, "attention prefill B1 S2048 vs SDPA", "cuda_bf16") == "-"
+    assert _cells(table, "logprob T2048 V151936 vs log_softmax + gather", "cuda_bf16") == "1.97e"
+    assert _cells(table, "batch_invariant_logp T2048", "triton_cuda_bf16") == "1.00"
+    # the triton chain was rerun in a third file: merged, the later row kept
+    assert any(f.startswith("run3") for f in now["triton_cuda_bf16"]["files"])
+    text = report.render(table, report.targets(now), "now", "before", {"cuda_bf16": now["cuda_bf16"]["errors"]})
+    assert "benchmark group 'attention' failed" in text and "MISS" in text
+
+
+def _row(case, mode, ws1, torch_ms, roof=None, **extra):
+    r = {"case": case, "mode": mode, "ws1_ms": ws1, "torch_ms": torch_ms, "speed": torch_ms / ws1, **extra}
+    if roof is not None:
+        r["roofline_ms"] = roof
+    return r
+
+
+def _run(folder: Path, speed_m1: float) -> Path:
+    folder.mkdir()
+    cases = [_row("det_gemm M1 K4096 N4096", "graph", 0.010, 0.010 * speed_m1, 0.0078, vs="cuBLAS BF16"),
+             _row("det_gemm M1 K4096 N4096", "eager", 0.020, 0.010, 0.0078, vs="cuBLAS BF16"),
+             _row("attention decode B32 Skv2048 vs SDPA flash", "graph", 0.080, 0.064, 0.0625, vs="SDPA flash")]
+    tg = [{"target": "det_gemm M1 K4096 N4096: speed >= 0.8 vs cuBLAS BF16 (graph)", "value": speed_m1,
+           "met": speed_m1 >= 0.8, "roofline_ms": 0.0078, "ws1_ms": 0.010, "torch_ms": 0.010 * speed_m1}]
+    (folder / "bench_cuda.json").write_text(json.dumps({"host": {"device": "NVIDIA H200", "torch": "2.11"}, "cases": cases,
+                                                        "targets": tg, "errors": {}}))
+    return folder
+
+
+def test_before_and_now_side_by_side_and_json(tmp_path):
+    before, now = _run(tmp_path / "a", 0.2), _run(tmp_path / "b", 0.9)
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "report.py"), str(now), "--before", str(before), "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    data = json.loads(out)
+    row = data["issue_table"][0]["cuda_bf16"]
+    assert row["before"]["speeds"][0] == pytest.approx(0.2) and row["now"]["speeds"][0] == pytest.approx(0.9)
+    assert row["now"]["modes"][0] == "graph"          # the graph row, not the eager one
+    assert data["targets"][0]["met"] is True
+    text = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "report.py"), str(now), "--before", str(before)],
+                          capture_output=True, text=True, check=True).stdout
+    assert "0.20 / - / - / - -> 0.90 / - / - / -" in text and "MET" in text
+
+
+def test_docs_block_is_rewritten_and_nothing_else(tmp_path, monkeypatch):
+    run = _run(tmp_path / "run", 0.5)
+    doc = tmp_path / "cuda.md"
+    doc.write_text(f"# head\n\ntext before\n{report.BEGIN}\nold block\n{report.END}\ntext after\n")
+    monkeypatch.setattr(report, "DOCS", {"cuda_bf16": doc, "triton_cuda_bf16": tmp_path / "absent.md"})
+    monkeypatch.setattr(report, "ROOT", tmp_path)
+    assert report.main([str(run), "--before", str(tmp_path / "none"), "--docs"]) == 0
+    text = doc.read_text()
+    assert text.startswith("# head\n\ntext before\n" + report.BEGIN) and text.endswith(report.END + "\ntext after\n")
+    assert "old block" not in text
+    assert "| det_gemm M1 K4096 N4096 | graph | 0.0100 | cuBLAS BF16 | 0.0050 | 0.500 | 0.0078 | 0.78 | MISS (>= 0.8) |" in text
+    assert "| det_gemm M1 K4096 N4096 | eager |" in text and "NVIDIA H200" in text
+    # the real docs each hold exactly one block the tool can replace
+    for path in (ROOT / "docs" / "cuda.md", ROOT / "docs" / "triton.md"):
+        report.replace_block(path.read_text(), "x", path)
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert report.main([str(empty)]) == 2
+    assert "no benchmark JSON" in capsys.readouterr().err
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "bench_triton.json").write_text(json.dumps({"host": {}}))
+    assert report.main([str(bad)]) == 2
+    assert "not a benchmark's JSON" in capsys.readouterr().err
+    (bad / "bench_triton.json").write_text("{")
+    assert report.main([str(bad)]) == 2
+    assert "not readable JSON" in capsys.readouterr().err
+    assert report.main([str(tmp_path / "missing")]) == 2
+    # a doc without its block: refused, the doc untouched
+    doc = tmp_path / "cuda.md"
+    shutil.copy(ROOT / "README.md", doc)
+    before = doc.read_text()
+    with pytest.raises(report.ReportError, match="needs exactly one"):
+        report.replace_block(before, "x", doc)
+    assert doc.read_text() == before
