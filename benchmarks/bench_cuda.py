@@ -172,15 +172,13 @@ def gemm_cases(clock, dev, args) -> list[dict]:
     # lm_head: the vocabulary projection, FP32 logits
     V = V_FULL
     wv = (torch.randn(V, K, generator=g, device="cpu") * 0.02).to(BF).to(dev)
+    vs = "cuBLAS BF16 -> FP32" if f32_out else "cuBLAS BF16 -> BF16 (no out_dtype in this torch)"
+    mm = f32_out or (lambda a, b: torch.mm(a, b))
     for M in (1, 59, 256, 4096):
         x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
-        vs = "cuBLAS BF16 -> FP32" if f32_out else "cuBLAS BF16 -> BF16 (no out_dtype in this torch)"
-        mm = f32_out or (lambda a, b: torch.mm(a, b))
         rows += _gemm_row(clock, args, f"lm_head M{M} K{K} V{V}",
                           {"ws1": lambda x=x, wv=wv: _k().lm_head(x, wv), "torch": lambda x=x, wv=wv, mm=mm: mm(x, wv.t())},
                           2 * M * K * V, 2 * (M * K + V * K) + 4 * M * V, {"kind": "lm_head", "M": M, "K": K, "N": V, "vs": vs})
-    mm = f32_out or (lambda a, b: torch.mm(a, b))
-    vs = "cuBLAS BF16 -> FP32" if f32_out else "cuBLAS BF16 -> BF16 (no out_dtype in this torch)"
     for name, kind, fns, flops, nbytes, extra in lm_head_backward_cases(
             dev, K, wv, (256, 2048), lambda dy, w: _k().gemm(dy, w.t(), True), lambda dy, x: _k().gemm(dy.t(), x.t(), True),
             mm, vs):
