@@ -48,9 +48,14 @@
 //     packed or how many queries the call has), in steps of 32 ascending from the first position >= the block's first
 //     key: S^T = K Q^T, P^T, dP^T = V dO^T, dS^T as above; dV = mma(bf16(P^T), dO, dV), dK = mma(bf16(dS^T), Q, dK) in
 //     k16 steps of rows ascending. dk = dK * scale. Absent positions are zero rows (zero products).
+//   plan: the dQ items (the forward's plan kernel) and the dK/dV key plan (attention_bwd_plan_kernel) are built on the
+//     device from cu_seqlens / q_pos, so a backward, like a forward, can be captured in a CUDA graph.
 // Memory: the forward's split workspace is (items x Hkv x 16 rows) x (D + 2) floats; the backward needs no P / dS
 // buffer (recomputed from lse), only dO in BF16, Delta, lse2 and an int32 table position -> query.
-// Fixed launch configurations, no autotuning, no atomics anywhere; docs/cuda.md has the proof and the cost model.
+// Fixed launch configurations, no autotuning, no floating-point atomics (no output value is ever summed by an
+// atomic); the backward's key plan claims its table slots with an integer atomicCAS (one writer per slot: a second
+// claimant is refused input) and takes each sequence's last position with an integer atomicMax (order-free).
+// docs/cuda.md has the proof and the cost model.
 #include "attention_mma.cuh"
 
 namespace ws1cu {
@@ -63,6 +68,8 @@ namespace attn {
 // `bm` rows (whole-row mode), or (query block, chunk) pairs, block-major (chunk mode).
 constexpr int kPlanThreads = 256;
 __host__ __device__ constexpr int64_t plan_size(int64_t B) { return 5 + 3 * B; }
+
+__device__ __forceinline__ int clamp32(int64_t x) { return static_cast<int>(x < 0x7fffffff ? x : 0x7fffffff); }
 
 __device__ __forceinline__ int64_t warp_incl_scan(int64_t v) {
   const int lane = threadIdx.x & 31;
@@ -91,7 +98,6 @@ __global__ void __launch_bounds__(kPlanThreads) attention_plan_kernel(const int6
   int* start_f = plan + 3;
   int* start_s = plan + 4 + B;
   int* nch_out = plan + 5 + 2 * B;
-  const auto clamp32 = [](int64_t x) { return static_cast<int>(x < 0x7fffffff ? x : 0x7fffffff); };
   for (int base = 0; base < B; base += kPlanThreads) {
     const int b = base + tid;
     int64_t nf = 0, ns = 0;
@@ -612,15 +618,85 @@ struct BwdArgs {
   const int64_t* cu_q;
   const int64_t* cu_k;
   const int64_t* q_pos;
-  const int* plan;        // the forward's plan (whole-row mode, 64 rows): dQ items
-  const int* kvplan;      // [0 .. B] dK/dV item start per sequence, [B+1 .. 2B] last position per sequence (-1: none)
-  const int* table;       // [Tk]: table[cu_k[b] + p] = the query of sequence b at position p, -1 none
+  const int* plan;        // the forward's plan (whole-row mode, 64 rows): dQ items, and plan[0] the cu_seqlens check
+  const int* kvplan;      // attention_bwd_plan_kernel's (layout there)
   float* dq;
   float* dk;
   float* dv;
+  int64_t Tq, Tk;
   int B, Hq, Hkv, G, D;
   float scale_log2, scale;
 };
+
+// ---- the backward's key plan (device-side, like the forward's plan: no host sync, so a backward can be captured) ----
+// int32 layout, filled with -1 before the kernel runs: [0 .. B] dK/dV item start per sequence (its 64-key blocks;
+// [B] = every item), [B+1 .. 2B] the last query position of each sequence (-1: no query), [2B+1] status (-1: valid;
+// 0: a query at a position outside its sequence's keys, at a position another query of its sequence holds, or outside
+// its cu_seqlens_q range — then every output of the backward is NaN), [2B+2 .. 2B+2+Tk) the table position -> query:
+// table[cu_k[b] + p] = i for the query i of sequence b at position p (-1: none). Eager calls check the same on the
+// host first (a one-line error), so only a captured call can reach status 0.
+__host__ __device__ constexpr int64_t kvplan_size(int64_t B, int64_t Tk) { return 2 * B + 2 + Tk; }
+__device__ __forceinline__ bool bwd_plan_ok(const BwdArgs& a) { return a.plan[0] == 1 && a.kvplan[2 * a.B + 1] == -1; }
+
+// grid max(1, ceil(Tq / 256)) x 256 threads: a thread per query claims its table slot; block 0 also scans the key
+// blocks. Integer atomics only, and no value depends on their order: a slot has one claimant unless two queries share
+// a position (refused: status 0), and a max is order-free.
+__global__ void __launch_bounds__(kPlanThreads) attention_bwd_plan_kernel(const int64_t* __restrict__ cu_q,
+                                                                          const int64_t* __restrict__ cu_k,
+                                                                          const int64_t* __restrict__ q_pos, int B,
+                                                                          int64_t Tq, int64_t Tk, int* __restrict__ kvplan) {
+  __shared__ int64_t wtot[kPlanThreads / 32];
+  __shared__ int64_t carry;
+  const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kPlanThreads + tid;
+  if (i < Tq) {
+    const int64_t b = seq_of(cu_q, B, i);  // an index in [0, B) whatever cu_q holds; checked against it below
+    const int64_t q0 = cu_q[b], q1 = cu_q[b + 1], k0 = cu_k[b], k1 = cu_k[b + 1], p = q_pos[i];
+    bool ok = q0 <= i && i < q1 && 0 <= k0 && k0 <= k1 && k1 <= Tk && 0 <= p && p < k1 - k0;
+    if (ok) ok = atomicCAS(kvplan + 2 * B + 2 + k0 + p, -1, static_cast<int>(i)) == -1;
+    if (ok) atomicMax(kvplan + B + 1 + b, static_cast<int>(p));
+    else atomicExch(kvplan + 2 * B + 1, 0);
+  }
+  if (blockIdx.x != 0) return;
+  // exclusive scan of the key blocks per sequence, carried over the loop (inconsistent offsets count 0 blocks: the
+  // forward plan's status, plan[0], refuses them)
+  if (tid == 0) carry = 0;
+  __syncthreads();
+  for (int base = 0; base < B; base += kPlanThreads) {
+    const int b = base + tid;
+    int64_t n = 0;
+    if (b < B) {
+      const int64_t k0 = cu_k[b], k1 = cu_k[b + 1];
+      if (0 <= k0 && k0 <= k1 && k1 <= Tk) n = (k1 - k0 + kBKV - 1) / kBKV;
+    }
+    const int64_t inc = warp_incl_scan(n);
+    if (lane == 31) wtot[wid] = inc;
+    __syncthreads();
+    int64_t pre = carry;
+    for (int w2 = 0; w2 < wid; ++w2) pre += wtot[w2];
+    if (b < B) kvplan[b] = clamp32(pre + inc - n);
+    __syncthreads();
+    if (tid == kPlanThreads - 1) carry = pre + inc;
+    __syncthreads();
+  }
+  if (tid == 0) kvplan[B] = clamp32(carry);
+}
+
+// Refused input (a captured call; eager calls are checked on the host): NaN in every element of dq (the dQ kernel)
+// or of dk and dv (the dK/dV kernel), grid-stride over the tokens, this CTA's kv head. Never an out-of-bounds read.
+__device__ __forceinline__ void bwd_fill_nan_dq(const BwdArgs& a) {
+  for (int64_t i = blockIdx.x; i < a.Tq; i += gridDim.x)
+    for (int g = 0; g < a.G; ++g) {
+      const int64_t row = i * a.Hq + static_cast<int64_t>(blockIdx.y) * a.G + g;
+      for (int d = threadIdx.x; d < a.D; d += blockDim.x) a.dq[row * a.D + d] = __int_as_float(0x7fc00000);
+    }
+}
+__device__ __forceinline__ void bwd_fill_nan_dkv(const BwdArgs& a) {
+  for (int64_t j = blockIdx.x; j < a.Tk; j += gridDim.x) {
+    const int64_t o = (j * a.Hkv + blockIdx.y) * a.D;
+    for (int d = threadIdx.x; d < a.D; d += blockDim.x) a.dk[o + d] = a.dv[o + d] = __int_as_float(0x7fc00000);
+  }
+}
 
 // warp per (query, head) row: dO -> BF16 (round to nearest even unless it is BF16 already), Delta, lse2.
 template <class TD>
@@ -666,7 +742,10 @@ __global__ void __launch_bounds__(128) attention_bwd_dq_kernel(const BwdArgs a) 
   __shared__ float s_lse2[BM], s_delta[BM];
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, tq = lane & 3;
   const int kh = blockIdx.y, B = a.B;
-  if (a.plan[0] != 1) return;  // the host validated every input (the backward is never captured)
+  if (!bwd_plan_ok(a)) {
+    bwd_fill_nan_dq(a);
+    return;
+  }
   const int items = a.plan[2], item = blockIdx.x;
   if (item >= items) return;
   const int b = item_seq(a.plan + 3, B, item);
@@ -824,6 +903,10 @@ __global__ void __launch_bounds__(128) attention_bwd_dkv_kernel(const BwdArgs a)
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, tq = lane & 3;
   const int kh = blockIdx.y, B = a.B, G = a.G;
   const int item = blockIdx.x;
+  if (!bwd_plan_ok(a)) {
+    bwd_fill_nan_dkv(a);
+    return;
+  }
   if (item >= a.kvplan[B]) return;
   const int b = item_seq(a.kvplan, B, item);
   const int kb = item - a.kvplan[b];
@@ -852,7 +935,7 @@ __global__ void __launch_bounds__(128) attention_bwd_dkv_kernel(const BwdArgs a)
       int64_t idx = -1;
       float l2 = 0.0f, de = 0.0f;
       if (p < lk) {
-        const int i = a.table[k0 + p];
+        const int i = a.kvplan[2 * B + 2 + k0 + p];
         if (i >= 0) {
           pos = static_cast<int>(p);
           idx = static_cast<int64_t>(i) * a.Hq + static_cast<int64_t>(kh) * G + R % G;
@@ -1003,12 +1086,13 @@ namespace A = ws1cu::attn;
 
 struct Meta {
   int64_t Tq, Tk, Hq, Hkv, D, B;
-  std::vector<int64_t> cq, ck, qpos;  // host copies (eager calls only: validation, the backward's key plan)
+  bool checked = false;               // the values were validated on the host (an eager call)
+  std::vector<int64_t> cq, ck, qpos;  // host copies (eager backward: its repeated-position check)
 };
 
 // One host sync: cu_seqlens and q_pos are validated as the cpu kernel does (bad input -> one-line error, never an
 // out-of-bounds read on the device). Under graph capture the values are not copied to the host (capturing()): the
-// forward's plan and kernels guard themselves (NaN rows); the backward refuses.
+// device plans and the kernels guard themselves (NaN rows in the forward, NaN outputs in the backward).
 Meta check_inputs(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_q,
                   const at::Tensor& cu_k, const at::Tensor& q_pos, bool need_host) {
   for (auto [t, n] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}}) {
@@ -1031,14 +1115,11 @@ Meta check_inputs(const char* op, const at::Tensor& q, const at::Tensor& k, cons
   }
   TORCH_CHECK(cu_q.numel() == cu_k.numel() && cu_q.numel() >= 2, op, ": cu_seqlens_q/k must both be [B+1]");
   TORCH_CHECK(q_pos.numel() == q.size(0), op, ": q_pos must be [", q.size(0), "]");
-  Meta m{q.size(0), k.size(0), q.size(1), k.size(1), q.size(2), cu_q.numel() - 1, {}, {}, {}};
+  Meta m{q.size(0), k.size(0), q.size(1), k.size(1), q.size(2), cu_q.numel() - 1, false, {}, {}, {}};
   TORCH_CHECK(m.Hq < 65536 && m.Hkv < 65536 && m.B < (int64_t{1} << 28) && m.Tq * m.Hq < (int64_t{1} << 31) &&
                   m.Tk * m.Hq < (int64_t{1} << 31),
               op, ": shape too large (Tq * Hq and Tk * Hq must be < 2^31)");
-  if (capturing()) {
-    TORCH_CHECK(!need_host, op, " cannot be captured into a CUDA graph: its key plan is built from q_pos on the host");
-    return m;
-  }
+  if (capturing()) return m;
   at::Tensor host = at::cat({cu_q, cu_k, q_pos}).cpu();
   const int64_t* cq = host.data_ptr<int64_t>();
   const int64_t* ck = cq + (m.B + 1);
@@ -1052,6 +1133,7 @@ Meta check_inputs(const char* op, const at::Tensor& q, const at::Tensor& k, cons
       TORCH_CHECK(qp[i] >= 0 && qp[i] < lk, op, ": query ", i, " at position ", qp[i], " but its sequence ", b, " has ", lk,
                   " keys");
   }
+  m.checked = true;
   if (need_host) {
     m.cq.assign(cq, cq + m.B + 1);
     m.ck.assign(ck, ck + m.B + 1);
@@ -1127,8 +1209,12 @@ void run_forward(const char* op, const Meta& m, const at::Tensor& q, const at::T
     set_smem(A::attention_fwd_kernel<DP, 1, 1>, C::smem_bytes, op);
     A::attention_fwd_kernel<DP, 1, 1><<<grid, C::NT, C::smem_bytes, stream()>>>(args);
     check_launch(op);
-    A::attention_merge_kernel<DP><<<static_cast<unsigned>(ceil_div(m.Tq * m.Hq, 4)), 128, 0, stream()>>>(args);
-    check_launch(op);
+    // With Tk <= kChunk every valid position is < kChunk: each row is finalised by its chunk-0 CTA and the merge
+    // kernel would return for every row, so it is not launched (one launch fewer for short packs; no bit moves).
+    if (m.Tk > A::kChunk) {
+      A::attention_merge_kernel<DP><<<static_cast<unsigned>(ceil_div(m.Tq * m.Hq, 4)), 128, 0, stream()>>>(args);
+      check_launch(op);
+    }
   } else if (mw2) {  // 32 rows per warp (H100 / H200: 227 KB of shared memory per block)
     using C = A::FwdCfg<DP, 4, 2>;
     set_smem(A::attention_fwd_kernel<DP, 4, 2>, C::smem_bytes, op);
@@ -1142,26 +1228,34 @@ void run_forward(const char* op, const Meta& m, const at::Tensor& q, const at::T
   }
 }
 
+// The two plans (on the device: no host sync), then the dQ and dK/dV kernels. The grids are bounds that depend on
+// the shapes only (a captured call cannot read cu_seqlens); CTAs past a plan's item count return at once.
 template <int DP>
 void run_backward(const char* op, const Meta& m, const A::BwdArgs& base, const at::Tensor& cu_q, const at::Tensor& cu_k,
-                  const at::Tensor& q_pos, const at::Tensor& kvplan, int64_t kv_items) {
+                  const at::Tensor& q_pos) {
   A::BwdArgs args = base;
   const int64_t G = m.Hq / m.Hkv;
+  const int64_t cap = ceil_div(m.Tq * G, 64) + m.B;       // dQ items: query blocks of 64 rows per sequence
+  const int64_t kv_cap = ceil_div(m.Tk, A::kBKV) + m.B;  // dK/dV items: sum_b ceil(lk_b / 64) <= Tk / 64 + B
+  TORCH_CHECK(cap < (int64_t{1} << 31) - 1 && kv_cap < (int64_t{1} << 31) - 1, op, ": too many query or key blocks");
+  at::Tensor plan = make_plan(op, m, cu_q, cu_k, q_pos, 64, false, cap);
+  at::Tensor kvplan = at::full({A::kvplan_size(m.B, m.Tk)}, -1, cu_q.options().dtype(at::kInt));
+  A::attention_bwd_plan_kernel<<<static_cast<unsigned>(std::max<int64_t>(1, ceil_div(m.Tq, A::kPlanThreads))),
+                                 A::kPlanThreads, 0, stream()>>>(cu_q.data_ptr<int64_t>(), cu_k.data_ptr<int64_t>(),
+                                                                 q_pos.data_ptr<int64_t>(), static_cast<int>(m.B), m.Tq,
+                                                                 m.Tk, kvplan.data_ptr<int>());
+  check_launch(op);
+  args.plan = plan.data_ptr<int>();
+  args.kvplan = kvplan.data_ptr<int>();
   if (m.Tq > 0) {
-    const int64_t cap = ceil_div(m.Tq * G, 64) + m.B;
-    TORCH_CHECK(cap < (int64_t{1} << 31) - 1, op, ": too many query blocks");
-    at::Tensor plan = make_plan(op, m, cu_q, cu_k, q_pos, 64, false, cap);
-    args.plan = plan.data_ptr<int>();
     set_smem(A::attention_bwd_dq_kernel<DP>, A::DqCfg<DP>::smem_bytes, op);
     A::attention_bwd_dq_kernel<DP><<<dim3(static_cast<unsigned>(cap), static_cast<unsigned>(m.Hkv)), 128,
                                      A::DqCfg<DP>::smem_bytes, stream()>>>(args);
     check_launch(op);
   }
-  if (kv_items > 0) {
-    args.kvplan = kvplan.data_ptr<int>();
-    args.table = args.kvplan + 2 * m.B + 1;
+  if (m.Tk > 0) {
     set_smem(A::attention_bwd_dkv_kernel<DP>, A::DkvCfg<DP>::smem_bytes, op);
-    A::attention_bwd_dkv_kernel<DP><<<dim3(static_cast<unsigned>(kv_items), static_cast<unsigned>(m.Hkv)), 128,
+    A::attention_bwd_dkv_kernel<DP><<<dim3(static_cast<unsigned>(kv_cap), static_cast<unsigned>(m.Hkv)), 128,
                                       A::DkvCfg<DP>::smem_bytes, stream()>>>(args);
     check_launch(op);
   }
@@ -1205,28 +1299,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(const at::Tensor& d
   at::Tensor dq = at::empty(q_in.sizes(), fopts), dk = at::empty(k_in.sizes(), fopts), dv = at::empty(k_in.sizes(), fopts);
   if (m.Tq == 0 && m.Tk == 0) return {dq, dk, dv};
 
-  // host key plan: dK/dV items (64-key blocks of each sequence), the last query position per sequence, and the
-  // table position -> query (row slots are positions, so two queries of one sequence may not share a position)
-  const int64_t B = m.B;
-  std::vector<int> host(static_cast<size_t>(2 * B + 1 + m.Tk), -1);
-  int64_t kv_items = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    host[b] = static_cast<int>(kv_items);
-    kv_items += ceil_div(m.ck[b + 1] - m.ck[b], A::kBKV);
-    int64_t mp = -1;
-    for (int64_t i = m.cq[b]; i < m.cq[b + 1]; ++i) {
-      const int64_t p = m.qpos[i];
-      int& slot = host[2 * B + 1 + m.ck[b] + p];
-      TORCH_CHECK(slot < 0, op, ": sequence ", b, " has two queries at position ", p, " (queries ", slot, " and ", i, ")");
-      slot = static_cast<int>(i);
-      mp = std::max(mp, p);
-    }
-    host[B + 1 + b] = static_cast<int>(mp);
+  // Row slots of the dK/dV kernel are positions, so two queries of one sequence may not share a position: a one-line
+  // error in an eager call (the host has the values); a captured call's device plan refuses it (NaN outputs).
+  if (m.checked) {
+    std::vector<int64_t> seen(static_cast<size_t>(m.Tk), -1);
+    for (int64_t b = 0; b < m.B; ++b)
+      for (int64_t i = m.cq[b]; i < m.cq[b + 1]; ++i) {
+        int64_t& slot = seen[static_cast<size_t>(m.ck[b] + m.qpos[i])];
+        TORCH_CHECK(slot < 0, op, ": sequence ", b, " has two queries at position ", m.qpos[i], " (queries ", slot, " and ",
+                    i, ")");
+        slot = i;
+      }
   }
-  host[B] = static_cast<int>(kv_items);
-  TORCH_CHECK(kv_items < (int64_t{1} << 31) - 1, op, ": too many key blocks");
-  at::Tensor kvplan =
-      at::from_blob(host.data(), {static_cast<int64_t>(host.size())}, at::TensorOptions().dtype(at::kInt)).to(q_in.device());
 
   const at::Tensor q = aligned16(q_in), k = aligned16(k_in), v = aligned16(v_in);
   const at::Tensor out = out_in.scalar_type() == at::kBFloat16 ? out_in.contiguous() : out_in.to(at::kBFloat16).contiguous();
@@ -1248,12 +1332,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(const at::Tensor& d
   }
   const A::BwdArgs args{bf16_in(q), bf16_in(k), bf16_in(v), bf16_in(dob), lse2.data_ptr<float>(), delta.data_ptr<float>(),
                         cu_seqlens_q.data_ptr<int64_t>(), cu_seqlens_k.data_ptr<int64_t>(), q_pos.data_ptr<int64_t>(),
-                        nullptr, nullptr, nullptr, dq.data_ptr<float>(), dk.data_ptr<float>(), dv.data_ptr<float>(),
-                        static_cast<int>(B), static_cast<int>(m.Hq), static_cast<int>(m.Hkv),
+                        nullptr, nullptr, dq.data_ptr<float>(), dk.data_ptr<float>(), dv.data_ptr<float>(), m.Tq, m.Tk,
+                        static_cast<int>(m.B), static_cast<int>(m.Hq), static_cast<int>(m.Hkv),
                         static_cast<int>(m.Hq / m.Hkv), static_cast<int>(m.D), static_cast<float>(scale) * A::kLog2e,
                         static_cast<float>(scale)};
-  if (m.D <= 64) run_backward<64>(op, m, args, cu_seqlens_q, cu_seqlens_k, q_pos, kvplan, kv_items);
-  else run_backward<128>(op, m, args, cu_seqlens_q, cu_seqlens_k, q_pos, kvplan, kv_items);
+  if (m.D <= 64) run_backward<64>(op, m, args, cu_seqlens_q, cu_seqlens_k, q_pos);
+  else run_backward<128>(op, m, args, cu_seqlens_q, cu_seqlens_k, q_pos);
   return {dq, dk, dv};
 }
 

@@ -509,7 +509,7 @@ def attention(q, k, v, cu_q, cu_k, q_pos, scale, sms=132, smem_optin=232448, var
     for kh in range(Hkv):
         for bx in range(cap):
             fwd_cta(a, DP, nwm, mw, bx, kh, variant)
-    if split:
+    if split and Tk > KCHUNK:  # the host skips the merge launch when no row can span two chunks
         for gw in range(Tq * Hq):
             merge_warp(a, DP, gw, variant)
     out = torch.from_numpy(a.out.view(np.int16).copy()).view(torch.bfloat16).reshape(Tq, Hq, D)
@@ -532,6 +532,42 @@ def bwd_prep(dout, out, lse, rows, D):
     return dob, part[:, 0].copy(), fmul(lse, LOG2E)
 
 
+def kvplan_size(B, Tk):
+    return 2 * B + 2 + Tk
+
+
+def bwd_plan_kernel(cu_q, cu_k, q_pos, B, Tq, Tk, kvplan, order=None):
+    """attention_bwd_plan_kernel on ``kvplan`` (filled with -1 by the host, as at::full does): a thread per query
+    claims table[cu_k[b] + p] (atomicCAS from -1) and raises its sequence's last position (atomicMax), any failure
+    sets the status to 0; block 0 scans the 64-key blocks per sequence. ``order``: the order the query threads'
+    atomics land in (the GPU's is unspecified; the result must not depend on it)."""
+    status, table = 2 * B + 1, 2 * B + 2
+    for i in (range(Tq) if order is None else order):
+        b = seq_of(cu_q, B, i)
+        q0, q1, k0, k1, p = (int(x) for x in (cu_q[b], cu_q[b + 1], cu_k[b], cu_k[b + 1], q_pos[i]))
+        ok = q0 <= i < q1 and 0 <= k0 <= k1 <= Tk and 0 <= p < k1 - k0
+        if ok:
+            ok = kvplan[table + k0 + p] == -1  # atomicCAS(slot, -1, i) == -1
+            if ok:
+                kvplan[table + k0 + p] = i
+        if ok:
+            kvplan[B + 1 + b] = max(int(kvplan[B + 1 + b]), p)
+        else:
+            kvplan[status] = 0
+    pre = 0
+    for b in range(B):
+        k0, k1 = int(cu_k[b]), int(cu_k[b + 1])
+        n = -(-(k1 - k0) // KBKV) if 0 <= k0 <= k1 <= Tk else 0
+        kvplan[b] = min(pre, 2**31 - 1)
+        pre += n
+    kvplan[B] = min(pre, 2**31 - 1)
+    return kvplan
+
+
+def bwd_plan_ok(a):
+    return a.plan[0] == 1 and a.kvplan[2 * a.B + 1] == -1
+
+
 def dq_cta(a, DP, bx, kh):
     BM, S, C8, KD, NB, NS = 64, DP + KPAD, DP // 8, DP // 16, DP // 8, KBNB // 8
     smem = np.full(2 * BM * S + 4 * KBNB * S, 0xFFFF, U16)
@@ -539,7 +575,13 @@ def dq_cta(a, DP, bx, kh):
     Ks = Os + BM * S
     Vs = Ks + 2 * KBNB * S
     B = a.B
-    if a.plan[0] != 1 or bx >= a.plan[2]:
+    if not bwd_plan_ok(a):  # bwd_fill_nan_dq: grid-stride over the queries, this CTA's kv head
+        for i in range(bx, a.Tq, a.grid_q):
+            for g in range(a.G):
+                row = i * a.Hq + kh * a.G + g
+                a.dq[row * a.D:(row + 1) * a.D] = np.nan
+        return
+    if bx >= a.plan[2]:
         return
     b = item_seq(a.plan[3:], B, bx)
     qb = bx - int(a.plan[3 + b])
@@ -637,6 +679,12 @@ def dkv_cta(a, DP, bx, kh, variant=None):
     Qs = Vs + KBKV * S
     Os = Qs + 2 * KBMQ * S
     B, G = a.B, a.G
+    if not bwd_plan_ok(a):  # bwd_fill_nan_dkv: grid-stride over the keys, this CTA's kv head
+        for j in range(bx, a.Tk, a.grid_kv):
+            o = (j * a.Hkv + kh) * a.D
+            a.dk[o:o + a.D] = np.nan
+            a.dv[o:o + a.D] = np.nan
+        return
     if bx >= a.kvplan[B]:
         return
     b = item_seq(a.kvplan, B, bx)
@@ -674,7 +722,7 @@ def dkv_cta(a, DP, bx, kh, variant=None):
                 p = int(a.q_pos[i]) if i >= 0 else lk
             else:
                 p = R // G
-                i = int(a.table[k0 + p]) if p < lk else -1
+                i = int(a.kvplan[2 * B + 2 + k0 + p]) if p < lk else -1
             if p < lk and i >= 0:
                 pos, idx = p, i * a.Hq + kh * G + R % G
                 l2, de = a.lse2[idx], a.delta[idx]
@@ -745,39 +793,47 @@ def dkv_cta(a, DP, bx, kh, variant=None):
                 a.dv[(o + d + j)[ok]] = plus_zero(X["dva"][:, 2 * h + j])[ok]
 
 
-def attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, q_pos, scale, variant=None):
-    """The backward as the .cu's host code runs it: (dq, dk, dv) FP32."""
+def attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, q_pos, scale, variant=None, captured=False, order=None):
+    """The backward as the .cu's host code runs it: (dq, dk, dv) FP32. ``captured``: as inside a CUDA graph capture,
+    where the host cannot read cu_seqlens / q_pos (no host checks; the device plans and the kernels' guards decide).
+    ``order``: the order of the plan kernel's query atomics (see bwd_plan_kernel)."""
     Tq, Hq, D = q.shape
     Tk, Hkv, _ = k.shape
     B, G = cu_q.numel() - 1, Hq // Hkv
     DP = 64 if D <= 64 else 128
     cq, ck, qp = cu_q.numpy(), cu_k.numpy(), q_pos.numpy()
-    host = np.full(2 * B + 1 + Tk, -1, np.int64)
-    kv_items = 0
-    for b in range(B):
-        host[b] = kv_items
-        kv_items += -(-(int(ck[b + 1]) - int(ck[b])) // KBKV)
-        mp = -1
-        for i in range(int(cq[b]), int(cq[b + 1])):
-            p = int(qp[i])
-            assert host[2 * B + 1 + int(ck[b]) + p] < 0, "two queries at one position"
-            host[2 * B + 1 + int(ck[b]) + p] = i
-            mp = max(mp, p)
-        host[B + 1 + b] = mp
-    host[B] = kv_items
+    if not captured:  # the eager host check (check_inputs' and the repeated-position one), as one-line errors
+        if not (cq[0] == 0 and ck[0] == 0 and cq[B] == Tq and ck[B] == Tk and (np.diff(cq) >= 0).all()
+                and (np.diff(ck) >= 0).all()):
+            raise ValueError("cu_seqlens must start at 0, end at Tq, Tk and be non-decreasing")
+        seen = {}
+        for b in range(B):
+            for i in range(int(cq[b]), int(cq[b + 1])):
+                p = int(qp[i])
+                if not 0 <= p < int(ck[b + 1] - ck[b]):
+                    raise ValueError(f"query {i} at position {p} but its sequence {b} has {int(ck[b + 1] - ck[b])} keys")
+                if (b, p) in seen:
+                    raise ValueError(f"sequence {b} has two queries at position {p}")
+                seen[b, p] = i
+    if Tq == 0 and Tk == 0:
+        return torch.zeros(0, Hq, D), torch.zeros(0, Hkv, D), torch.zeros(0, Hkv, D)
+    kv_cap = -(-Tk // KBKV) + B
+    kvplan = bwd_plan_kernel(cq, ck, qp, B, Tq, Tk, np.full(kvplan_size(B, Tk), -1, np.int64), order)
     dout_np = _u16(dout) if dout.dtype == torch.bfloat16 else dout.contiguous().numpy().reshape(-1).astype(F32)
     dob, delta, lse2 = bwd_prep(dout_np, _u16(out), lse.contiguous().numpy().reshape(-1).astype(F32), Tq * Hq, D)
     cap = -(-Tq * G // 64) + B
     plan = plan_kernel(cq, ck, qp, B, Tq, Tk, G, 64, False, cap)
+    # outputs start as garbage (at::empty): every element must be written by a kernel
     a = Args(q=_u16(q), k=_u16(k), v=_u16(v), dob=dob, lse2=lse2, delta=delta, cu_q=cq, cu_k=ck, q_pos=qp, plan=plan,
-             kvplan=host, table=host[2 * B + 1:], dq=np.full(Tq * Hq * D, np.nan, F32),
-             dk=np.full(Tk * Hkv * D, np.nan, F32), dv=np.full(Tk * Hkv * D, np.nan, F32),
-             B=B, Hq=Hq, Hkv=Hkv, G=G, D=D, scale_log2=F32(scale) * LOG2E, scale=F32(scale))
+             kvplan=kvplan, dq=np.full(Tq * Hq * D, 1234.5, F32),
+             dk=np.full(Tk * Hkv * D, 1234.5, F32), dv=np.full(Tk * Hkv * D, 1234.5, F32), Tq=Tq, Tk=Tk,
+             B=B, Hq=Hq, Hkv=Hkv, G=G, D=D, scale_log2=F32(scale) * LOG2E, scale=F32(scale), grid_q=cap, grid_kv=kv_cap)
     for kh in range(Hkv):
         if Tq > 0:
-            for bx in range(int(plan[2])):
+            for bx in range(cap):
                 dq_cta(a, DP, bx, kh)
-        for bx in range(kv_items):
-            dkv_cta(a, DP, bx, kh, variant)
+        if Tk > 0:
+            for bx in range(kv_cap):
+                dkv_cta(a, DP, bx, kh, variant)
     return (torch.from_numpy(a.dq).reshape(Tq, Hq, D), torch.from_numpy(a.dk).reshape(Tk, Hkv, D),
             torch.from_numpy(a.dv).reshape(Tk, Hkv, D))

@@ -20,6 +20,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -273,6 +274,48 @@ def test_backward_is_bitwise_invariant(bwd_case):
                                      pos[t:t + 1], sc)
         assert (ndiff(sq, fq[t:t + 1]), ndiff(sk, fk[:t + 1]), ndiff(sv, fv[:t + 1])) == (0, 0, 0), t
         assert bool((fk[t + 1:] == 0).all() and (fv[t + 1:] == 0).all())  # keys after t: +0, no sign
+
+
+def test_backward_plans_on_the_device_and_a_captured_call_guards_itself(bwd_case):
+    """attention_bwd_plan_kernel (no host sync: a backward can be captured) builds the key plan the dK/dV kernel reads
+    — item starts, last positions, the table position -> query — equal to one computed here independently, in any
+    order of its threads' atomics; a captured call (no host checks) gives the eager bits on valid input and NaN in
+    every output element for what an eager call refuses: never garbage, never a read out of bounds."""
+    q, k, v, pos, sc, dout, out, lse, (dq, dk, dv) = bwd_case
+    S, Hq, D = q.shape
+    # a pack with a decode-like sequence (one query at its last position) and a sequence with no query at all
+    lq, lk = [3, 1, 0, 70], [3, 130, 5, 70]
+    cq, ck = cu(lq), cu(lk)
+    qp = torch.cat([torch.tensor([2, 0, 1]), torch.tensor([129]), torch.arange(70)])
+    Tq, Tk, B = sum(lq), sum(lk), len(lq)
+    want = np.full(E.kvplan_size(B, Tk), -1, np.int64)
+    starts = np.cumsum([0] + [-(-n // E.KBKV) for n in lk])
+    want[:B + 1] = starts
+    for b in range(B):
+        ps = [int(qp[i]) for i in range(int(cq[b]), int(cq[b + 1]))]
+        want[B + 1 + b] = max(ps, default=-1)
+        for i in range(int(cq[b]), int(cq[b + 1])):
+            want[2 * B + 2 + int(ck[b]) + int(qp[i])] = i
+    for order in (None, list(range(Tq))[::-1], list(np.random.default_rng(0).permutation(Tq))):
+        got = E.bwd_plan_kernel(cq.numpy(), ck.numpy(), qp.numpy(), B, Tq, Tk,
+                                np.full(E.kvplan_size(B, Tk), -1, np.int64), order)
+        assert (got == want).all(), order
+    # captured, valid input: the eager bits
+    gq, gk, gv = E.attention_bwd(dout, q, k, v, out, lse, cu([S]), cu([S]), pos, sc, captured=True,
+                                 order=list(range(S))[::-1])
+    assert (ndiff(gq, dq), ndiff(gk, dk), ndiff(gv, dv)) == (0, 0, 0)
+    # what an eager call refuses with a one-line error, a captured call turns into NaN everywhere
+    dup, past = pos.clone(), pos.clone()
+    dup[40] = 39          # two queries at position 39
+    past[40] = S          # a position past the sequence's keys
+    bad_cu = torch.tensor([0, S + 5])  # cu_seqlens_q past Tq
+    for name, cq_, qp_ in (("repeated position", cu([S]), dup), ("position past the keys", cu([S]), past),
+                           ("cu_seqlens past Tq", bad_cu, pos)):
+        with pytest.raises(ValueError):
+            E.attention_bwd(dout, q, k, v, out, lse, cq_, cu([S]), qp_, sc)
+        grads = E.attention_bwd(dout, q, k, v, out, lse, cq_, cu([S]), qp_, sc, captured=True)
+        for g_name, g in zip(("dq", "dk", "dv"), grads):
+            assert torch.isnan(g).all(), (name, g_name, int((~torch.isnan(g)).sum()))
 
 
 # ---- negative controls: each check above fails for a deliberately variant kernel ----------------------------------------

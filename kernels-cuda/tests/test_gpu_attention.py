@@ -7,7 +7,7 @@ and bitwise invariance of the GPU's own bits —
   capacity fallback of the latter);
 * a sequence packed after others == alone; a query among any other queries / heads == alone (random subsets);
 * a captured forward replays to the eager bits, re-plans from new cu_seqlens / q_pos each replay, and gives NaN rows
-  for inconsistent ones;
+  for inconsistent ones; a captured backward replays to the eager bits and gives NaN outputs for refused input;
 * backward: dq / dk / dv against FP64 autograd; bitwise packed vs alone, with pad rows inside a sequence (dO = 0),
   a decode step's backward vs the prefill's with dO on that row; an FP32 dO == the same dO rounded to BF16.
 
@@ -285,6 +285,50 @@ def test_backward_is_bitwise_invariant():
     same(bq, dq, "dq, BF16 dO")
     same(bk, dk, "dk, BF16 dO")
     same(bv, dv, "dv, BF16 dO")
+
+
+def test_a_captured_backward_replays_to_the_eager_bits_and_guards_itself():
+    """The backward's plans are built on the device (no host sync), so it can be captured: a replay gives the eager
+    call's bits, follows new q_pos / cu_seqlens content, and turns what an eager call refuses (a repeated position, a
+    position past the keys, inconsistent cu_seqlens) into NaN in every element of dq, dk and dv."""
+    D, Hq, Hkv, lens = 128, 8, 2, [37, 300]
+    g = gen(62)
+    T = sum(lens)
+    q, k, v = rnd(g, T, Hq, D), rnd(g, T, Hkv, D), rnd(g, T, Hkv, D)
+    pos, sc = positions(lens), D ** -0.5
+    out, lse = attn(q, k, v, lens, lens, pos, sc)
+    dout = rnd(g, T, Hq, D, dtype=F32)
+    want = _bwd(dout, q, k, v, out, lse, lens, lens, pos, sc)
+    cq, ck, pq = cu(lens), cu(lens), pos.clone()
+    K().attention_bwd(dout, q, k, v, out, lse, cq, ck, pq, sc)  # warm up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        grads = K().attention_bwd(dout, q, k, v, out, lse, cq, ck, pq, sc)
+    graph.replay()
+    torch.cuda.synchronize()
+    for name, a, b in zip(("dq", "dk", "dv"), grads, want):
+        same(a, b, f"captured backward {name}")
+
+    def replay_all_nan(what):
+        graph.replay()
+        torch.cuda.synchronize()
+        for name, a in zip(("dq", "dk", "dv"), grads):
+            assert bool(torch.isnan(a).all()), f"{what}: {name} has {int((~torch.isnan(a)).sum())} non-NaN elements"
+
+    pq[40] = 2                       # rows 39 and 40 (sequence 1) both at position 2
+    replay_all_nan("repeated position")
+    pq.copy_(pos)
+    pq[50] = 300                     # past sequence 1's keys
+    replay_all_nan("position past the keys")
+    pq.copy_(pos)
+    ck[-1] += 1                      # cu_seqlens_k[-1] != Tk
+    replay_all_nan("inconsistent cu_seqlens_k")
+    ck.copy_(cu(lens))
+    graph.replay()                   # valid again: the eager bits again
+    torch.cuda.synchronize()
+    for name, a, b in zip(("dq", "dk", "dv"), grads, want):
+        same(a, b, f"captured backward {name}, replayed after refused input")
 
 
 def test_backward_refuses_two_queries_at_one_position():
