@@ -146,15 +146,15 @@ def measured_block(data: dict, folder: str, tg: list[dict]) -> str:
     lines = [head, "",
              "| case | mode | ws1 ms | contender | contender ms | speed | roofline ms | roofline / ws1 | target |",
              "|---|---|---|---|---|---|---|---|---|"]
-    verdicts = {}
+    verdicts = {}  # (case, mode) -> verdict: a target names its mode last, "(graph)" or "(eager)"
     for t in tg:
-        m = re.match(r"(.*?): speed >=", t.get("target", ""))
+        m = re.match(r"(.*?): speed >=.*\((graph|eager)\)\s*$", t.get("target", ""))
         if m:
-            verdicts[m.group(1)] = f"{_verdict(t)} (>= {t['target'].split('>=')[1].split()[0]})"
+            verdicts[m.group(1), m.group(2)] = f"{_verdict(t)} (>= {t['target'].split('>=')[1].split()[0]})"
     for r in data.get("cases", []):
         if r.get("roofline_ms") is None or r.get("ws1_ms") is None:
             continue
-        verdict = verdicts.get(r["case"], "") if r.get("mode") == "graph" or "backward B1" in r["case"] else ""
+        verdict = verdicts.get((r["case"], r.get("mode")), "")
         ratio = r.get("ws1_over_roofline") or r["roofline_ms"] / r["ws1_ms"]
         lines.append(f"| {r['case']} | {r['mode']} | {r['ws1_ms']:.4f} | {r.get('vs', 'torch')} | {r['torch_ms']:.4f} | "
                      f"{r['speed']:.3f} | {r['roofline_ms']:.4f} | {ratio:.2f} | {verdict} |")

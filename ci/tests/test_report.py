@@ -49,9 +49,13 @@ def _run(folder: Path, speed_m1: float) -> Path:
     folder.mkdir()
     cases = [_row("det_gemm M1 K4096 N4096", "graph", 0.010, 0.010 * speed_m1, 0.0078, vs="cuBLAS BF16"),
              _row("det_gemm M1 K4096 N4096", "eager", 0.020, 0.010, 0.0078, vs="cuBLAS BF16"),
-             _row("attention decode B32 Skv2048 vs SDPA flash", "graph", 0.080, 0.064, 0.0625, vs="SDPA flash")]
+             _row("attention decode B32 Skv2048 vs SDPA flash", "graph", 0.080, 0.064, 0.0625, vs="SDPA flash"),
+             _row("attention backward B1 S2048 vs SDPA flash", "graph", 0.400, 0.280, 0.1088, vs="SDPA flash"),
+             _row("attention backward B1 S2048 vs SDPA flash", "eager", 0.500, 0.290, 0.1088, vs="SDPA flash")]
     tg = [{"target": "det_gemm M1 K4096 N4096: speed >= 0.8 vs cuBLAS BF16 (graph)", "value": speed_m1,
-           "met": speed_m1 >= 0.8, "roofline_ms": 0.0078, "ws1_ms": 0.010, "torch_ms": 0.010 * speed_m1}]
+           "met": speed_m1 >= 0.8, "roofline_ms": 0.0078, "ws1_ms": 0.010, "torch_ms": 0.010 * speed_m1},
+          {"target": "attention backward B1 S2048 vs SDPA flash: speed >= 0.6 (graph)", "value": 0.7, "met": True,
+           "roofline_ms": 0.1088, "ws1_ms": 0.400, "torch_ms": 0.280}]
     (folder / "bench_cuda.json").write_text(json.dumps({"host": {"device": "NVIDIA H200", "torch": "2.11"}, "cases": cases,
                                                         "targets": tg, "errors": {}}))
     return folder
@@ -83,6 +87,9 @@ def test_docs_block_is_rewritten_and_nothing_else(tmp_path, monkeypatch):
     assert "old block" not in text
     assert "| det_gemm M1 K4096 N4096 | graph | 0.0100 | cuBLAS BF16 | 0.0050 | 0.500 | 0.0078 | 0.78 | MISS (>= 0.8) |" in text
     assert "| det_gemm M1 K4096 N4096 | eager |" in text and "NVIDIA H200" in text
+    # a verdict sits on the row of the mode its target judges, never on the same case's other mode
+    assert "| attention backward B1 S2048 vs SDPA flash | graph | 0.4000 | SDPA flash | 0.2800 | 0.700 | 0.1088 | 0.27 | MET (>= 0.6) |" in text
+    assert "| attention backward B1 S2048 vs SDPA flash | eager | 0.5000 | SDPA flash | 0.2900 | 0.580 | 0.1088 | 0.22 |  |" in text
     # the real docs each hold exactly one block the tool can replace
     for path in (ROOT / "docs" / "cuda.md", ROOT / "docs" / "triton.md"):
         report.replace_block(path.read_text(), "x", path)
