@@ -98,7 +98,9 @@ class Clock:
                 fn()                       # compile / autotune-free warm-up outside the capture
         torch.cuda.current_stream().wait_stream(s)
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
+        # a callable may name the stream it must be captured on (flash_backward: autograd runs each backward op on
+        # the stream its forward ran on, so only a capture on that stream records them)
+        with torch.cuda.graph(g, stream=getattr(fn, "capture_stream", None)):
             for _ in range(inner):
                 fn()
         torch.cuda.synchronize()
@@ -214,10 +216,16 @@ def gemm_cases(clock, dev, args) -> list[dict]:
         rows += _gemm_rows(clock, args, f"lm_head M{M} K{K} V{V}", "lm_head",
                            {"ws1": lambda x=x: _tlm().lm_head(x, wv), "torch": lambda x=x: mm(x, wv.t())},
                            2 * M * K * V, 2 * (M * K + V * K) + 4 * M * V, {"M": M, "K": K, "N": V, "vs": vs32})
+    orders: dict[int, torch.Tensor] = {}  # gemm_dw's row order (identity), built once per M: not in the timed calls
+
+    def dw(dy, x):
+        order = orders.get(dy.shape[0])
+        if order is None:
+            order = orders[dy.shape[0]] = torch.arange(dy.shape[0], device=dy.device)
+        return _tgemm().gemm_dw(dy, x, order)
+
     for name, kind, fns, flops, nbytes, extra in lm_head_backward_cases(
-            dev, K, wv, (70,) if args.quick else (256, 2048),
-            lambda dy, w: _tgemm().gemm_dx(dy, None, w),
-            lambda dy, x: _tgemm().gemm_dw(dy, x, torch.arange(dy.shape[0], device=dy.device)), mm, vs32):
+            dev, K, wv, (70,) if args.quick else (256, 2048), lambda dy, w: _tgemm().gemm_dx(dy, None, w), dw, mm, vs32):
         rows += _gemm_rows(clock, args, name, kind, fns, flops, nbytes, extra)
     rows += _split3_candidate_rows(clock, args, dev, K, wv)
     return rows
@@ -412,13 +420,27 @@ def _sdpa_flash(dev, quick: bool) -> dict:
 def flash_backward(flash: dict, kv_for: Callable, q, k, v, dout, scale: float) -> Callable:
     """The flash contender's backward for one packed sequence q [S, Hq, D], k, v [S, Hkv, D], dout [S, Hq, D]:
     its forward run once (padded [1, H, S, D] layout, K/V as ``kv_for`` gives them), then autograd.grad of that
-    graph, retained, per call."""
+    graph, retained, per call. On a GPU the forward runs on a stream of its own, which the callable names as its
+    ``capture_stream``: autograd launches each backward op on its forward's stream, so a CUDA graph (Clock.graph)
+    records the backward only when it captures on that stream."""
     qf = q.transpose(0, 1)[None].contiguous().requires_grad_(True)
     kf = kv_for(k.transpose(0, 1)[None].contiguous()).requires_grad_(True)
     vf = kv_for(v.transpose(0, 1)[None].contiguous()).requires_grad_(True)
-    of = flash["fn"](qf, kf, vf, True, scale)
     do = dout.transpose(0, 1)[None].contiguous()
-    return lambda: torch.autograd.grad(of, (qf, kf, vf), do, retain_graph=True)
+    side = torch.cuda.Stream(device=q.device) if q.is_cuda else None
+    if side is not None:
+        side.wait_stream(torch.cuda.current_stream(q.device))
+        with torch.cuda.stream(side):
+            of = flash["fn"](qf, kf, vf, True, scale)
+        torch.cuda.current_stream(q.device).wait_stream(side)
+    else:
+        of = flash["fn"](qf, kf, vf, True, scale)
+
+    def grad():
+        return torch.autograd.grad(of, (qf, kf, vf), do, retain_graph=True)
+
+    grad.capture_stream = side
+    return grad
 
 
 def attention_cost(kind: str, heads, lengths=None, B=0, S=0) -> tuple[float, float]:
