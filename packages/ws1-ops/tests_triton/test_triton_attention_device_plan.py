@@ -167,3 +167,121 @@ def test_the_device_plan_reads_nothing_back(tri, small_chunk, monkeypatch):
     with Reads():
         _call(args, False)
     assert "tolist" in reads
+
+
+# ---- the backward's device plan (bwd_tiles_on_device): what a captured backward runs -------------------------------
+def _bwd(args, device_plan: bool, seed=11):
+    """ta.attention_bwd on the test's device -> (dq, dk, dv) on the CPU; planned on the device or on the host. The
+    forward's out / lse come from the host-planned forward (valid input) or stand-ins of the right shape."""
+    q, k, v, cu_q, cu_k, pos = to_dev(args)
+    try:
+        out, lse = ta.attention(q, k, v, cu_q, cu_k, pos, D ** -0.5)
+    except ValueError:             # refused input: the backward's device plan must refuse it by itself
+        out, lse = torch.zeros_like(q), torch.zeros(q.shape[:2], dtype=torch.float32, device=q.device)
+    dout = to_dev(_rand(seed, *q.shape))
+    if device_plan:
+        with ws1_ops.graph_safe():
+            grads = ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D ** -0.5)
+    else:
+        grads = ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D ** -0.5)
+    return to_cpu(grads)
+
+
+BWD_CASES = {
+    "packed prefill": _packed([11, 300, 70], [11, 300, 70], [0, 0, 0]),
+    "decode with an empty lane": _packed([1, 0, 1], [300, 40, 200], [299, 0, 130]),
+    "chunk of a long sequence beside decodes": _packed([1, 64, 1], [260, 290, 129], [259, 226, 128]),
+}
+
+
+@pytest.mark.parametrize("name", list(BWD_CASES))
+def test_backward_device_plan_gives_the_host_plans_bits(tri, name):
+    host, dev = _bwd(BWD_CASES[name], False), _bwd(BWD_CASES[name], True)
+    for what, a, b in zip(("dq", "dk", "dv"), dev, host):
+        assert not b.isnan().any(), what
+        r = bitwise(a, b, f"{name}: {what}, device plan vs host plan")
+        assert r.passed, r.detail
+
+
+def test_backward_device_tiles_are_the_host_tiles_then_sentinels(tri):
+    """The query tiles (absolute first rows) and key tiles (first key relative to the sequence) of the host plan, in
+    its order, then sentinels (sequence 0 at its end) up to T // block + B rows; the cu_seqlens kept as they are."""
+    q, k, v, cu_q, cu_k, pos = to_dev(BWD_CASES["decode with an empty lane"])
+    cfg = ta.BWD["sm80"]
+    cq, ck, qt, kt = ta.bwd_tiles_on_device(cu_q, cu_k, pos, q.shape[0], k.shape[0], cfg)
+    assert torch.equal(to_cpu(cq), to_cpu(cu_q)) and torch.equal(to_cpu(ck), to_cpu(cu_k))
+    qs, lq, ks, lk = ta._meta("attention_bwd", q, k, v, cu_q, cu_k, pos)
+    for dev, host, cap, end0 in ((qt, ta._tiles(qs, lq, cfg.BM, False, q.device), 2 // cfg.BM + 3, 1),
+                                 (kt, ta._tiles(ks, lk, cfg.BN_KV, True, q.device), 540 // cfg.BN_KV + 3, 300)):
+        n = host.shape[0]
+        assert dev.shape == (cap, 2) and torch.equal(to_cpu(dev[:n]), to_cpu(host))
+        assert to_cpu(dev[n:]).tolist() == [[0, end0]] * (cap - n)
+
+
+def test_backward_unchecked_bad_inputs_give_nan_everywhere(tri):
+    """What a host refuses (a one-line error), the backward's device plan turns into NaN in every element of dq, dk
+    and dv: a position outside its sequence's keys, cu_seqlens that do not end at the row counts or decrease."""
+    q, k, v, cu_q, cu_k, pos = BWD_CASES["decode with an empty lane"]
+    cases = []
+    for bad_pos in (300, -1, 10 ** 6):
+        p = pos.clone()
+        p[0] = bad_pos
+        cases.append((f"position {bad_pos}", (q, k, v, cu_q, cu_k, p)))
+    cu_bad = cu_k.clone()
+    cu_bad[-1] -= 1
+    cases.append(("cu_seqlens_k ends before Tk", (q, k, v, cu_q, cu_bad, pos)))
+    cases.append(("cu_seqlens_q decreasing", (q, k, v, torch.tensor([0, 2, 1, 2]), cu_k, pos)))
+    for name, args in cases:
+        with pytest.raises(ValueError):
+            _bwd(args, False)
+        for what, g in zip(("dq", "dk", "dv"), _bwd(args, True)):
+            assert g.isnan().all(), (name, what, int((~g.isnan()).sum()))
+
+
+def test_negative_control_a_device_plan_missing_a_tile_is_caught(tri, monkeypatch):
+    """The bitwise comparison above can fail: the same device plan with its last query tile and its last key tile
+    turned into sentinels leaves those rows' gradients at their NaN start, and the check says so."""
+    real = ta.bwd_tiles_on_device
+
+    def drop_last(cu_q, cu_k, q_pos, Tq, Tk, cfg):
+        cu_q, cu_k, qt, kt = real(cu_q, cu_k, q_pos, Tq, Tk, cfg)
+        nq = int(((cu_q[1:] - cu_q[:-1] + cfg.BM - 1) // cfg.BM).sum())        # the real tiles (a test may read)
+        nk = int(((cu_k[1:] - cu_k[:-1] + cfg.BN_KV - 1) // cfg.BN_KV).sum())
+        qt, kt = qt.clone(), kt.clone()
+        qt[nq - 1] = torch.stack([cu_q.new_tensor(0), cu_q[1]])
+        kt[nk - 1] = torch.stack([cu_k.new_tensor(0), cu_k[1] - cu_k[0]])
+        return cu_q, cu_k, qt, kt
+
+    args = BWD_CASES["packed prefill"]
+    host = _bwd(args, False)
+    monkeypatch.setattr(ta, "bwd_tiles_on_device", drop_last)
+    dev = _bwd(args, True)
+    for what, a, b in zip(("dq", "dk", "dv"), dev, host):
+        assert not bitwise(a, b, f"{what}, a plan missing a tile").passed, what
+
+
+@pytest.mark.skipif(MODE != "interpreter", reason="counts host reads of CPU tensors (the interpreter's inputs)")
+def test_the_backward_device_plan_reads_nothing_back(tri, monkeypatch):
+    """No scalar read, value-sized op or tolist in a graph-safe backward; the host-planned one reads."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    reads = []
+
+    class Reads(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func._opname in ("_local_scalar_dense", "nonzero", "masked_select", "equal", "is_nonzero"):
+                reads.append(func._opname)
+            return func(*args, **(kwargs or {}))
+
+    q, k, v, cu_q, cu_k, pos = BWD_CASES["decode with an empty lane"]
+    out, lse = ta.attention(q, k, v, cu_q, cu_k, pos, D ** -0.5)
+    dout = _rand(11, *q.shape)
+    for meth in ("tolist", "item"):
+        old = getattr(torch.Tensor, meth)
+        monkeypatch.setattr(torch.Tensor, meth, lambda self, *a, _o=old, _m=meth, **kw: (reads.append(_m), _o(self, *a, **kw))[1])
+    with Reads(), ws1_ops.graph_safe():
+        ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D ** -0.5)
+    assert reads == []
+    with Reads():
+        ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D ** -0.5)
+    assert "tolist" in reads

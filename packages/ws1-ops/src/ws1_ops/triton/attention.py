@@ -443,7 +443,9 @@ def attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_
     dq = tl.zeros((BM, BD), dtype=tl.float32)
     kend = tl.max(pos, 0) + 1
     min_pos = tl.min(tl.where(r_ok, pos, 2147483647), 0)
-    full_end = tl.minimum(kend, (min_pos + 1) // BN * BN)
+    # >= 0 as in the forward: a program with no row (a device plan's sentinel tile) has min_pos + 1 wrap to -2^31,
+    # which without the clamp would start the masked loop there (2^25 empty tiles); with a row it changes nothing
+    full_end = tl.maximum(0, tl.minimum(kend, (min_pos + 1) // BN * BN))
     col = kh * D
     for j in range(0, full_end, BN):
         kt = _kv_tile(k_ptr, k0 + j, k_end, col, HKV * D, D, BN, BD, TMA, False, DOT_F32)
@@ -525,14 +527,19 @@ def attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, d
 # ---- host side ---------------------------------------------------------------------------------
 
 
-def _meta(op: str, q, k, v, cu_q, cu_k, q_pos) -> tuple[list[int], list[int], list[int], list[int]]:
-    """Validate on the host (as ws1_cpu does) and return per-sequence query/key starts and lengths."""
+def _check_shapes(op: str, q, k, v) -> None:
+    """Device, dtype and shape checks: no value is read (what a graph-safe call still checks)."""
     check_device(op, q, k, v)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 3 or t.dtype != torch.bfloat16:
             raise ValueError(f"triton {op}: {name} must be BF16 [T, heads, D], got {t.dtype} {tuple(t.shape)}")
     if k.shape != v.shape or q.shape[2] != k.shape[2] or k.shape[1] == 0 or q.shape[1] % k.shape[1]:
         raise ValueError(f"triton {op}: bad head layout q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+
+
+def _meta(op: str, q, k, v, cu_q, cu_k, q_pos) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Validate on the host (as ws1_cpu does) and return per-sequence query/key starts and lengths."""
+    _check_shapes(op, q, k, v)
     cq, ck = cu_q.tolist(), cu_k.tolist()
     if len(cq) != len(ck) or len(cq) < 2 or cq[0] != 0 or ck[0] != 0 or cq[-1] != q.shape[0] or ck[-1] != k.shape[0]:
         raise ValueError(f"triton {op}: cu_seqlens must start at 0 and end at Tq={q.shape[0]}, Tk={k.shape[0]}")
@@ -553,6 +560,41 @@ def _tiles(starts: list[int], lengths: list[int], block: int, relative: bool, de
     """[n, 2] int64 (sequence, first row) of every tile; rows absolute, or relative to the sequence."""
     t = [(b, (0 if relative else s) + i) for b, (s, n) in enumerate(zip(starts, lengths)) for i in range(0, n, block)]
     return torch.tensor(t, dtype=torch.int64, device=device).reshape(-1, 2)
+
+
+def _tiles_on_device(cu: torch.Tensor, block: int, cap: int, relative: bool) -> torch.Tensor:
+    """:func:`_tiles` built on the device from cu [B+1] (no host sync): the same rows in the same order, then
+    sentinels up to ``cap`` rows (a bound from the shapes: sum_b ceil(n_b / block) <= T // block + B). A sentinel is
+    (sequence 0, its end): a program on it finds no row of its sequence at or past the end, so it loads nothing
+    unmasked and stores nothing."""
+    B = cu.shape[0] - 1
+    n = (cu[1:] - cu[:-1] + block - 1) // block          # tiles per sequence
+    ends = torch.cumsum(n, 0)
+    t = torch.arange(cap, dtype=torch.int64, device=cu.device)
+    b = torch.searchsorted(ends, t, right=True)          # the first sequence whose tiles end past t (B: a sentinel)
+    bc = b.clamp(max=B - 1)
+    first = (t - (ends[bc] - n[bc])) * block + (0 if relative else cu[bc])
+    end0 = cu[1] - cu[0] if relative else cu[1]
+    real = b < B
+    return torch.stack([torch.where(real, bc, 0), torch.where(real, first, end0)], 1)
+
+
+def bwd_tiles_on_device(cu_q, cu_k, q_pos, Tq: int, Tk: int, cfg: BwdConfig):
+    """The backward's plan on the device, for a graph-safe call (no host sync, nothing validated on the host):
+    (cu_q, cu_k, query tiles, key tiles). What a host would refuse — cu_seqlens that do not start at 0, end at Tq / Tk
+    and never decrease, a position outside its sequence's keys — is found here as a device-side flag, and the call's
+    cu_seqlens are then replaced by zeros: every sequence empty, every tile a sentinel, so no kernel reads or writes
+    a row and dq, dk, dv keep the NaN they start with in a graph-safe call (never a wrong value, never an
+    out-of-bounds read). Valid input gives the host plan's tiles (then sentinels): the same programs, the same bits."""
+    B = cu_q.shape[0] - 1
+    lq, lk = cu_q[1:] - cu_q[:-1], cu_k[1:] - cu_k[:-1]
+    ok = (cu_q[0] == 0) & (cu_k[0] == 0) & (cu_q[-1] == Tq) & (cu_k[-1] == Tk) & (lq >= 0).all() & (lk >= 0).all()
+    if Tq:
+        seq = torch.searchsorted(cu_q[1:], torch.arange(Tq, dtype=torch.int64, device=cu_q.device), right=True)
+        ok = ok & ((q_pos >= 0) & (q_pos < lk[seq.clamp(max=B - 1)])).all()
+    cu_q, cu_k = torch.where(ok, cu_q, 0), torch.where(ok, cu_k, 0)
+    return (cu_q, cu_k, _tiles_on_device(cu_q, cfg.BM, Tq // cfg.BM + B, False),
+            _tiles_on_device(cu_k, cfg.BN_KV, Tk // cfg.BN_KV + B, True))
 
 
 def _bd(D: int) -> int:
@@ -702,9 +744,15 @@ def attention_planned(q, k, v, cu_q, cu_k, q_pos, scale, p: Plan):
 
 
 def attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, q_pos, scale):
-    """-> (dq [Tq, Hq, D], dk [Tk, Hkv, D], dv [Tk, Hkv, D]) FP32, as ws1_cpu::attention_bwd."""
+    """-> (dq [Tq, Hq, D], dk [Tk, Hkv, D], dv [Tk, Hkv, D]) FP32, as ws1_cpu::attention_bwd. Planned on the host
+    (validated, one sync), or on the device inside :func:`ws1_ops.graph_safe` and under CUDA graph capture
+    (:func:`bwd_tiles_on_device`: the same bits; refused input gives NaN in every element of dq, dk, dv)."""
     cu_q, cu_k, q_pos = index_on(q, cu_q, cu_k, q_pos)
-    qs, lq, ks, lk = _meta("attention_bwd", q, k, v, cu_q, cu_k, q_pos)
+    on_device = graph_safe_now(q, dout)
+    if on_device:
+        _check_shapes("attention_bwd", q, k, v)
+    else:
+        qs, lq, ks, lk = _meta("attention_bwd", q, k, v, cu_q, cu_k, q_pos)
     dout, q, k, v, out = (t.contiguous() for t in (dout, q, k, v, out))
     if dout.dtype != torch.bfloat16:
         dout = dout.to(torch.bfloat16)      # the gradient of a BF16 output is BF16 (exact)
@@ -712,24 +760,31 @@ def attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, q_pos, scale):
     Tq, HQ, D = q.shape
     HKV = k.shape[1]
     delta = torch.empty(Tq, HQ, dtype=torch.float32, device=q.device)
-    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    dk = torch.zeros(k.shape, dtype=torch.float32, device=q.device)
-    dv = torch.zeros(k.shape, dtype=torch.float32, device=q.device)
-    if Tq == 0 or D == 0:
-        return dq, dk, dv
+    if Tq == 0 or D == 0:                   # no query: every gradient is zero
+        return (torch.zeros(q.shape, dtype=torch.float32, device=q.device),
+                torch.zeros(k.shape, dtype=torch.float32, device=q.device),
+                torch.zeros(k.shape, dtype=torch.float32, device=q.device))
+    # valid input: the kernels write every element (every query row is in a query tile, every key in a key tile);
+    # a device plan that refused its input writes none, so there they start as NaN
+    fill = float("nan") if on_device else 0.0
+    dq = torch.full(q.shape, fill, dtype=torch.float32, device=q.device)
+    dk = torch.full(k.shape, fill, dtype=torch.float32, device=q.device)
+    dv = torch.full(k.shape, fill, dtype=torch.float32, device=q.device)
     a = arch(q)
     cfg = BWD[a]
+    if on_device:
+        cu_q, cu_k, qt, kt = bwd_tiles_on_device(cu_q, cu_k, q_pos, Tq, k.shape[0], cfg)
+    else:
+        qt, kt = _tiles(qs, lq, cfg.BM, False, q.device), _tiles(ks, lk, cfg.BN_KV, True, q.device)
     BD = _bd(D)
     s2 = qk_scale2(scale)
     f32 = dot_f32(q, k)
     attention_bwd_delta_kernel[(Tq,)](dout, out, delta, Tq, HQ, D, BH=next_pow2(HQ), BD=BD, num_warps=4)
     tma_kv = _tma(a, D, k, v)
     ka, va = (_desc(k, BN, D), _desc(v, BN, D)) if tma_kv else (k, v)
-    qt = _tiles(qs, lq, cfg.BM, False, q.device)
     attention_bwd_dq_kernel[(qt.shape[0], HQ)](q, ka, va, dout, lse, delta, dq, cu_q, cu_k, q_pos, qt, float(scale), s2,
                                                HQ, HKV, D, BM=cfg.BM, BN=BN, BD=BD, DOT_F32=f32, TMA=tma_kv,
                                                num_warps=cfg.warps_dq, num_stages=2)
-    kt = _tiles(ks, lk, cfg.BN_KV, True, q.device)
     if kt.shape[0]:
         tma = tma_kv and _tma(a, D, q, dout)
         qa, da = (_desc(q, cfg.BM, D), _desc(dout, cfg.BM, D)) if tma else (q, dout)
@@ -742,4 +797,4 @@ def attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, q_pos, scale):
 
 
 __all__ = ["BN", "KV_CHUNK", "FWD", "BWD", "Plan", "plan", "plan_on_device", "attention", "attention_planned", "attention_bwd",
-           "qk_scale2"]
+           "bwd_tiles_on_device", "qk_scale2"]
