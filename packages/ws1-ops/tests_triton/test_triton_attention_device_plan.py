@@ -285,3 +285,25 @@ def test_the_backward_device_plan_reads_nothing_back(tri, monkeypatch):
     with Reads():
         ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D ** -0.5)
     assert "tolist" in reads
+
+
+@pytest.mark.skipif(MODE != "device", reason="a CUDA graph capture needs the GPU (the interpreter runs graph_safe)")
+def test_a_captured_backward_replays_to_the_eager_bits(tri):
+    """Under a real CUDA graph capture the backward plans on the device: a replay gives the eager call's bits."""
+    q, k, v, cu_q, cu_k, pos = to_dev(BWD_CASES["packed prefill"])
+    out, lse = ta.attention(q, k, v, cu_q, cu_k, pos, D ** -0.5)
+    dout = to_dev(_rand(11, *q.shape))
+    want = ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D ** -0.5)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s), ws1_ops.graph_safe():   # compile the graph-safe path outside the capture
+        ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D ** -0.5)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        grads = ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D ** -0.5)
+    graph.replay()
+    torch.cuda.synchronize()
+    for what, a, b in zip(("dq", "dk", "dv"), grads, want):
+        r = bitwise(to_cpu(a), to_cpu(b), f"captured backward {what}")
+        assert r.passed, r.detail
