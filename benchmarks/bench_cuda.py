@@ -58,9 +58,11 @@ from bench_triton import (  # noqa: E402
     _row,
     chain_phases,
     compare,
+    failed_row,
     flash_backward,
     lm_head_backward_cases,
     print_targets,
+    row_errors,
 )
 from bench_triton import _sdpa_flash as _triton_sdpa_flash  # noqa: E402
 
@@ -302,9 +304,7 @@ def attention_cases(clock, dev, args) -> list[dict]:
             rows.append(_attn_row(clock, args, name, mode, fns, 5,
                                   {"kind": "attention_backward", "vs": flash["note"], "S": S}, flops, nbytes))
         except RuntimeError as exc:  # a capture either side cannot make: this row fails, the group's others stay
-            why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            print(f"  {name} {mode}: FAILED {why}", flush=True)
-            rows.append({"case": name, "mode": mode, "kind": "attention_backward", "failed": why})
+            rows.append(failed_row(name, mode, "attention_backward", exc))
     if fa is None:
         print("  the flash_attn package is not importable here: its extra rows are absent, not replaced", flush=True)
     return rows
@@ -416,7 +416,7 @@ def main(argv=None) -> int:
         except Exception as exc:  # noqa: BLE001  a failed group is reported, never silently dropped
             errors[name] = f"{type(exc).__name__}: {exc}"
             print(f"  {name}: FAILED {errors[name]}", flush=True)
-    errors.update({f"{r['case']} ({r['mode']})": r["failed"] for r in rows if "failed" in r})
+    errors.update(row_errors(rows))
     tg = targets(rows)
     print_targets(tg, vs="cuBLAS")
     gemm_config = ("sm_90: wgmma m64n128k16 + TMA (CUTLASS collectives, persistent): 256x128x64 cooperative (wide) or "

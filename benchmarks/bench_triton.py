@@ -135,6 +135,19 @@ def _row(case: str, mode: str, res: dict, extra: dict | None = None) -> dict:
     return row
 
 
+def failed_row(case: str, mode: str, kind: str, exc: Exception) -> dict:
+    """A row that could not be timed (a capture one side cannot make): printed, kept in the rows with its reason
+    (``failed``), so its target gets no verdict and the run's errors name it — the group's other rows stay."""
+    why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    print(f"  {case} {mode}: FAILED {why}", flush=True)
+    return {"case": case, "mode": mode, "kind": kind, "failed": why}
+
+
+def row_errors(rows: list[dict]) -> dict:
+    """The failed rows as the run's errors (case (mode) -> reason)."""
+    return {f"{r['case']} ({r['mode']})": r["failed"] for r in rows if "failed" in r}
+
+
 # ---- rooflines (issue 24) -------------------------------------------------------------------------
 
 # The H200's measured ceilings (the first GPU run, ../shared/gpu-runs/2026-12-04-h200): cuBLAS BF16 dense,
@@ -553,9 +566,7 @@ def attention_cases(clock, dev, args) -> list[dict]:
         try:
             res = compare(clock, fns, args.reps, 1 if args.quick else 5, mode == "graph")
         except RuntimeError as exc:  # a capture either side cannot make: this row fails, the group's others stay
-            why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            print(f"  {name} {mode}: FAILED {why}", flush=True)
-            rows.append({"case": name, "mode": mode, "kind": "attention_backward", "failed": why})
+            rows.append(failed_row(name, mode, "attention_backward", exc))
             continue
         rows.append(_roof(_row(name, mode, res, {**extra0, "kind": "attention_backward", "S": S}), flops, nbytes))
     return rows
@@ -736,7 +747,7 @@ def main(argv=None) -> int:
         except Exception as exc:  # a failed group is reported, never silently dropped
             errors[name] = f"{type(exc).__name__}: {exc}"
             print(f"  {name}: FAILED {errors[name]}", flush=True)
-    errors.update({f"{r['case']} ({r['mode']})": r["failed"] for r in rows if "failed" in r})
+    errors.update(row_errors(rows))
     tg = targets(rows)
     print_targets(tg)
     from ws1_ops.triton import attention as ta

@@ -116,3 +116,19 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     with pytest.raises(report.ReportError, match="needs exactly one"):
         report.replace_block(before, "x", doc)
     assert doc.read_text() == before
+
+
+def test_a_row_that_could_not_be_timed_has_no_verdict_and_is_an_error(tmp_path):
+    """bench_cuda / bench_triton: a backward row whose capture failed is kept as a failed row — its target ABSENT
+    with the reason, the run's errors name it — and report.py reads the eager row of that case instead."""
+    import bench_cuda
+    import bench_triton
+
+    failed = bench_triton.failed_row("attention backward B1 S2048 vs SDPA flash", "graph", "attention_backward",
+                                     RuntimeError("operation not permitted when stream is capturing\ndetail"))
+    eager = _row("attention backward B1 S2048 vs SDPA flash", "eager", 0.5, 0.3, 0.1088, kind="attention_backward")
+    for tg in (bench_cuda.attention_targets([failed, eager]), bench_triton.targets([failed, eager])):
+        assert len(tg) == 1 and tg[0]["met"] is None and "FAILED RuntimeError: operation not permitted" in tg[0]["absent"]
+    assert bench_triton.row_errors([failed, eager]) == {
+        "attention backward B1 S2048 vs SDPA flash (graph)": "RuntimeError: operation not permitted when stream is capturing"}
+    assert report.find([failed, eager], "attention backward B1 S2048")["mode"] == "eager"
