@@ -8,6 +8,7 @@ two cover the four); kernels-cuda/build/compile_check caches results by content,
 sources takes seconds. `nox -s build_cuda` compiles all four."""
 import json
 import os
+import re
 import shutil
 import sys
 
@@ -169,6 +170,19 @@ code version = [1,8]
     assert problems and "no cuobjdump" in problems[0]
     problems, _ = cc.sass_problems("x.cu", [], {("sm_80", "_Z1kv"): []}, table=[row])
     assert problems == ["x.cu: no sm_90a kernel matching /_Z1kv/ in the SASS"]
+
+
+def test_a_floating_point_atomic_is_forbidden_and_an_integer_one_is_not():
+    """NO_FLOAT_ATOMIC on the SASS nvcc 13.0 emits for atomicAdd on float / double (RED, REDG, ATOMG; sm_80 and
+    sm_90a spellings) and for the integer atomics a device plan uses (CAS, MAX, EXCH): only the first are found."""
+    pat = re.compile(next(iter(cc.NO_FLOAT_ATOMIC.values())))
+    for ins in ("REDG.E.ADD.F32.FTZ.RN.STRONG.GPU desc[UR12][R2.64], R17 ;", "RED.E.ADD.F64.RN.STRONG.GPU [R6.64], R8 ;",
+                "ATOMG.E.ADD.F32.FTZ.RN.STRONG.GPU PT, R9, desc[UR12][R8.64], R21 ;", "ATOMS.ADD.F16x2.RN R1, [R2], R3 ;"):
+        assert pat.search(ins), ins
+    for ins in ("ATOMG.E.CAS.STRONG.GPU PT, RZ, [R12], R18, R19 ;", "@P0 REDG.E.MAX.S32.STRONG.GPU desc[UR12][R4.64], R15 ;",
+                "ATOMG.E.EXCH.STRONG.GPU PT, RZ, desc[UR12][R4.64+0x4], RZ ;", "REDUX.MAX.S32 UR14, R0 ;",
+                "FADD R1, R2, R3 ;"):
+        assert not pat.search(ins), ins
 
 
 def test_the_heavy_subset_is_what_the_docs_say():

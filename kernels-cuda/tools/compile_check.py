@@ -65,6 +65,10 @@ CI_HEAVY = ("wgmma_gemm_fwd_bf16.cu", "wgmma_gemm_dw.cu")
 # match at least once in every kernel the pattern selects (and the pattern must select one), `forbid`
 # {label: regex} must match nowhere in them. Authors of other kernels add their rows here.
 NO_LOCAL = {"local memory (LDL/STL)": r"\b(?:LDL|STL)(?:\.[A-Z0-9]+)*\b"}
+# a floating-point atomic or reduction to memory (RED/REDG/ATOM/ATOMG/ATOMS .ADD.F32 and kin): the order of such
+# sums is the scheduler's, so no ws1 kernel may issue one (integer atomics, e.g. a plan's CAS, are order-free)
+NO_FLOAT_ATOMIC = {"floating-point atomic (RED/ATOM .F16/.F32/.F64)":
+                   r"\b(?:REDG?|ATOMG?|ATOMS)\.[A-Z0-9_.]*?\bB?F(?:16|32|64)(?:x2|_V2)?\b"}
 SASS_EXPECT: list[dict] = [
     {"file": "wgmma_gemm_*.cu", "arch": "sm_90a", "kernel": r"GemmUniversal",
      "require": {"wgmma m64n128k16 BF16->FP32 (HGMMA)": r"\bHGMMA\.64x128x16\.F32\.BF16\b",
@@ -82,12 +86,16 @@ SASS_EXPECT: list[dict] = [
     *[{"file": "attention.cu", "arch": arch, "kernel": kern,
        "require": {"mma.sync m16n8k16 BF16->FP32 (HMMA.16816.F32.BF16)": r"\bHMMA\.16816\.F32\.BF16\b",
                    "ldmatrix (LDSM.16.M88.4)": r"\bLDSM\.16\.M88\.4\b", "cp.async (LDGSTS)": r"\bLDGSTS\b"},
-       "forbid": NO_LOCAL}
+       "forbid": {**NO_LOCAL, **NO_FLOAT_ATOMIC}}
       for arch, kern in (("sm_90a", r"attention_fwd_kernel<|attention_bwd_dq_kernel<|attention_bwd_dkv_kernel<"),
                          ("sm_80", r"attention_fwd_kernel<\d+, [14], 1>|attention_fwd_kernel<64, 4, 2>|"
                                    r"attention_bwd_dq_kernel<|attention_bwd_dkv_kernel<"))],
-    *[{"file": "attention.cu", "arch": arch, "kernel": r"attention_(plan|merge|bwd_prep)_kernel", "require": {},
-       "forbid": NO_LOCAL} for arch in ("sm_80", "sm_90a")],
+    *[{"file": "attention.cu", "arch": arch, "kernel": r"attention_(plan|merge|bwd_prep|bwd_plan)_kernel", "require": {},
+       "forbid": {**NO_LOCAL, **NO_FLOAT_ATOMIC}} for arch in ("sm_80", "sm_90a")],
+    # every kernel of every file: no floating-point atomic anywhere (a sum's order must never be the scheduler's);
+    # the CUTLASS TUs (wgmma_gemm_*.cu) have no sm_80 image in this check
+    *[{"file": files, "arch": arch, "kernel": r".", "require": {}, "forbid": NO_FLOAT_ATOMIC}
+      for files, arch in (("*.cu", "sm_90a"), ("[!w]*.cu", "sm_80"))],
 ]
 
 
