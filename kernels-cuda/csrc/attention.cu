@@ -189,15 +189,45 @@ struct FwdArgs {
   const int64_t* cu_q;
   const int64_t* cu_k;
   const int64_t* q_pos;
-  const int* plan;
+  const int* plan;  // attention_plan_kernel's; nullptr: a self-planned call (self_plan below)
   uint16_t* out;
   float* lse;
   float* ws_acc;  // chunk mode: [items][Hkv][16][DP] FP32
   float* ws_ml;   // chunk mode: [items][Hkv][16][2] (m, l)
-  int64_t Tq;
+  int64_t Tq, Tk;
   int B, Hq, Hkv, G, D;
   float scale_log2;
 };
+
+// A self-planned call: chunk mode (1-warp CTAs of 16 rows) with B <= 32 sequences and Tk <= kChunk, chosen by the
+// host from those shapes. Every valid position is then < kChunk, so every sequence with queries has ONE chunk and
+// the plan kernel's item list is the prefix of ceil(nq_b G / 16) query blocks per sequence (mode 1, chunk 0); the
+// CTA's warp computes that here, lane b for sequence b, instead of reading it from a plan kernel launched before
+// (one launch fewer: what a short pack or a short decode step costs is mostly launches). The same checks as the
+// plan kernel: false for inconsistent cu_seqlens (the caller writes NaN rows). Sets items and, for a CTA within
+// them, (b, qb) of item = items - 1 - blockIdx.x (b = -1 past them).
+__device__ __forceinline__ bool self_plan(const FwdArgs& a, int& items, int& b, int& qb) {
+  const int lane = threadIdx.x & 31;
+  int64_t nf = 0;
+  int bad = 0;
+  if (lane < a.B) {
+    const int64_t q0 = a.cu_q[lane], q1 = a.cu_q[lane + 1], k0 = a.cu_k[lane], k1 = a.cu_k[lane + 1];
+    if (0 <= q0 && q0 <= q1 && q1 <= a.Tq && 0 <= k0 && k0 <= k1 && k1 <= a.Tk) nf = ((q1 - q0) * a.G + 15) / 16;
+    else bad = 1;
+  }
+  if (lane == 0) bad |= !(a.cu_q[0] == 0 && a.cu_k[0] == 0 && a.cu_q[a.B] == a.Tq && a.cu_k[a.B] == a.Tk);
+  const int64_t inc = warp_incl_scan(nf);  // integers: exact
+  const int64_t total = __shfl_sync(0xffffffffu, inc, 31);
+  if (__any_sync(0xffffffffu, bad) || total > static_cast<int64_t>(gridDim.x)) return false;
+  items = static_cast<int>(total);
+  b = -1;
+  if (static_cast<int64_t>(blockIdx.x) >= total) return true;
+  const int64_t item = total - 1 - blockIdx.x;  // reverse, as the planned path
+  const unsigned hit = __ballot_sync(0xffffffffu, lane < a.B && inc - nf <= item && item < inc);
+  b = __ffs(static_cast<int>(hit)) - 1;  // the one sequence whose blocks hold the item
+  qb = static_cast<int>(item - __shfl_sync(0xffffffffu, inc - nf, b));
+  return true;
+}
 
 // Inconsistent cu_seqlens (possible only when the host check was skipped under graph capture): every output row NaN,
 // nothing read from K/V. CTA (x, kv head) covers queries x, x + gridDim.x, ...
@@ -256,21 +286,34 @@ __device__ __forceinline__ void fwd_body(const FwdArgs& a) {
 
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, tq = lane & 3;
   const int kh = blockIdx.y;
-  if (a.plan[0] != 1) {
-    fill_nan_rows(a);
-    return;
-  }
-  const int B = a.B, mode = a.plan[1], items = a.plan[2];
-  if (static_cast<int>(blockIdx.x) >= items) return;
-  // Items in reverse: the last query blocks of a sequence see the most keys; starting them first shortens the tail.
-  const int item = items - 1 - static_cast<int>(blockIdx.x);
-  const int* start = a.plan + (mode ? 4 + B : 3);
-  const int b = item_seq(start, B, item);
-  int qb = item - start[b], chunk = 0;
-  if (mode) {
-    const int nch = a.plan[5 + 2 * B + b];
-    chunk = qb % nch;
-    qb = qb / nch;
+  int mode, item, b, qb, chunk = 0;
+  if (NWM == 1 && a.plan == nullptr) {  // self-planned (1-warp CTAs only: self_plan's lanes are its sequences)
+    int items;
+    if (!self_plan(a, items, b, qb)) {
+      fill_nan_rows(a);
+      return;
+    }
+    if (b < 0) return;
+    mode = 1;
+    item = items - 1 - static_cast<int>(blockIdx.x);
+  } else {
+    if (a.plan[0] != 1) {
+      fill_nan_rows(a);
+      return;
+    }
+    const int B = a.B, items = a.plan[2];
+    mode = a.plan[1];
+    if (static_cast<int>(blockIdx.x) >= items) return;
+    // Items in reverse: the last query blocks of a sequence see the most keys; starting them first shortens the tail.
+    item = items - 1 - static_cast<int>(blockIdx.x);
+    const int* start = a.plan + (mode ? 4 + B : 3);
+    b = item_seq(start, B, item);
+    qb = item - start[b];
+    if (mode) {
+      const int nch = a.plan[5 + 2 * B + b];
+      chunk = qb % nch;
+      qb = qb / nch;
+    }
   }
   const int64_t q0 = a.cu_q[b], nq = a.cu_q[b + 1] - q0, k0 = a.cu_k[b], lk = a.cu_k[b + 1] - k0;
   for (int r = tid; r < BM; r += NT) {
@@ -1194,11 +1237,16 @@ void run_forward(const char* op, const Meta& m, const at::Tensor& q, const at::T
   int64_t cap = ceil_div(m.Tq * G, bm) + m.B;
   if (split) cap = std::max(cap, ceil_div(m.Tk, A::kChunk) + m.B);
   TORCH_CHECK(cap < (int64_t{1} << 31) - 1, op, ": too many (query block, chunk) items");
-  at::Tensor plan = make_plan(op, m, cu_q, cu_k, q_pos, bm, split, cap);
+  // Short chunk-mode calls (B <= 32, Tk <= kChunk: the fixture pack, short decode steps) plan inside their CTAs
+  // (self_plan: the same items, one launch instead of plan + kernel); a choice by the shapes, no bit moves.
+  const bool self_planned = split && m.B <= 32 && m.Tk <= A::kChunk;
+  at::Tensor plan;
+  if (!self_planned) plan = make_plan(op, m, cu_q, cu_k, q_pos, bm, split, cap);
   A::FwdArgs args{bf16_in(q), bf16_in(k), bf16_in(v), cu_q.data_ptr<int64_t>(), cu_k.data_ptr<int64_t>(),
-                  q_pos.data_ptr<int64_t>(), plan.data_ptr<int>(), bf16_out(out), lse.data_ptr<float>(), nullptr, nullptr,
-                  m.Tq, static_cast<int>(m.B), static_cast<int>(m.Hq), static_cast<int>(m.Hkv), static_cast<int>(G),
-                  static_cast<int>(m.D), static_cast<float>(scale) * A::kLog2e};
+                  q_pos.data_ptr<int64_t>(), self_planned ? nullptr : plan.data_ptr<int>(), bf16_out(out),
+                  lse.data_ptr<float>(), nullptr, nullptr, m.Tq, m.Tk, static_cast<int>(m.B), static_cast<int>(m.Hq),
+                  static_cast<int>(m.Hkv), static_cast<int>(G), static_cast<int>(m.D),
+                  static_cast<float>(scale) * A::kLog2e};
   const dim3 grid(static_cast<unsigned>(cap), static_cast<unsigned>(m.Hkv));
   if (split) {
     auto fo = q.options().dtype(at::kFloat);

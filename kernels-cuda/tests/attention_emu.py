@@ -241,6 +241,29 @@ class Args:
         self.__dict__.update(kw)
 
 
+def self_plan(a, bx):
+    """self_plan of the .cu, warp-wide (lane b = sequence b; B <= 32): None for inconsistent cu_seqlens, else
+    (items, b, qb) with b = -1 for a CTA past the items."""
+    lane = LANE
+    live = lane < a.B
+    ln = np.minimum(lane, a.B - 1)
+    q0, q1, k0, k1 = (np.where(live, x, 0) for x in (a.cu_q[ln], a.cu_q[ln + 1], a.cu_k[ln], a.cu_k[ln + 1]))
+    ok = (0 <= q0) & (q0 <= q1) & (q1 <= a.Tq) & (0 <= k0) & (k0 <= k1) & (k1 <= a.Tk)
+    nf = np.where(live & ok, ((q1 - q0) * a.G + 15) // 16, 0)
+    bad = live & ~ok
+    bad[0] |= not (a.cu_q[0] == 0 and a.cu_k[0] == 0 and a.cu_q[a.B] == a.Tq and a.cu_k[a.B] == a.Tk)
+    inc = np.cumsum(nf)                      # warp_incl_scan
+    total = int(inc[31])
+    if bad.any() or total > a.grid_x:        # __any_sync(bad), or more items than CTAs
+        return None
+    if bx >= total:
+        return total, -1, 0
+    item = total - 1 - bx
+    hit = np.flatnonzero(live & (inc - nf <= item) & (item < inc))   # __ballot_sync, then __ffs
+    b = int(hit[0])
+    return total, b, int(item - (inc - nf)[b])
+
+
 def fwd_cta(a, DP, NWM, MW, bx, kh, variant=None):
     """attention_fwd_kernel<DP, NWM, MW>, CTA (bx, kh)."""
     BM, S, C8, NB, NS = 16 * MW * NWM, DP + KPAD, DP // 8, DP // 8, KBN // 8
@@ -249,23 +272,37 @@ def fwd_cta(a, DP, NWM, MW, bx, kh, variant=None):
     Qs, Ks = 0, BM * S
     Vs = Ks + 2 * KBN * S
     plan = a.plan
-    if plan[0] != 1:  # fill_nan_rows
+
+    def fill_nan_rows():
         for i in range(bx, a.Tq, a.grid_x):
             for g in range(a.G):
                 row = i * a.Hq + kh * a.G + g
                 a.out[row * a.D:(row + 1) * a.D] = NAN_BF16
                 a.lse[row] = np.nan
-        return
-    B, mode, items = a.B, int(plan[1]), int(plan[2])
-    if bx >= items:
-        return
-    item = items - 1 - bx  # reverse: the heaviest query blocks first
-    start = plan[(4 + B if mode else 3):]
-    b = item_seq(start, B, item)
-    qb, chunk = item - int(start[b]), 0
-    if mode:
-        nch = int(plan[5 + 2 * B + b])
-        chunk, qb = qb % nch, qb // nch
+
+    if NWM == 1 and plan is None:  # self-planned
+        sp = self_plan(a, bx)
+        if sp is None:
+            fill_nan_rows()
+            return
+        items, b, qb = sp
+        if b < 0:
+            return
+        mode, chunk, item = 1, 0, items - 1 - bx
+    else:
+        if plan[0] != 1:
+            fill_nan_rows()
+            return
+        B, mode, items = a.B, int(plan[1]), int(plan[2])
+        if bx >= items:
+            return
+        item = items - 1 - bx  # reverse: the heaviest query blocks first
+        start = plan[(4 + B if mode else 3):]
+        b = item_seq(start, B, item)
+        qb, chunk = item - int(start[b]), 0
+        if mode:
+            nch = int(plan[5 + 2 * B + b])
+            chunk, qb = qb % nch, qb // nch
     q0, nq = int(a.cu_q[b]), int(a.cu_q[b + 1] - a.cu_q[b])
     k0, lk = int(a.cu_k[b]), int(a.cu_k[b + 1] - a.cu_k[b])
     s_pos = np.full(BM, -1, np.int64)
@@ -483,10 +520,12 @@ FWD_SMEM_MW2 = {64: (128 * 72 + 4 * 64 * 72) * 2 + (128 * 64 + 4 * 2 * 128) * 4,
                 128: (128 * 136 + 4 * 64 * 136) * 2 + (128 * 128 + 4 * 2 * 128) * 4}  # FwdCfg<DP, 4, 2>::smem_bytes
 
 
-def attention(q, k, v, cu_q, cu_k, q_pos, scale, sms=132, smem_optin=232448, variant=None):
+def attention(q, k, v, cu_q, cu_k, q_pos, scale, sms=132, smem_optin=232448, variant=None, self_planned=None):
     """The forward as the .cu's host code runs it: (out [Tq, Hq, D] BF16, lse [Tq, Hq] FP32). ``sms`` and
     ``smem_optin`` stand for the device's multiprocessor count and opt-in shared memory per block (H100 / H200 by
-    default; 166912 is an A100's): they only pick the launch configuration."""
+    default; 166912 is an A100's): they only pick the launch configuration. ``self_planned``: None for the host's
+    rule (chunk mode with B <= 32 and Tk <= KCHUNK plans in the CTAs), False to force the plan kernel (a test's
+    comparison of the two)."""
     Tq, Hq, D = q.shape
     Tk, Hkv, _ = k.shape
     assert D % 8 == 0 and 8 <= D <= KDMAX and Hq % Hkv == 0
@@ -500,11 +539,13 @@ def attention(q, k, v, cu_q, cu_k, q_pos, scale, sms=132, smem_optin=232448, var
     if split:
         cap = max(cap, -(-Tk // KCHUNK) + B)
     cq, ck, qp = cu_q.numpy(), cu_k.numpy(), q_pos.numpy()
-    plan = plan_kernel(cq, ck, qp, B, Tq, Tk, G, bm, split, cap, variant)
+    rule = split and B <= 32 and Tk <= KCHUNK
+    self_planned = rule if self_planned is None else (self_planned and rule)
+    plan = None if self_planned else plan_kernel(cq, ck, qp, B, Tq, Tk, G, bm, split, cap, variant)
     a = Args(q=_u16(q), k=_u16(k), v=_u16(v), cu_q=cq, cu_k=ck, q_pos=qp, plan=plan,
              out=np.full(Tq * Hq * D, 0x5555, U16), lse=np.full(Tq * Hq, 7.0, F32),
              ws_acc=np.full(cap * Hkv * 16 * DP, np.nan, F32), ws_ml=np.full(cap * Hkv * 16 * 2, np.nan, F32),
-             Tq=Tq, B=B, Hq=Hq, Hkv=Hkv, G=G, D=D, scale_log2=F32(scale) * LOG2E, grid_x=cap)
+             Tq=Tq, Tk=Tk, B=B, Hq=Hq, Hkv=Hkv, G=G, D=D, scale_log2=F32(scale) * LOG2E, grid_x=cap)
     nwm, mw = (1, 1) if split else (4, 2 if mw2 else 1)
     for kh in range(Hkv):
         for bx in range(cap):

@@ -208,6 +208,48 @@ def test_a_head_group_across_fragment_boundaries():
         assert ndiff(o, out[c0:c1]) == 0 and ndiff(ls, lse[c0:c1]) == 0, (c0, c1)
 
 
+@pytest.mark.parametrize("lengths_q,lengths_k,first,Hq,Hkv", [
+    ([11, 16, 13, 19], [11, 16, 13, 19], [0, 0, 0, 0], 4, 2),    # the fixture pack's lengths
+    ([1, 1, 0, 1], [100, 37, 5, 114], [99, 36, 0, 113], 10, 2),  # decode lanes, an empty sequence, G 5
+    ([1] * 32, [8] * 32, [7] * 32, 4, 4),                          # B 32: the rule's edge (one item per lane)
+])
+def test_self_planned_chunk_mode_gives_the_plan_kernels_bits(lengths_q, lengths_k, first, Hq, Hkv, monkeypatch):
+    """Short chunk-mode calls (B <= 32, Tk <= 256) plan inside their CTAs (self_plan: one launch instead of two): the
+    same rows in the same CTAs as the plan kernel's items, so the same bits, out and lse; and the same as whole-row
+    mode (sms=1)."""
+    D = 32
+    g = torch.Generator().manual_seed(sum(lengths_k))
+    q = rnd(g, sum(lengths_q), Hq, D)
+    k, v = rnd(g, sum(lengths_k), Hkv, D), rnd(g, sum(lengths_k), Hkv, D)
+    pos = torch.cat([torch.arange(f, f + n) for n, f in zip(lengths_q, first)])
+    args = (q, k, v, cu(lengths_q), cu(lengths_k), pos, D ** -0.5)
+    calls, real = [], E.self_plan
+    monkeypatch.setattr(E, "self_plan", lambda a, bx: (calls.append(bx), real(a, bx))[1])
+    o1, l1 = E.attention(*args)                       # self-planned (the host's rule)
+    assert calls                                      # ... which this call took
+    calls.clear()
+    o2, l2 = E.attention(*args, self_planned=False)   # the plan kernel
+    assert not calls
+    o3, l3 = E.attention(*args, sms=1)                # whole-row mode
+    assert (ndiff(o1, o2), ndiff(l1, l2), ndiff(o1, o3), ndiff(l1, l3)) == (0, 0, 0, 0)
+    assert not torch.isnan(l1).any()
+
+
+def test_guards_of_a_self_planned_call():
+    """self_plan's checks are the plan kernel's: a position past its keys is that row's NaN, the others keep their
+    bits; cu_seqlens past Tq make every row NaN."""
+    q, k, v = qkv(4, [20], 4, 2, 32)
+    pos = positions([20])
+    good, _ = E.attention(q, k, v, cu([20]), cu([20]), pos, 0.2)
+    bad_pos = pos.clone()
+    bad_pos[5] = 20
+    o, ls = E.attention(q, k, v, cu([20]), cu([20]), bad_pos, 0.2)
+    keep = torch.arange(20) != 5
+    assert torch.isnan(o[5].float()).all() and torch.isnan(ls[5]).all() and ndiff(o[keep], good[keep]) == 0
+    o, ls = E.attention(q, k, v, torch.tensor([0, 25]), cu([20]), pos, 0.2)
+    assert torch.isnan(o.float()).all() and torch.isnan(ls).all()
+
+
 def test_guards_of_a_captured_call_give_nan_rows_never_a_wrong_read():
     q, k, v = qkv(3, [20], 4, 2, 32)
     pos = positions([20])

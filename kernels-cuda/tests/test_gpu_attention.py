@@ -166,6 +166,31 @@ def test_packed_and_neighbours_do_not_change_a_query():
     same(o[2:3], out[300:301], "batched decode, sequence 2")
 
 
+def test_a_self_planned_pack_equals_the_same_pack_planned_by_the_plan_kernel():
+    """Short chunk-mode calls (B <= 32, Tk <= 256: the fixture pack) plan inside their CTAs; the same sequences with a
+    long one packed after them (Tk > 256: the plan kernel and the merge) give the same bits for their rows, and so
+    does the fixture pack's decode-sized lanes against B 33 (past the self-plan rule)."""
+    Hq, Hkv, D, lens = 32, 8, 128, [11, 16, 13, 19]
+    g = gen(47)
+    T = sum(lens)
+    q, k, v = rnd(g, T, Hq, D), rnd(g, T, Hkv, D), rnd(g, T, Hkv, D)
+    pos, sc = positions(lens), D ** -0.5
+    out, lse = attn(q, k, v, lens, lens, pos, sc)                      # self-planned
+    a = (rnd(g, 300, Hq, D), rnd(g, 300, Hkv, D), rnd(g, 300, Hkv, D))
+    qq, kk, vv = (torch.cat([x, y]) for x, y in zip((q, k, v), a))
+    o, ls = attn(qq, kk, vv, lens + [300], lens + [300], torch.cat([pos, positions([300])]), sc)   # the plan kernel
+    same(o[:T], out, "self-planned pack vs planned")
+    same(ls[:T], lse, "lse, self-planned pack vs planned")
+    # 32 decode lanes (self-planned) vs the same 32 among 33 (planned)
+    kd, vd = rnd(g, 33 * 8, Hkv, D), rnd(g, 33 * 8, Hkv, D)   # Tk 256 for 32 lanes: the rule's edge
+    qd = rnd(g, 33, Hq, D)
+    pd = torch.full((33,), 7, device=DEV)
+    o32, l32 = attn(qd[:32], kd[:32 * 8], vd[:32 * 8], [1] * 32, [8] * 32, pd[:32], sc)
+    o33, l33 = attn(qd, kd, vd, [1] * 33, [8] * 33, pd, sc)
+    same(o32, o33[:32], "32 decode lanes self-planned vs among 33")
+    same(l32, l33[:32], "lse, 32 decode lanes self-planned vs among 33")
+
+
 def test_unaligned_inputs_are_copied_to_the_same_bits():
     q, k, v, pos, sc, out, lse = _long(S=300, seed=44)
 
