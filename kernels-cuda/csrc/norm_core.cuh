@@ -13,8 +13,16 @@
 // Backward, one block per row, r = rstd[row]:
 //   g_h = dy_h * w_h;  S = block_sum(fmaf(g_h, x_h, part));  c = (S / H) * ((r * r) * r)
 //   dx_h = fmaf(-x_h, c, g_h * r)
-// dweight: thread per column h, serial over the rows IN THE GIVEN ORDER (the caller passes rows in
-// canonical order): acc = fmaf(dy[row, h], x[row, h] * r[row], acc) from +0. No atomics, no split.
+// dweight: the rows IN THE GIVEN ORDER (the caller passes rows in canonical order) in fixed chunks of
+// kDwRows = 256 rows aligned to row 0 of that order (a tiling of the row axis, like a GEMM's k-steps: the
+// chunk of a row is a function of its canonical index, never of the row count):
+//   part[c, h] = fmaf(dy[row, h], x[row, h] * r[row], part) over the chunk's rows ascending, from +0
+//                (norm_dw_kernel: a thread per (chunk, column), chunks and columns in parallel);
+//   dw[h]      = (((+0 + part[0, h]) + part[1, h]) + ...) over the chunks ascending (norm_dw_sum_kernel:
+//                a thread per column).
+// The same canonical row sequence gives the same chunks, the same partials, the same sum. No atomics.
+// (Before: one serial chain per column over every row — for qk_norm's [T * heads, 128] rows ONE block of
+// 128 threads walked 524288 rows at 16k tokens, on one SM.)
 // A row's bits depend on H, NT and its own values only: not on how many rows share the launch, nor
 // where the row sits (blockIdx only selects the row).
 #pragma once
@@ -63,15 +71,34 @@ __global__ void __launch_bounds__(NT) norm_bwd_kernel(const TD* __restrict__ dy,
 }
 
 constexpr int kDwThreads = 128;  // dweight: columns per block (elementwise in h, no effect on bits)
+constexpr int kDwRows = 256;     // dweight: rows per chunk (part of every dweight's order: fixed)
 
+// grid (ceil(H / kDwThreads), min(chunks, 65535)), chunks grid-stride along y: part [chunks, H] FP32, chunk c =
+// rows c * kDwRows ... (c + 1) * kDwRows - 1 (which CTA computes a chunk changes nothing in it)
 template <class TD, class TX>
 __global__ void __launch_bounds__(kDwThreads) norm_dw_kernel(const TD* __restrict__ dy, const TX* __restrict__ x,
-                                                             const float* __restrict__ rstd, float* __restrict__ dw,
+                                                             const float* __restrict__ rstd, float* __restrict__ part,
                                                              int64_t rows, int H) {
   const int h = blockIdx.x * kDwThreads + threadIdx.x;
   if (h >= H) return;
+  const int64_t chunks = (rows + kDwRows - 1) / kDwRows;
+  for (int64_t c = blockIdx.y; c < chunks; c += gridDim.y) {
+    const int64_t r0 = c * kDwRows, r1 = r0 + kDwRows < rows ? r0 + kDwRows : rows;
+    float acc = 0.0f;
+    for (int64_t row = r0; row < r1; ++row) acc = fmaf(ld(dy + row * H + h), ld(x + row * H + h) * rstd[row], acc);
+    part[c * H + h] = acc;
+  }
+}
+
+// grid ceil(H / kDwThreads): dw[h] = sum of part[c, h] over c ascending, from +0 (no rows: +0). A template only so
+// that the two TUs including this header share one definition.
+template <int = 0>
+__global__ void __launch_bounds__(kDwThreads) norm_dw_sum_kernel(const float* __restrict__ part, float* __restrict__ dw,
+                                                                 int64_t chunks, int H) {
+  const int h = blockIdx.x * kDwThreads + threadIdx.x;
+  if (h >= H) return;
   float acc = 0.0f;
-  for (int64_t row = 0; row < rows; ++row) acc = fmaf(ld(dy + row * H + h), ld(x + row * H + h) * rstd[row], acc);
+  for (int64_t c = 0; c < chunks; ++c) acc = __fadd_rn(acc, part[c * H + h]);
   dw[h] = acc;
 }
 
@@ -103,7 +130,8 @@ __global__ void __launch_bounds__(kDwThreads) norm_dw_kernel(const TD* __restric
   template __global__ void ws1cu::norm_dw_kernel<float, uint16_t>(const float*, const uint16_t*, const float*,    \
                                                                   float*, int64_t, int);                           \
   template __global__ void ws1cu::norm_dw_kernel<float, float>(const float*, const float*, const float*, float*,  \
-                                                               int64_t, int);
+                                                               int64_t, int);                                    \
+  template __global__ void ws1cu::norm_dw_sum_kernel<0>(const float*, float*, int64_t, int);
 
 #ifndef WS1_DEVICE_ONLY
 #include "ws1_cuda_host.h"
@@ -186,6 +214,8 @@ std::tuple<at::Tensor, at::Tensor> bwd(const at::Tensor& dy, const at::Tensor& x
   at::Tensor dx = at::empty(x.sizes(), opts);
   at::Tensor dw = at::empty({s.H}, opts);
   TORCH_CHECK(s.rows < (int64_t{1} << 31), op, ": too many rows (", s.rows, ")");
+  const int64_t chunks = ceil_div(s.rows, ws1cu::kDwRows);
+  at::Tensor part = at::empty({std::max<int64_t>(chunks, 1) * s.H}, opts);
   by_dtype(dy, x, [&](auto td, auto tx) {
     using TD = decltype(td);
     using TX = decltype(tx);
@@ -196,10 +226,14 @@ std::tuple<at::Tensor, at::Tensor> bwd(const at::Tensor& dy, const at::Tensor& x
             in<TD>(dy), in<TX>(x), in<TW>(w), rstd.data_ptr<float>(), dx.data_ptr<float>(), s.H);
       });
     }
-    ws1cu::norm_dw_kernel<TD, TX><<<static_cast<unsigned>(ceil_div(s.H, ws1cu::kDwThreads)), ws1cu::kDwThreads, 0,
-                                    stream()>>>(in<TD>(dy), in<TX>(x), rstd.data_ptr<float>(), dw.data_ptr<float>(),
-                                                s.rows, s.H);
+    if (chunks > 0)
+      ws1cu::norm_dw_kernel<TD, TX><<<dim3(static_cast<unsigned>(ceil_div(s.H, ws1cu::kDwThreads)),
+                                           static_cast<unsigned>(std::min<int64_t>(chunks, 65535))),
+                                      ws1cu::kDwThreads, 0, stream()>>>(in<TD>(dy), in<TX>(x), rstd.data_ptr<float>(),
+                                                                       part.data_ptr<float>(), s.rows, s.H);
   });
+  ws1cu::norm_dw_sum_kernel<0><<<static_cast<unsigned>(ceil_div(s.H, ws1cu::kDwThreads)), ws1cu::kDwThreads, 0, stream()>>>(
+      part.data_ptr<float>(), dw.data_ptr<float>(), chunks, s.H);
   check_launch(op);
   return {dx, dw};
 }

@@ -356,7 +356,8 @@ def test_gemm_path_is_reported():
     assert json.loads(K_().calls())["ws1_cuda::det_gemm"][f"{arch}:{want}"] == before + 1
 
 
-@pytest.mark.parametrize("op, shape, wdim", [("rms_norm", (70, 4096), 4096), ("qk_norm", (20, 32, 128), 128)])
+@pytest.mark.parametrize("op, shape, wdim", [("rms_norm", (70, 4096), 4096), ("rms_norm", (1000, 4096), 4096),
+                                             ("qk_norm", (20, 32, 128), 128)])
 def test_norms(op, shape, wdim):
     x, w = rnd(*shape, seed=9, dtype=F32), rnd(wdim, seed=10)
     f = getattr(K(), op)
@@ -372,6 +373,23 @@ def test_norms(op, shape, wdim):
     torch.testing.assert_close(dx.double(), xr.grad, atol=1e-3, rtol=1e-3)
     ref_dw = (dy.double() * xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6)).reshape(-1, wdim).sum(0)
     torch.testing.assert_close(dw.double(), ref_dw, atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("op, shape", [("rms_norm", (512, 256)), ("qk_norm", (64, 8, 128))])
+def test_norm_dweight_sums_chunks_of_256_rows_in_order(op, shape):
+    """dweight's order, exactly (docs/cuda.md, norm_core.cuh): each chunk of 256 rows (aligned to row 0) is one
+    fmaf chain from +0, then the chunk partials are added in ascending order. With rstd = 1, dy = 1, x = 2^24 in
+    row 0 and 1 in rows 1..511 of column 0: chunk 0 is 2^24 (each + 1 a tie, rounded to even 2^24), chunk 1 is 256,
+    so dw[0] = 2^24 + 256 exactly — a serial chain over all rows would give 2^24, chunks of 128 rows 2^24 + 384."""
+    x = torch.zeros(*shape, dtype=F32, device=DEV)
+    xr = x.view(-1, shape[-1])
+    xr[:, 0] = 1.0
+    xr[0, 0] = 2.0 ** 24
+    w = torch.ones(shape[-1], dtype=F32, device=DEV)
+    rstd = torch.ones(shape[:-1], dtype=F32, device=DEV)
+    _, dw = getattr(K(), op + "_bwd")(torch.ones_like(x), x, w, rstd)
+    assert float(dw[0]) == 2.0 ** 24 + 256, float(dw[0])
+    assert bool((dw[1:] == 0).all())
 
 
 def test_silu_is_swiglu_with_up_one_bitwise():
