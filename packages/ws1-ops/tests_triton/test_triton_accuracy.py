@@ -159,3 +159,25 @@ def test_fp32_dy_gemms_keep_fp32_accuracy(tri):
     one_mma = dy.bfloat16().float()
     assert err(dx(one_mma), dy, w) > 1e-4
     assert err(dw(one_mma), dy.T, x) > 1e-4
+
+
+def test_norm_dweight_sums_chunks_of_canonical_rows_in_order(tri):
+    """norm_dw's order (rms_norm.py): chunks of DW_CHUNK canonical rows, each summed from 0 step by step, then the
+    chunk partials added in ascending order. Column 0 holds 2^24 in row 0 and 1.0 in rows 256, 320, 384, 448 (four
+    steps of chunk 1), rstd = 1, dy = 1: chunk 1's partial is 4 and dw[0] = 2^24 + 4 exactly, where one chain over
+    every row (the previous kernel) rounds each + 1 back to 2^24 (a tie, to even). Rows reach the kernel through
+    ``perm``: reversed storage, the canonical order given by perm, the same bits."""
+    from tdev import to_cpu, to_dev
+
+    from ws1_ops.triton import rms_norm as trn
+
+    R, H = 600, 40
+    x = torch.zeros(R, H)
+    x[0, 0] = 2.0 ** 24
+    x[[256, 320, 384, 448], 0] = 1.0
+    dy, rstd = torch.ones(R, H), torch.ones(R)
+    dw = to_cpu(trn.norm_dw(*to_dev((dy, x, rstd, torch.arange(R)))))
+    assert float(dw[0]) == 2.0 ** 24 + 4 and bool((dw[1:] == 0).all()), float(dw[0])
+    flip = torch.arange(R - 1, -1, -1)
+    again = to_cpu(trn.norm_dw(*to_dev((dy[flip], x[flip], rstd[flip], flip))))
+    assert bitwise(again, dw, "rows stored reversed, canonical order by perm").passed

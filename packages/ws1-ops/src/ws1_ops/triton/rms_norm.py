@@ -6,8 +6,12 @@ Backward: dx [T, H] FP32 per row; dweight [H] FP32 summed over rows in canonical
 Invariance: one program per token holds the whole row (H <= BLOCK_H) and reduces it with one
 fixed tree that depends on BLOCK_H alone — no other row is in the program, so batch size, row
 position and padding cannot reach the result. sqrt and the divides are IEEE (``sqrt_rn``,
-``div_rn``), y is rounded once to BF16 (RNE). dweight: columns in parallel; rows in canonical
-order, BR rows per step (a fixed tree inside the block, blocks ascending from canonical row 0).
+``div_rn``), y is rounded once to BF16 (RNE). dweight: the rows in canonical order in fixed chunks
+of DW_CHUNK = 256 aligned to canonical row 0, each chunk BR rows per step (a fixed tree inside the
+step, steps ascending from the chunk's first row, from 0), chunks and columns in parallel; then the
+chunk partials added per column in ascending chunk order from 0. A row's chunk is a function of its
+canonical index (a fixed tiling of the row axis), never of the row count. (Before: one program per
+BC columns walked every row — qk_norm's 128 columns were 4 programs over T * heads rows.)
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import triton.language as tl
 
 from ._common import check_device, counted, index_on, next_pow2, rne_bf16
 
-DW_BR, DW_BC = 64, 32  # dweight: canonical rows per step, columns per program
+DW_BR, DW_BC, DW_CHUNK = 64, 32, 256  # dweight: canonical rows per step, columns per program, rows per chunk
 
 
 @triton.jit
@@ -71,16 +75,17 @@ def rms_norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, T, H, Hf, BLOCK_
 
 @counted
 @triton.jit(do_not_specialize=["R"])
-def norm_dw_kernel(dy_ptr, x_ptr, rstd_ptr, perm_ptr, dw_ptr, R, H, BR: tl.constexpr, BC: tl.constexpr):
-    """dw[h] = sum over rows r in canonical order of dy[perm[r], h] * (x[perm[r], h] * rstd[perm[r]]).
-
-    Rows BR at a time from canonical row 0 (fixed tree within a block, blocks ascending); a
-    program owns BC columns for all rows, so no column's sum is ever split."""
-    cols = tl.program_id(0) * BC + tl.arange(0, BC)
+def norm_dw_kernel(dy_ptr, x_ptr, rstd_ptr, perm_ptr, part_ptr, R, H, BR: tl.constexpr, BC: tl.constexpr,
+                   CHUNK: tl.constexpr):
+    """part[c, h] = sum over the canonical rows r of chunk c (CHUNK rows from c * CHUNK) of
+    dy[perm[r], h] * (x[perm[r], h] * rstd[perm[r]]): BR rows per step (a fixed tree within the step,
+    steps ascending), from 0. One program per (chunk, BC columns)."""
+    c = tl.program_id(0)
+    cols = tl.program_id(1) * BC + tl.arange(0, BC)
     c_ok = cols < H
     acc = tl.zeros((BC,), dtype=tl.float32)
-    for r0 in range(0, R, BR):
-        r = r0 + tl.arange(0, BR)
+    for r0 in range(0, CHUNK, BR):
+        r = c * CHUNK + r0 + tl.arange(0, BR)
         r_ok = r < R
         rows = tl.load(perm_ptr + r, mask=r_ok, other=0).to(tl.int64)
         m = r_ok[:, None] & c_ok[None, :]
@@ -88,6 +93,18 @@ def norm_dw_kernel(dy_ptr, x_ptr, rstd_ptr, perm_ptr, dw_ptr, R, H, BR: tl.const
         x = tl.load(x_ptr + rows[:, None] * H + cols[None, :], mask=m, other=0.0).to(tl.float32)
         rs = tl.load(rstd_ptr + rows, mask=r_ok, other=0.0)
         acc += tl.sum(dy * (x * rs[:, None]), 0)
+    tl.store(part_ptr + c.to(tl.int64) * H + cols, acc, mask=c_ok)
+
+
+@counted
+@triton.jit(do_not_specialize=["NCH"])
+def norm_dw_sum_kernel(part_ptr, dw_ptr, NCH, H, BC: tl.constexpr):
+    """dw[h] = sum of part[c, h] over the chunks c ascending, from 0 (no chunk: 0)."""
+    cols = tl.program_id(0) * BC + tl.arange(0, BC)
+    c_ok = cols < H
+    acc = tl.zeros((BC,), dtype=tl.float32)
+    for c in range(0, NCH):
+        acc += tl.load(part_ptr + c * H + cols, mask=c_ok, other=0.0)   # < 2^31 elements (host check)
     tl.store(dw_ptr + cols, acc, mask=c_ok)
 
 
@@ -120,7 +137,15 @@ def norm_dw(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, perm: torch.T
     dy, x, rstd = dy.reshape(-1, H).contiguous(), x.reshape(-1, H).contiguous(), rstd.reshape(-1).contiguous()
     dw = torch.empty(H, dtype=torch.float32, device=x.device)
     if H:
-        norm_dw_kernel[(triton.cdiv(H, DW_BC),)](dy, x, rstd, perm, dw, perm.numel(), H, BR=DW_BR, BC=DW_BC, num_warps=4)
+        R = perm.numel()
+        nch = triton.cdiv(R, DW_CHUNK)
+        if nch * H >= 2 ** 31:
+            raise ValueError(f"triton norm_dw: {R} rows x {H} columns need {nch * H} chunk partials (at most 2^31 - 1)")
+        part = torch.empty(max(nch, 1) * H, dtype=torch.float32, device=x.device)
+        if nch:
+            norm_dw_kernel[(nch, triton.cdiv(H, DW_BC))](dy, x, rstd, perm, part, R, H, BR=DW_BR, BC=DW_BC,
+                                                          CHUNK=DW_CHUNK, num_warps=4)
+        norm_dw_sum_kernel[(triton.cdiv(H, DW_BC),)](part, dw, nch, H, BC=DW_BC, num_warps=4)
     return dw
 
 
