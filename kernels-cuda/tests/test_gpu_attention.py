@@ -167,18 +167,20 @@ def test_packed_and_neighbours_do_not_change_a_query():
 
 
 def test_a_self_planned_pack_equals_the_same_pack_planned_by_the_plan_kernel():
-    """Short chunk-mode calls (B <= 32, Tk <= 256: the fixture pack) plan inside their CTAs; the same sequences with a
-    long one packed after them (Tk > 256: the plan kernel and the merge) give the same bits for their rows, and so
-    does the fixture pack's decode-sized lanes against B 33 (past the self-plan rule)."""
+    """Short chunk-mode calls (B <= 32, Tk <= 256: the fixture pack) plan inside their CTAs; the same sequences
+    followed by a decode lane over 300 keys (Tk > 256: chunk mode planned by the plan kernel, the merge kernel
+    launched) give the same bits for their rows, and 32 decode lanes (self-planned) equal the same lanes among 33
+    (past the self-plan rule)."""
     Hq, Hkv, D, lens = 32, 8, 128, [11, 16, 13, 19]
     g = gen(47)
     T = sum(lens)
     q, k, v = rnd(g, T, Hq, D), rnd(g, T, Hkv, D), rnd(g, T, Hkv, D)
     pos, sc = positions(lens), D ** -0.5
     out, lse = attn(q, k, v, lens, lens, pos, sc)                      # self-planned
-    a = (rnd(g, 300, Hq, D), rnd(g, 300, Hkv, D), rnd(g, 300, Hkv, D))
-    qq, kk, vv = (torch.cat([x, y]) for x, y in zip((q, k, v), a))
-    o, ls = attn(qq, kk, vv, lens + [300], lens + [300], torch.cat([pos, positions([300])]), sc)   # the plan kernel
+    qd, kd, vd = rnd(g, 1, Hq, D), rnd(g, 300, Hkv, D), rnd(g, 300, Hkv, D)
+    qq, kk, vv = torch.cat([q, qd]), torch.cat([k, kd]), torch.cat([v, vd])
+    pp = torch.cat([pos, torch.tensor([299], device=DEV)])
+    o, ls = attn(qq, kk, vv, lens + [1], lens + [300], pp, sc)         # the plan kernel (and the merge)
     same(o[:T], out, "self-planned pack vs planned")
     same(ls[:T], lse, "lse, self-planned pack vs planned")
     # 32 decode lanes (self-planned) vs the same 32 among 33 (planned)
