@@ -34,7 +34,8 @@ def _one(launches, kernel, shapes, table="sm90", where=lambda r: True, **kwargs)
 
 def test_every_node_launch_is_recorded_with_the_family_options(launches):
     kernels = {r["kernel"].split(":")[1] for r in launches}
-    assert len(kernels) == 28, sorted(kernels)
+    assert len(kernels) == 29, sorted(kernels)
+    assert {"norm_dw_kernel", "norm_dw_sum_kernel"} <= kernels       # the norms' chunked dweight: both launches
     # the captured decode's path: the plan made on the device and the merge that checks it
     assert "attention_plan_kernel" in kernels
     assert {r["kwargs"]["CHECKED"] for r in launches if r["kernel"].endswith(":attention_fwd_merge_kernel")} == {False, True}
