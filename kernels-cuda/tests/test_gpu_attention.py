@@ -252,14 +252,20 @@ def _bwd(dout, q, k, v, out, lse, lens_q, lens_k, pos, sc):
     return K().attention_bwd(dout, q, k, v, out, lse, cu(lens_q), cu(lens_k), pos, sc)
 
 
-@pytest.mark.parametrize("D,Hq,Hkv,lengths", [(128, 8, 2, [300]), (64, 4, 2, [37, 100]), (32, 4, 4, [70])])
-def test_backward_matches_fp64_autograd(D, Hq, Hkv, lengths):
-    g = gen(50 + D)
+def _bwd_case(seed, D, Hq, Hkv, lengths):
+    """Packed sequences of ``lengths`` (queries = keys, positions 0..n-1): q, k, v, positions, scale, the forward's
+    out and lse, an FP32 dO."""
+    g = gen(seed)
     T = sum(lengths)
     q, k, v = rnd(g, T, Hq, D), rnd(g, T, Hkv, D), rnd(g, T, Hkv, D)
     pos, sc = positions(lengths), D ** -0.5
     out, lse = attn(q, k, v, lengths, lengths, pos, sc)
-    dout = rnd(g, T, Hq, D, dtype=F32)
+    return q, k, v, pos, sc, out, lse, rnd(g, T, Hq, D, dtype=F32)
+
+
+@pytest.mark.parametrize("D,Hq,Hkv,lengths", [(128, 8, 2, [300]), (64, 4, 2, [37, 100]), (32, 4, 4, [70])])
+def test_backward_matches_fp64_autograd(D, Hq, Hkv, lengths):
+    q, k, v, pos, sc, out, lse, dout = _bwd_case(50 + D, D, Hq, Hkv, lengths)
     grads = _bwd(dout, q, k, v, out, lse, lengths, lengths, pos, sc)
     ref, leaves = ref_fwd(q, k, v, lengths, lengths, pos, sc, grad=True)
     ref.backward(dout.double())
@@ -318,13 +324,8 @@ def test_a_captured_backward_replays_to_the_eager_bits_and_guards_itself():
     """The backward's plans are built on the device (no host sync), so it can be captured: a replay gives the eager
     call's bits, follows new q_pos / cu_seqlens content, and turns what an eager call refuses (a repeated position, a
     position past the keys, inconsistent cu_seqlens) into NaN in every element of dq, dk and dv."""
-    D, Hq, Hkv, lens = 128, 8, 2, [37, 300]
-    g = gen(62)
-    T = sum(lens)
-    q, k, v = rnd(g, T, Hq, D), rnd(g, T, Hkv, D), rnd(g, T, Hkv, D)
-    pos, sc = positions(lens), D ** -0.5
-    out, lse = attn(q, k, v, lens, lens, pos, sc)
-    dout = rnd(g, T, Hq, D, dtype=F32)
+    lens = [37, 300]
+    q, k, v, pos, sc, out, lse, dout = _bwd_case(62, 128, 8, 2, lens)
     want = _bwd(dout, q, k, v, out, lse, lens, lens, pos, sc)
     cq, ck, pq = cu(lens), cu(lens), pos.clone()
     K().attention_bwd(dout, q, k, v, out, lse, cq, ck, pq, sc)  # warm up outside the capture
@@ -332,10 +333,12 @@ def test_a_captured_backward_replays_to_the_eager_bits_and_guards_itself():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         grads = K().attention_bwd(dout, q, k, v, out, lse, cq, ck, pq, sc)
-    graph.replay()
-    torch.cuda.synchronize()
-    for name, a, b in zip(("dq", "dk", "dv"), grads, want):
-        same(a, b, f"captured backward {name}")
+
+    def replay_same(what):
+        graph.replay()
+        torch.cuda.synchronize()
+        for name, a, b in zip(("dq", "dk", "dv"), grads, want):
+            same(a, b, f"{what}: {name}")
 
     def replay_all_nan(what):
         graph.replay()
@@ -343,6 +346,7 @@ def test_a_captured_backward_replays_to_the_eager_bits_and_guards_itself():
         for name, a in zip(("dq", "dk", "dv"), grads):
             assert bool(torch.isnan(a).all()), f"{what}: {name} has {int((~torch.isnan(a)).sum())} non-NaN elements"
 
+    replay_same("captured backward")
     pq[40] = 2                       # rows 39 and 40 (sequence 1) both at position 2
     replay_all_nan("repeated position")
     pq.copy_(pos)
@@ -352,10 +356,7 @@ def test_a_captured_backward_replays_to_the_eager_bits_and_guards_itself():
     ck[-1] += 1                      # cu_seqlens_k[-1] != Tk
     replay_all_nan("inconsistent cu_seqlens_k")
     ck.copy_(cu(lens))
-    graph.replay()                   # valid again: the eager bits again
-    torch.cuda.synchronize()
-    for name, a, b in zip(("dq", "dk", "dv"), grads, want):
-        same(a, b, f"captured backward {name}, replayed after refused input")
+    replay_same("captured backward, valid again after refused input")
 
 
 def test_backward_refuses_two_queries_at_one_position():

@@ -143,10 +143,10 @@ def test_a_call_needing_more_slots_than_its_shape_allows_is_nan(tri, small_chunk
     assert bitwise(out, _call(CASES["decode across chunk edges"], False)[0], "decode at the small bound").passed
 
 
-@pytest.mark.skipif(MODE != "interpreter", reason="counts host reads of CPU tensors (the interpreter's inputs)")
-def test_the_device_plan_reads_nothing_back(tri, small_chunk, monkeypatch):
-    """No scalar read, value-sized op or tolist anywhere in a graph-safe call; the host plan reads (the
-    counter can fail)."""
+def _host_reads(monkeypatch):
+    """(reads, Reads): a list that collects every value read back to the host — scalar reads, value-sized ops,
+    ``tolist`` / ``item`` — while a ``Reads()`` dispatch mode is active (``tolist`` / ``item`` always, via
+    monkeypatch)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     reads = []
@@ -160,7 +160,15 @@ def test_the_device_plan_reads_nothing_back(tri, small_chunk, monkeypatch):
     for meth in ("tolist", "item"):
         old = getattr(torch.Tensor, meth)
         monkeypatch.setattr(torch.Tensor, meth, lambda self, *a, _o=old, _m=meth, **kw: (reads.append(_m), _o(self, *a, **kw))[1])
+    return reads, Reads
+
+
+@pytest.mark.skipif(MODE != "interpreter", reason="counts host reads of CPU tensors (the interpreter's inputs)")
+def test_the_device_plan_reads_nothing_back(tri, small_chunk, monkeypatch):
+    """No scalar read, value-sized op or tolist anywhere in a graph-safe call; the host plan reads (the
+    counter can fail)."""
     args = CASES["decode across chunk edges"]
+    reads, Reads = _host_reads(monkeypatch)
     with Reads():
         _call(args, True)
     assert reads == []
@@ -263,22 +271,10 @@ def test_negative_control_a_device_plan_missing_a_tile_is_caught(tri, monkeypatc
 @pytest.mark.skipif(MODE != "interpreter", reason="counts host reads of CPU tensors (the interpreter's inputs)")
 def test_the_backward_device_plan_reads_nothing_back(tri, monkeypatch):
     """No scalar read, value-sized op or tolist in a graph-safe backward; the host-planned one reads."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    reads = []
-
-    class Reads(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func._opname in ("_local_scalar_dense", "nonzero", "masked_select", "equal", "is_nonzero"):
-                reads.append(func._opname)
-            return func(*args, **(kwargs or {}))
-
     q, k, v, cu_q, cu_k, pos = BWD_CASES["decode with an empty lane"]
     out, lse = ta.attention(q, k, v, cu_q, cu_k, pos, D ** -0.5)
     dout = _rand(11, *q.shape)
-    for meth in ("tolist", "item"):
-        old = getattr(torch.Tensor, meth)
-        monkeypatch.setattr(torch.Tensor, meth, lambda self, *a, _o=old, _m=meth, **kw: (reads.append(_m), _o(self, *a, **kw))[1])
+    reads, Reads = _host_reads(monkeypatch)
     with Reads(), ws1_ops.graph_safe():
         ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D ** -0.5)
     assert reads == []
