@@ -182,8 +182,10 @@ namespace mma {
 
 // y = x @ weight.T: x [M, K] BF16, weight [N, K] BF16 (rows may be strided; the K axis must be dense).
 // The device's arch picks the kernel: sm_90 -> wgmma_gemm.h (wgmma + TMA), else this file's mma.sync kernel;
-// `call` records which ("sm_90:wgmma", "sm_80:mma_sync").
-inline at::Tensor run(const at::Tensor& x_in, const at::Tensor& w_in, bool out_f32, const char* op, CallScope& call) {
+// `call` records which ("sm_90:wgmma", "sm_80:mma_sync"). `force`: an sm_90a configuration instead of
+// pick_config's (det_gemm_in_config: the tests and benchmarks of the configurations; an error off sm_90).
+inline at::Tensor run(const at::Tensor& x_in, const at::Tensor& w_in, bool out_f32, const char* op, CallScope& call,
+                      const ws1cu::sm90::Config* force = nullptr) {
   check_cuda(x_in, op, "x");
   check_same_device(x_in, w_in, op, "weight");
   check_dtype(x_in, at::kBFloat16, op, "x");
@@ -195,12 +197,14 @@ inline at::Tensor run(const at::Tensor& x_in, const at::Tensor& w_in, bool out_f
               w_in.size(1), " (shape ", w_in.sizes(), ")");
   const c10::cuda::CUDAGuard guard(x_in.device());
   const bool sm90 = wg::on_sm90(x_in);
+  TORCH_CHECK(force == nullptr || sm90, op, ": the sm_90a configurations need an sm_90 device; ", x_in.device(),
+              " is not one");
   call.path(sm90 ? "wgmma" : "mma_sync");
   at::Tensor out = at::empty({M, N}, x_in.options().dtype(out_f32 ? at::kFloat : at::kBFloat16));
   if (M == 0 || N == 0) return out;
   if (K == 0) return out.zero_();
   if (sm90) {
-    wg::run(x_in, w_in, out, op);
+    wg::run(x_in, w_in, out, op, force);
     return out;
   }
   at::Tensor x = x_in.stride(1) == 1 ? x_in : x_in.contiguous();

@@ -40,24 +40,32 @@ using TagA = std::conditional_t<MA == Major::K, cutlass::layout::RowMajor, cutla
 template <Major MB>
 using TagB = std::conditional_t<MB == Major::K, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
 
-template <bool WIDE>
+template <Config C>
 struct Shapes {
-  using Tile = std::conditional_t<WIDE, Shape<_256, _128, _64>, Shape<_64, _128, _64>>;
-  using Cluster = std::conditional_t<WIDE, Shape<_1, _2, _1>, Shape<_1, _1, _1>>;
-  using Mainloop = std::conditional_t<WIDE, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+  static constexpr bool kWide = C == Config::Wide, kN32 = C == Config::NarrowN32;
+  using Tile = std::conditional_t<kWide, Shape<_256, _128, _64>, std::conditional_t<kN32, Shape<_64, _32, _64>, Shape<_64, _128, _64>>>;
+  using Cluster = std::conditional_t<kWide, Shape<_1, _2, _1>, Shape<_1, _1, _1>>;
+  using Mainloop = std::conditional_t<kWide, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
                                       cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
-  using Epilogue = std::conditional_t<WIDE, cutlass::epilogue::TmaWarpSpecializedCooperative,
+  using Epilogue = std::conditional_t<kWide, cutlass::epilogue::TmaWarpSpecializedCooperative,
                                       cutlass::epilogue::TmaWarpSpecialized>;
-  using AtomLayout = std::conditional_t<WIDE, Layout<Shape<_2, _1, _1>>, Layout<Shape<_1, _1, _1>>>;
+  using AtomLayout = std::conditional_t<kWide, Layout<Shape<_2, _1, _1>>, Layout<Shape<_1, _1, _1>>>;
   // Fixed pipeline depth (no auto count that could differ between outputs): wide 4 x 48 KB, narrow 8 x 24 KB
   // of A+B tiles in shared memory. (The auto count gave the BF16-output narrow kernel 9 stages, and ptxas then
-  // spilled its stage index arithmetic.)
-  static constexpr int kStages = WIDE ? 4 : 8;
+  // spilled its stage index arithmetic.) The n32 candidate: 16 x 12 KB (A 8 KB + B 4 KB), i.e. 64 KB of weight
+  // in flight per CTA, for a decode step's weight stream.
+  static constexpr int kStages = kWide ? 4 : kN32 ? 16 : 8;
 };
 
-template <Major MA, Major MB, class ElementD, bool WIDE>
+// The wgmma instruction each configuration must run (the numerics pin below): m64n128k16, or m64n32k16 for the
+// n32 candidate.
+template <Config C, GMMA::Major GA, GMMA::Major GB>
+using ExpectedAtom = std::conditional_t<C == Config::NarrowN32, SM90_64x32x16_F32BF16BF16_SS<GA, GB>,
+                                        SM90_64x128x16_F32BF16BF16_SS<GA, GB>>;
+
+template <Major MA, Major MB, class ElementD, Config C>
 struct Kernel {
-  using S = Shapes<WIDE>;
+  using S = Shapes<C>;
   static constexpr int kAlignD = 16 / int(sizeof(ElementD));
   // D = 1 * acc (no source C): the multiply by one is exact (a NaN stays a NaN, -0 stays -0); then one
   // float -> ElementD conversion, round to nearest even (cvt.rn.bf16x2.f32 for BF16; none for FP32).
@@ -79,9 +87,10 @@ struct Kernel {
   // sequence of wgmma_gemm.h rests on it), K-tiles of 64, and the non-stream-K persistent scheduler.
   static constexpr GMMA::Major kGA = MA == Major::K ? GMMA::Major::K : GMMA::Major::MN;
   static constexpr GMMA::Major kGB = MB == Major::K ? GMMA::Major::K : GMMA::Major::MN;
-  using ExpectedMma = decltype(make_tiled_mma(SM90_64x128x16_F32BF16BF16_SS<kGA, kGB>{}, typename S::AtomLayout{}));
+  using ExpectedMma = decltype(make_tiled_mma(ExpectedAtom<C, kGA, kGB>{}, typename S::AtomLayout{}));
   static_assert(std::is_same_v<typename CollectiveMainloop::TiledMma, ExpectedMma>,
-                "ws1: the sm90 GEMM must run wgmma m64n128k16 (docs/cuda.md): the collective builder chose another MMA");
+                "ws1: the sm90 GEMM must run wgmma m64n128k16 (m64n32k16: the n32 candidate; docs/cuda.md): the collective "
+                "builder chose another MMA");
   static_assert(size<2>(typename S::Tile{}) == 64, "ws1: k-tiles of 64");
   static_assert(std::is_same_v<typename GemmKernel::TileSchedulerTag, cutlass::gemm::PersistentScheduler>,
                 "ws1: the persistent (data-parallel) tile scheduler, never stream-K");
@@ -133,14 +142,28 @@ inline const char* launch(const GemmArgs& g, int device, cudaStream_t stream) {
 }  // namespace sm90
 }  // namespace ws1cu
 
-// Defines ws1cu::sm90::detail::launch_<NAME>(args, config, device, stream) for one layout pair and output type.
+// Defines ws1cu::sm90::detail::launch_<NAME>(args, config, device, stream) for one layout pair and output type, in the
+// two configurations pick_config chooses from (the n32 candidate has its own TU and macro below).
 #define WS1_SM90_GEMM_DEFINE(NAME, MA, MB, ELEMENT_D)                                                               \
   namespace ws1cu {                                                                                                 \
   namespace sm90 {                                                                                                  \
   namespace detail {                                                                                                \
   const char* launch_##NAME(const GemmArgs& g, Config cfg, int device, cudaStream_t stream) {                       \
-    return cfg == Config::Wide ? launch<Kernel<MA, MB, ELEMENT_D, true>>(g, device, stream)                        \
-                               : launch<Kernel<MA, MB, ELEMENT_D, false>>(g, device, stream);                      \
+    if (cfg == Config::NarrowN32) return "the n32 candidate is not instantiated in this translation unit";         \
+    return cfg == Config::Wide ? launch<Kernel<MA, MB, ELEMENT_D, Config::Wide>>(g, device, stream)                \
+                               : launch<Kernel<MA, MB, ELEMENT_D, Config::Narrow>>(g, device, stream);             \
+  }                                                                                                                 \
+  }                                                                                                                 \
+  }                                                                                                                 \
+  }
+
+// Defines ws1cu::sm90::detail::launch_<NAME>_n32(args, device, stream): the n32 candidate configuration alone.
+#define WS1_SM90_GEMM_DEFINE_N32(NAME, MA, MB, ELEMENT_D)                                                           \
+  namespace ws1cu {                                                                                                 \
+  namespace sm90 {                                                                                                  \
+  namespace detail {                                                                                                \
+  const char* launch_##NAME##_n32(const GemmArgs& g, int device, cudaStream_t stream) {                             \
+    return launch<Kernel<MA, MB, ELEMENT_D, Config::NarrowN32>>(g, device, stream);                                 \
   }                                                                                                                 \
   }                                                                                                                 \
   }                                                                                                                 \
@@ -153,6 +176,17 @@ inline const char* launch(const GemmArgs& g, int device, cudaStream_t stream) {
   namespace sm90 {                                                                                                  \
   namespace detail {                                                                                                \
   const char* launch_##NAME(const GemmArgs&, Config, int, cudaStream_t) {                                          \
+    return "this build has no sm_90a GEMM (WS1_CUDA_ARCHS without 90a)";                                           \
+  }                                                                                                                 \
+  }                                                                                                                 \
+  }                                                                                                                 \
+  }
+
+#define WS1_SM90_GEMM_DEFINE_N32(NAME, MA, MB, ELEMENT_D)                                                           \
+  namespace ws1cu {                                                                                                 \
+  namespace sm90 {                                                                                                  \
+  namespace detail {                                                                                                \
+  const char* launch_##NAME##_n32(const GemmArgs&, int, cudaStream_t) {                                             \
     return "this build has no sm_90a GEMM (WS1_CUDA_ARCHS without 90a)";                                           \
   }                                                                                                                 \
   }                                                                                                                 \

@@ -57,7 +57,14 @@ struct GemmArgs {
   int64_t M, N, K;
 };
 
-enum class Config : int { Wide = 0, Narrow = 1 };
+// NarrowN32 is a CANDIDATE, never returned by pick_config: the narrow configuration with 64 x 32 x 64 tiles on
+// wgmma m64n32k16 (16 stages of 12 KB), instantiated for det_gemm's forward only (wgmma_gemm_fwd_bf16_n32.cu).
+// A decode step (M <= 64) streams the weight through N / 128 CTAs in the narrow configuration — 32 SMs of 132 at
+// N 4096, 8 at N 1024 (Qwen3-8B's k_proj and v_proj) —, and through N / 32 with n32. Whether it may replace
+// narrow for M <= 64 turns on one fact only a GPU can show: that m64n32k16 gives an element the bits m64n128k16
+// gives it (the same operands, k16 steps and order; only the instruction's N width differs). The GPU test
+// test_gemm_n32_candidate_bits compares the two on the same rows; benchmarks/bench_cuda.py times it (docs/cuda.md).
+enum class Config : int { Wide = 0, Narrow = 1, NarrowN32 = 2 };
 
 // The narrow configuration runs for few rows (a decode step: 64-row tiles, 4x the CTAs of a wide M-tile)
 // and whenever the wide tiles would not cover the 132 SMs of an H100/H200 once; wide otherwise (its 256 x
@@ -74,6 +81,7 @@ const char* launch_fwd_bf16(const GemmArgs&, Config, int device, cudaStream_t); 
 const char* launch_fwd_f32(const GemmArgs&, Config, int device, cudaStream_t);   // A K-major, B K-major, C FP32
 const char* launch_dx(const GemmArgs&, Config, int device, cudaStream_t);        // A K-major, B N-major, C FP32
 const char* launch_dw(const GemmArgs&, Config, int device, cudaStream_t);        // A M-major, B N-major, C FP32
+const char* launch_fwd_bf16_n32(const GemmArgs&, int device, cudaStream_t);        // the n32 candidate (det_gemm)
 }  // namespace detail
 
 // Why these arguments cannot run on the TMA path, or nullptr. TMA needs every base pointer 16-byte aligned,
@@ -94,12 +102,19 @@ inline const char* unsupported(const GemmArgs& g) {
   return nullptr;
 }
 
-// Launches C = A · B^T on `stream` (the current device `device`) in the configuration pick_config gives.
-// Returns nullptr when launched, else why not (nothing was launched, or the launch failed).
-inline const char* gemm(const GemmArgs& g, int device, cudaStream_t stream, Config* used = nullptr) {
+// Launches C = A · B^T on `stream` (the current device `device`) in the configuration pick_config gives, or in
+// `*force` (the tests and benchmarks of the configurations). Returns nullptr when launched, else why not
+// (nothing was launched, or the launch failed).
+inline const char* gemm(const GemmArgs& g, int device, cudaStream_t stream, Config* used = nullptr,
+                        const Config* force = nullptr) {
   if (const char* why = unsupported(g)) return why;
-  const Config cfg = pick_config(g.M, g.N);
+  const Config cfg = force ? *force : pick_config(g.M, g.N);
   if (used) *used = cfg;
+  if (cfg == Config::NarrowN32) {
+    if (!g.c_bf16 || g.a_major != Major::K || g.b_major != Major::K)
+      return "the n32 candidate is instantiated for det_gemm's forward only (K-major operands, BF16 output)";
+    return detail::launch_fwd_bf16_n32(g, device, stream);
+  }
   if (g.a_major == Major::K && g.b_major == Major::K)
     return g.c_bf16 ? detail::launch_fwd_bf16(g, cfg, device, stream) : detail::launch_fwd_f32(g, cfg, device, stream);
   if (g.a_major == Major::K) return detail::launch_dx(g, cfg, device, stream);

@@ -73,11 +73,15 @@ inline Operand operand(const at::Tensor& t_in, int64_t K8, int64_t rmul) {
   return {buf, R8, mj, R8};
 }
 
-inline const char* config_name(ws1cu::sm90::Config c) { return c == ws1cu::sm90::Config::Wide ? "wide" : "narrow"; }
+inline const char* config_name(ws1cu::sm90::Config c) {
+  return c == ws1cu::sm90::Config::Wide ? "wide" : c == ws1cu::sm90::Config::Narrow ? "narrow" : "narrow_n32";
+}
 
 // out[M, N] = a[M, K] @ b[N, K]^T on the sm_90a kernels; out is allocated by the caller (BF16 or FP32,
-// contiguous). a, b: BF16 on out's device. Returns the configuration used (for the self-report's tests).
-inline ws1cu::sm90::Config run(const at::Tensor& a_in, const at::Tensor& b_in, at::Tensor& out, const char* op) {
+// contiguous). a, b: BF16 on out's device. `force`: a configuration instead of pick_config's (the tests and
+// benchmarks of the configurations; nullptr for every op). Returns the configuration used.
+inline ws1cu::sm90::Config run(const at::Tensor& a_in, const at::Tensor& b_in, at::Tensor& out, const char* op,
+                               const ws1cu::sm90::Config* force = nullptr) {
   const int64_t M = a_in.size(0), K = a_in.size(1), N = b_in.size(0);
   const bool c_bf16 = out.scalar_type() == at::kBFloat16;
   const int64_t K8 = K % 8 ? (K + 7) / 8 * 8 : K;
@@ -92,7 +96,7 @@ inline ws1cu::sm90::Config run(const at::Tensor& a_in, const at::Tensor& b_in, a
   ws1cu::sm90::GemmArgs g{a.t.data_ptr(), a.ld, a.major, b.t.data_ptr(), b.ld, b.major, c.data_ptr(), c.stride(0), c_bf16,
                           a.rows, b.rows, K8};
   ws1cu::sm90::Config cfg{};
-  const char* err = ws1cu::sm90::gemm(g, out.get_device(), stream(), &cfg);
+  const char* err = ws1cu::sm90::gemm(g, out.get_device(), stream(), &cfg, force);
   TORCH_CHECK(err == nullptr, op, ": sm_90a GEMM: ", err ? err : "", " (M=", M, ", N=", N, ", K=", K, ")");
   check_launch(op);
   if (!direct) out.copy_(c.narrow(0, 0, M).narrow(1, 0, N));

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <string>
 #include <tuple>
 
 namespace ws1_cuda {
@@ -23,6 +24,9 @@ T2 qk_norm_bwd(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weig
 at::Tensor det_gemm(const at::Tensor& x, const at::Tensor& weight);
 at::Tensor gemm(const at::Tensor& a, const at::Tensor& b, bool out_fp32);
 at::Tensor lm_head(const at::Tensor& x, const at::Tensor& weight);
+// Not an op: det_gemm in a named sm_90a configuration ("narrow", "wide", "narrow_n32": wgmma_gemm.h), a Python
+// function of ws1_kernels_cuda._C for the GPU tests and benchmarks of the configurations (ws1_cuda.cpp).
+at::Tensor det_gemm_in_config(const at::Tensor& x, const at::Tensor& weight, const std::string& config);
 // rope.cu
 at::Tensor rope(const at::Tensor& x, const at::Tensor& positions, double theta, bool inverse);
 // attention.cu

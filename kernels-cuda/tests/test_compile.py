@@ -172,6 +172,22 @@ code version = [1,8]
     assert problems == ["x.cu: no sm_90a kernel matching /_Z1kv/ in the SASS"]
 
 
+def test_each_gemm_tu_is_held_to_its_own_wgmma_shape():
+    """The real table: the n32 candidate's TU must run m64n32k16 and nothing else; every other CUTLASS TU m64n128k16
+    and nothing else (the candidate's shape in one of them is red, and n128 in the candidate's TU is red)."""
+    def sass(*ins):
+        return {("sm_90a", "cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<x>>"):
+                [*ins, "UTMALDG.2D [UR8], [UR4]", "UTMASTG.2D [UR4], [UR6]", "F2FP.BF16.F32.PACK_AB R0, R1, R2"]}
+    n32 = "HGMMA.64x32x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT, gsb0"
+    n128 = "HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT, gsb0"
+    assert cc.sass_problems(cc.N32_TU, [], sass(n32))[0] == []
+    assert cc.sass_problems("wgmma_gemm_fwd_bf16.cu", [], sass(n128))[0] == []
+    bad = cc.sass_problems(cc.N32_TU, [], sass(n32, n128))[0]
+    assert bad and all("another wgmma shape" in p for p in bad), bad
+    bad = cc.sass_problems("wgmma_gemm_fwd_bf16.cu", [], sass(n32))[0]
+    assert any("lacks wgmma m64n128k16" in p for p in bad) and any("another wgmma shape" in p for p in bad), bad
+
+
 def test_a_floating_point_atomic_is_forbidden_and_an_integer_one_is_not():
     """NO_FLOAT_ATOMIC on the SASS nvcc 13.0 emits for atomicAdd on float / double (RED, REDG, ATOMG; sm_80 and
     sm_90a spellings) and for the integer atomics a device plan uses (CAS, MAX, EXCH): only the first are found."""
@@ -186,9 +202,12 @@ def test_a_floating_point_atomic_is_forbidden_and_an_integer_one_is_not():
 
 
 def test_the_heavy_subset_is_what_the_docs_say():
-    """The CI subset holds every light file and exactly CI_HEAVY of the CUTLASS TUs; all four exist."""
+    """The CI subset holds every light file and exactly CI_HEAVY of the CUTLASS TUs; all five exist (the four the ops
+    use, and the n32 candidate: compiled by `nox -s build_cuda`, not by CI)."""
     heavy = sorted(p.name for p in (PKG / "csrc").glob("wgmma_gemm_*.cu"))
-    assert heavy == ["wgmma_gemm_dw.cu", "wgmma_gemm_dx.cu", "wgmma_gemm_fwd_bf16.cu", "wgmma_gemm_fwd_f32.cu"]
+    assert heavy == ["wgmma_gemm_dw.cu", "wgmma_gemm_dx.cu", "wgmma_gemm_fwd_bf16.cu", "wgmma_gemm_fwd_bf16_n32.cu",
+                     "wgmma_gemm_fwd_f32.cu"]
+    assert cc.N32_TU in heavy and cc.N32_TU not in cc.CI_HEAVY
     ci = {p.name for p in cc.selected("ci")}
     assert set(cc.CI_HEAVY) <= ci and not (set(heavy) - set(cc.CI_HEAVY)) & ci
     assert {p.name for p in cc.selected("all")} == {p.name for p in (PKG / "csrc").glob("*.cu")}

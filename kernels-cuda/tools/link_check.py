@@ -77,11 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     # the library, unwinding through its nvcc-compiled frames into torch's error translation) that crashed the
     # first H200 run's unit tests with a segfault; here it runs without a GPU.
     raised = _entry_errors(K, ops, problems)
+    config_errors = _config_errors(problems)
     calls = json.loads(K.calls())
     if calls != {}:
         problems.append(f"calls() after Meta-only use is {calls}, want {{}} (Meta kernels must not count as runs)")
     report = {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "ops": ops, "meta_checked": sorted(expect),
-              "entry_errors_raised": raised,
+              "entry_errors_raised": raised, "det_gemm_in_config_errors": config_errors,
               "cpu_tensor_refused": refused if "refused" in locals() else None, "problems": problems,
               "verdict": "green" if not problems else "red", "seconds": round(time.monotonic() - t0, 1),
               "note": "loaded and shape-checked only: no CUDA kernel executed"}
@@ -126,6 +127,31 @@ def _entry_errors(K, ops: list[str], problems: list[str]) -> int:
             else:
                 raised += 1
     return raised
+
+
+def _config_errors(problems: list[str]) -> list[str]:
+    """ws1_kernels_cuda._C.det_gemm_in_config (not an op: the tests' and benchmarks' handle on the sm_90a
+    configurations): an unknown configuration name and a CPU tensor each raise a one-line error naming it."""
+    import torch
+
+    from ws1_kernels_cuda import _C
+
+    fn = getattr(_C, "det_gemm_in_config", None)
+    if fn is None:
+        problems.append("ws1_kernels_cuda._C has no det_gemm_in_config")
+        return []
+    x, w = torch.zeros(4, 8, dtype=torch.bfloat16), torch.zeros(6, 8, dtype=torch.bfloat16)
+    lines = []
+    for config, want in (("n64", "unknown configuration 'n64'"), ("narrow_n32", "CUDA tensor")):
+        try:
+            fn(x, w, config)
+            problems.append(f"det_gemm_in_config(cpu, {config!r}) did not raise")
+        except RuntimeError as exc:
+            line = str(exc).splitlines()[0]
+            lines.append(line)
+            if "det_gemm_in_config" not in line or want not in line:
+                problems.append(f"det_gemm_in_config(cpu, {config!r}): raised {line[:160]!r}, expected {want!r} naming it")
+    return lines
 
 
 if __name__ == "__main__":
