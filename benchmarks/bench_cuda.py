@@ -18,6 +18,8 @@ over --reps; ``graph`` (captured calls replayed: device time) and ``eager`` (pla
   padded [B, H, S, D] for the packs; K/V expanded to Hq heads if this torch's flash takes no GQA) — reported
   ABSENT when flash cannot run, never replaced — each row beside its roofline; the flash_attn package's
   varlen / decode calls as extra rows when it is importable;
+* the n32 candidate (wgmma_gemm.h; not used by the ops) at M 1 and 59, N 1024 / 4096 / 12288: its time vs the
+  narrow configuration det_gemm runs there and vs cuBLAS, and whether its bits equal narrow's (no target);
 * logprob / batch_invariant_logp vs ``log_softmax`` (+ gather): T 27 and 2048, V 151936;
 * the chain (teacher forcing of the 4 fixture samples through the synthetic qwen3-8b-L2 model, forward
   and forward+backward) on cuda_bf16 vs the same model in plain PyTorch BF16 (benchmarks/plain_qwen3.py).
@@ -182,10 +184,61 @@ def gemm_cases(clock, dev, args) -> list[dict]:
         rows += _gemm_row(clock, args, f"lm_head M{M} K{K} V{V}",
                           {"ws1": lambda x=x, wv=wv: _k().lm_head(x, wv), "torch": lambda x=x, wv=wv, mm=mm: mm(x, wv.t())},
                           2 * M * K * V, 2 * (M * K + V * K) + 4 * M * V, {"kind": "lm_head", "M": M, "K": K, "N": V, "vs": vs})
+    rows += n32_candidate_rows(clock, dev, args, g)
     for name, kind, fns, flops, nbytes, extra in lm_head_backward_cases(
             dev, K, wv, (256, 2048), lambda dy, w: _k().gemm(dy, w.t(), True), lambda dy, x: _k().gemm(dy.t(), x.t(), True),
             mm, vs):
         rows += _gemm_row(clock, args, name, fns, flops, nbytes, {**extra, "kind": kind}, tflops=SPLIT3_TFLOPS)
+    return rows
+
+
+def n32_candidate_rows(clock, dev, args, g) -> list[dict]:
+    """The n32 candidate (wgmma_gemm.h: 64 x 32 tiles on wgmma m64n32k16, N / 32 CTAs; never chosen by the ops) at a
+    decode step's M (1, 59) for Qwen3-8B's weight widths N 1024 (k_proj, v_proj), 4096, 12288 (K 4096): its time beside
+    the narrow configuration's (what det_gemm runs there) and cuBLAS's, and whether its bits equal narrow's on the
+    same rows — the two facts that decide whether it may become det_gemm's M <= 64 configuration. No target: speed =
+    t_narrow / t_candidate. Weights rotate over > 2x L2, as the det_gemm rows'. An sm_80 device has no sm_90a
+    configuration: a line says so, no row."""
+    if torch.cuda.get_device_capability(dev)[0] != 9:
+        print("  n32 candidate: not run (an sm_90a configuration; this device is not sm_90)", flush=True)
+        return []
+    from ws1_kernels_cuda import _C
+
+    rows, K = [], 4096
+    for N in (1024, 4096, 12288):
+        copies = max(1, -(-2 * L2_BYTES // (N * K * 2)))
+        ws = _rotating(g, dev, (N, K), 0.02, copies)
+        it = {"ws1": 0, "torch": 0, "cublas": 0}
+
+        def nxt(side, ws=ws, it=it, copies=copies):
+            it[side] = (it[side] + 1) % copies
+            return ws[it[side]]
+
+        for M in (1, 59):
+            x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
+            same = all(torch.equal(_C.det_gemm_in_config(x, w, "narrow_n32").view(torch.int16),
+                                   _C.det_gemm_in_config(x, w, "narrow").view(torch.int16)) for w in ws[:2])
+            fns = {"ws1": lambda x=x, nxt=nxt: _C.det_gemm_in_config(x, nxt("ws1"), "narrow_n32"),
+                   "torch": lambda x=x, nxt=nxt: _C.det_gemm_in_config(x, nxt("torch"), "narrow"),
+                   "cublas": lambda x=x, nxt=nxt: torch.matmul(x, nxt("cublas").t())}
+            flops, nb = 2 * M * K * N, 2 * (M * K + N * K + M * N)
+            for mode in _modes(clock):
+                name = f"det_gemm n32 candidate M{M} K{K} N{N} vs narrow"
+                try:
+                    res = compare(clock, fns, args.reps, max(3, min(200, int(2e11 / flops))), mode == "graph")
+                except Exception as exc:  # noqa: BLE001  (a row that cannot run is a failed row, named in the errors)
+                    rows.append(failed_row(name, mode, "candidate", exc))
+                    continue
+                r = _row(name, mode, res, {"kind": "candidate", "M": M, "K": K, "N": N, "weight_copies": copies,
+                                           "candidate_bits_equal_narrow": same, "cublas_ms": res["cublas"]["median_ms"],
+                                           "note": "speed = t_narrow / t_candidate; not a target"})
+                r["speed_vs_cublas"] = r["cublas_ms"] / r["ws1_ms"]
+                r["roofline_ms"] = roofline_ms(flops, nb)
+                r["ws1_over_roofline"] = r["roofline_ms"] / r["ws1_ms"]
+                print(f"    cuBLAS {r['cublas_ms']:.4f} ms: candidate at {r['speed_vs_cublas']:.2f}x of it, narrow at "
+                      f"{r['cublas_ms'] / r['torch_ms']:.2f}x; roofline {r['roofline_ms']:.4f} ms", flush=True)
+                rows.append(r)
+            print(f"    candidate bits equal to narrow's: {same}", flush=True)
     return rows
 
 
