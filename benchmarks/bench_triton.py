@@ -222,7 +222,11 @@ def gemm_cases(clock, dev, args) -> list[dict]:
                                    {"ws1": lambda dy=dy, x=x, perm=perm: _tgemm().gemm_dw(dy, x, perm),
                                     "torch": lambda dyp=dyp, xp=xp: mm(dyp.t(), xp)},
                                    flops, 2 * (M * N + M * K) + 4 * N * K, {"M": M, "K": K, "N": N, "vs": vs32})
-        rows += _candidate_rows(clock, args, g, dev, K, N, ws[0])
+        rows += _candidate_rows(clock, args, g, dev, K, N, ws)
+    if not args.quick:  # Qwen3-8B's k_proj / v_proj width: N / 64 = 16 programs in the fixed tier at a decode step
+        copies = max(1, -(-2 * L2_BYTES // (1024 * K * 2))) if clock.cuda else 1
+        rows += _candidate_rows(clock, args, g, dev, K, 1024,
+                                [(torch.randn(1024, K, generator=g, device="cpu") * 0.02).to(BF).to(dev) for _ in range(copies)])
     wv = (torch.randn(V, K, generator=g, device="cpu") * 0.02).to(BF).to(dev)
     for M in Ms:
         x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
@@ -319,21 +323,29 @@ def lm_head_backward_cases(dev, K, wv, Ms, dx, dw, mm_bf16, vs_bf16):
                    flops, nb_dx, {**base, "vs": f"{vs_bf16} on dy rounded to BF16 (information)"})
 
 
-def _candidate_rows(clock, args, g, dev, K, N, w) -> list[dict]:
+def _candidate_rows(clock, args, g, dev, K, N, ws) -> list[dict]:
     """The M <= 64 candidate tile (``_gemm.SMALL_M_CANDIDATE``: 64 x 32, wgmma m64n32k16, N / 32 programs), not
     used by the kernels: its speed beside the fixed tier's, and whether its bits equal the fixed tier's on the same
-    rows — the evidence that would let it become a tier (it is another wgmma instruction). No target."""
+    rows — the evidence that would let it become a tier (it is another wgmma instruction). No target. ``ws``: the
+    weight copies the timed calls rotate over (> 2x L2 on a GPU, as the det_gemm rows: a decode step streams its
+    weight from HBM, and an L2-resident weight would time something else)."""
     from ws1_ops.triton import _gemm
     from ws1_ops.triton import det_gemm as tg
 
     cand = _gemm.SMALL_M_CANDIDATE
     rows = []
+    it = {"ws1": 0, "torch": 0}
+
+    def nxt(side):
+        it[side] = (it[side] + 1) % len(ws)
+        return ws[it[side]]
+
     for M in ((1,) if args.quick else (1, 59)):
         x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
-        p = _gemm.plan_fwd(x, w, True)
+        p = _gemm.plan_fwd(x, ws[0], True)
         pc = _gemm.Launch(cand, tma=p.tma)
 
-        def run(launch, x=x, M=M):
+        def run(launch, x=x, M=M, w=ws[0]):
             y = torch.empty(M, N, dtype=BF, device=dev)
             xa, wa = x, w
             if launch.tma:
@@ -346,9 +358,11 @@ def _candidate_rows(clock, args, g, dev, K, N, w) -> list[dict]:
         inner = 1 if args.quick else 50
         for mode in _modes(clock):
             r = _row(f"det_gemm candidate 64x32 M{M} K{K} N{N} vs the fixed tier", mode,
-                     compare(clock, {"ws1": lambda pc=pc: run(pc), "torch": lambda p=p: run(p)}, args.reps, inner,
+                     compare(clock, {"ws1": lambda pc=pc, run=run: run(pc, w=nxt("ws1")),
+                                     "torch": lambda p=p, run=run: run(p, w=nxt("torch"))}, args.reps, inner,
                              mode == "graph"),
-                     {"kind": "candidate", "M": M, "K": K, "N": N, "candidate": vars(cand), "fixed": vars(p.cfg),
+                     {"kind": "candidate", "M": M, "K": K, "N": N, "weight_copies": len(ws), "candidate": vars(cand),
+                      "fixed": vars(p.cfg),
                       "candidate_bits_equal_fixed": same, "logic_check_only": not clock.cuda,
                       "note": "speed = t_fixed / t_candidate; not a target"})
             rows.append(_roof(r, 2 * M * K * N, 2 * (M * K + N * K + M * N)))
