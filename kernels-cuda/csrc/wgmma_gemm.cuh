@@ -12,6 +12,16 @@
 
 #include "wgmma_gemm.h"
 
+// The launch functions' namespace, around a definition (the macros below).
+#define WS1_SM90_DETAIL(...) \
+  namespace ws1cu {          \
+  namespace sm90 {           \
+  namespace detail {         \
+  __VA_ARGS__                \
+  }                          \
+  }                          \
+  }
+
 #if !defined(WS1_NO_SM90_GEMM)
 
 #include <cute/tensor.hpp>
@@ -143,54 +153,25 @@ inline const char* launch(const GemmArgs& g, int device, cudaStream_t stream) {
 }  // namespace ws1cu
 
 // Defines ws1cu::sm90::detail::launch_<NAME>(args, config, device, stream) for one layout pair and output type, in the
-// two configurations pick_config chooses from (the n32 candidate has its own TU and macro below).
+// two configurations pick_config chooses from; WS1_SM90_GEMM_DEFINE_N32: launch_<NAME>_n32(args, device, stream), the
+// n32 candidate alone (its own TU).
 #define WS1_SM90_GEMM_DEFINE(NAME, MA, MB, ELEMENT_D)                                                               \
-  namespace ws1cu {                                                                                                 \
-  namespace sm90 {                                                                                                  \
-  namespace detail {                                                                                                \
-  const char* launch_##NAME(const GemmArgs& g, Config cfg, int device, cudaStream_t stream) {                       \
+  WS1_SM90_DETAIL(const char* launch_##NAME(const GemmArgs& g, Config cfg, int device, cudaStream_t stream) {       \
     if (cfg == Config::NarrowN32) return "the n32 candidate is not instantiated in this translation unit";         \
     return cfg == Config::Wide ? launch<Kernel<MA, MB, ELEMENT_D, Config::Wide>>(g, device, stream)                \
                                : launch<Kernel<MA, MB, ELEMENT_D, Config::Narrow>>(g, device, stream);             \
-  }                                                                                                                 \
-  }                                                                                                                 \
-  }                                                                                                                 \
-  }
-
-// Defines ws1cu::sm90::detail::launch_<NAME>_n32(args, device, stream): the n32 candidate configuration alone.
+  })
 #define WS1_SM90_GEMM_DEFINE_N32(NAME, MA, MB, ELEMENT_D)                                                           \
-  namespace ws1cu {                                                                                                 \
-  namespace sm90 {                                                                                                  \
-  namespace detail {                                                                                                \
-  const char* launch_##NAME##_n32(const GemmArgs& g, int device, cudaStream_t stream) {                             \
+  WS1_SM90_DETAIL(const char* launch_##NAME##_n32(const GemmArgs& g, int device, cudaStream_t stream) {             \
     return launch<Kernel<MA, MB, ELEMENT_D, Config::NarrowN32>>(g, device, stream);                                 \
-  }                                                                                                                 \
-  }                                                                                                                 \
-  }                                                                                                                 \
-  }
+  })
 
 #else  // WS1_NO_SM90_GEMM
 
-#define WS1_SM90_GEMM_DEFINE(NAME, MA, MB, ELEMENT_D)                                                               \
-  namespace ws1cu {                                                                                                 \
-  namespace sm90 {                                                                                                  \
-  namespace detail {                                                                                                \
-  const char* launch_##NAME(const GemmArgs&, Config, int, cudaStream_t) {                                          \
-    return "this build has no sm_90a GEMM (WS1_CUDA_ARCHS without 90a)";                                           \
-  }                                                                                                                 \
-  }                                                                                                                 \
-  }                                                                                                                 \
-  }
-
-#define WS1_SM90_GEMM_DEFINE_N32(NAME, MA, MB, ELEMENT_D)                                                           \
-  namespace ws1cu {                                                                                                 \
-  namespace sm90 {                                                                                                  \
-  namespace detail {                                                                                                \
-  const char* launch_##NAME##_n32(const GemmArgs&, int, cudaStream_t) {                                             \
-    return "this build has no sm_90a GEMM (WS1_CUDA_ARCHS without 90a)";                                           \
-  }                                                                                                                 \
-  }                                                                                                                 \
-  }                                                                                                                 \
-  }
+#define WS1_SM90_NONE "this build has no sm_90a GEMM (WS1_CUDA_ARCHS without 90a)"
+#define WS1_SM90_GEMM_DEFINE(NAME, MA, MB, ELEMENT_D) \
+  WS1_SM90_DETAIL(const char* launch_##NAME(const GemmArgs&, Config, int, cudaStream_t) { return WS1_SM90_NONE; })
+#define WS1_SM90_GEMM_DEFINE_N32(NAME, MA, MB, ELEMENT_D) \
+  WS1_SM90_DETAIL(const char* launch_##NAME##_n32(const GemmArgs&, int, cudaStream_t) { return WS1_SM90_NONE; })
 
 #endif  // WS1_NO_SM90_GEMM
