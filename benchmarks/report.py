@@ -11,7 +11,8 @@ Prints, for people:
   * the issue's table — speed = contender time / ws1 time per case and GPU profile, the graph-mode row where the
     case has one (else eager, marked ``e``), ``before -> now``; a case a run does not hold is ``-`` (a crashed or
     skipped benchmark group is named under the table from the run's ``errors``);
-  * every target the benchmarks judged, MET / MISS / ABSENT, with the run's times and roofline.
+  * every target the benchmarks judged, MET / MISS / ABSENT, with the run's times and roofline;
+  * the candidates (kernels measured beside what runs, not used): speed over what runs, bits equal or not.
 --json: the same as one JSON object on stdout instead. --docs: rewrites the block between
 ``<!-- measured:begin -->`` and ``<!-- measured:end -->`` in docs/cuda.md (cuda_bf16) and docs/triton.md
 (triton_cuda_bf16) with every row of the run that has a roofline (GEMMs, attention): ws1 and contender times,
@@ -132,6 +133,24 @@ def targets(run: dict) -> list[dict]:
     return out
 
 
+def candidates(run: dict) -> list[dict]:
+    """The candidate rows (kernels measured beside the ones the ops run, not used by them: cuda's n32 GEMM tile,
+    Triton's 64x32 tile and its FP32-dy split), graph mode where a case has one: the two facts that decide an
+    adoption, the candidate's speed over what runs today and whether its bits equal it (None: another numerics,
+    judged by its recorded error instead)."""
+    out = []
+    for prof, data in run.items():
+        rows = [r for r in data.get("cases", []) if r.get("kind") == "candidate" and r.get("speed") is not None]
+        for case in dict.fromkeys(r["case"] for r in rows):
+            r = find(rows, case)
+            bits = r.get("candidate_bits_equal_narrow", r.get("candidate_bits_equal_fixed"))
+            out.append({"benchmark": prof, "case": case, "mode": r["mode"], "speed": r["speed"], "bits_equal": bits,
+                        "speed_vs_cublas": r.get("speed_vs_cublas"),
+                        "evidence": ("not adoptable" if bits is False else
+                                     "faster" + (", same bits" if bits else "") if r["speed"] > 1 else "not faster")})
+    return out
+
+
 def _verdict(t: dict) -> str:
     return "ABSENT" if t.get("met") is None else "MET" if t["met"] else "MISS"
 
@@ -170,7 +189,8 @@ def replace_block(text: str, block: str, path: Path) -> str:
     return text[:a] + "\n" + block + "\n" + text[b:]
 
 
-def render(table: list[dict], tg: list[dict], now_dir: str, before_dir: str, errors: dict) -> str:
+def render(table: list[dict], tg: list[dict], now_dir: str, before_dir: str, errors: dict,
+           cands: list[dict] | None = None) -> str:
     lines = [f"Issue 24's table: speed = contender time / ws1 time, graph mode (e: eager), before ({before_dir}) -> now ({now_dir})",
              "", "| case | cuda_bf16 | triton_cuda_bf16 |", "|---|---|---|"]
     for row in table:
@@ -185,6 +205,13 @@ def render(table: list[dict], tg: list[dict], now_dir: str, before_dir: str, err
         times = f"  (ws1 {t['ws1_ms']:.4f} ms, contender {t['torch_ms']:.4f} ms, roofline {t['roofline_ms']:.4f} ms)" if "ws1_ms" in t else ""
         value = "" if t.get("value") is None else f" = {t['value']:.3f}"
         lines.append(f"  {_verdict(t):<6} [{t['benchmark']}{'/' + t['profile'] if t.get('profile') else ''}] {t['target']}{value}{times}")
+    if cands:
+        lines += ["", "Candidates (not used by the kernels; speed = time of what runs today / the candidate's):"]
+        for c in cands:
+            extra = "" if c["speed_vs_cublas"] is None else f", {c['speed_vs_cublas']:.2f}x cuBLAS"
+            bits = "n/a" if c["bits_equal"] is None else "equal" if c["bits_equal"] else "DIFFER"
+            lines.append(f"  [{c['benchmark']}] {c['case']} ({c['mode']}): speed {c['speed']:.2f}{extra}, bits {bits}: "
+                         f"{c['evidence']}")
     return "\n".join(lines)
 
 
@@ -198,7 +225,7 @@ def main(argv=None) -> int:
     try:
         now = load_run(args.run)
         before = load_run(args.before) if args.before.is_dir() else {}
-        table, tg = issue_table(now, before), targets(now)
+        table, tg, cands = issue_table(now, before), targets(now), candidates(now)
         errors = {p: now[p].get("errors") or {} for p in PROFILES if p in now and now[p].get("errors")}
         if args.docs:
             for prof, path in DOCS.items():
@@ -213,9 +240,9 @@ def main(argv=None) -> int:
         return 2
     if args.json:
         print(json.dumps({"run": str(args.run), "before": str(args.before), "issue_table": table, "targets": tg,
-                          "errors": errors}, indent=1))
+                          "candidates": cands, "errors": errors}, indent=1))
     else:
-        print(render(table, tg, str(args.run), str(args.before), errors))
+        print(render(table, tg, str(args.run), str(args.before), errors, cands))
     return 0
 
 

@@ -132,3 +132,35 @@ def test_a_row_that_could_not_be_timed_has_no_verdict_and_is_an_error(tmp_path):
     assert bench_triton.row_errors([failed, eager]) == {
         "attention backward B1 S2048 vs SDPA flash (graph)": "RuntimeError: operation not permitted when stream is capturing"}
     assert report.find([failed, eager], "attention backward B1 S2048")["mode"] == "eager"
+
+
+def test_candidates_are_listed_with_their_speed_and_bits(tmp_path):
+    """The candidate rows of both benchmarks come out with the two facts an adoption needs (graph row preferred):
+    faster with the same bits, bits that differ (never adoptable, whatever the speed), not faster; a candidate of
+    other numerics (no bit comparison) says n/a. No candidate is a target."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    cuda = [_row("det_gemm n32 candidate M1 K4096 N1024 vs narrow", "graph", 0.004, 0.010, 0.002, kind="candidate",
+                 candidate_bits_equal_narrow=True, speed_vs_cublas=0.9),
+            _row("det_gemm n32 candidate M1 K4096 N1024 vs narrow", "eager", 0.020, 0.020, 0.002, kind="candidate",
+                 candidate_bits_equal_narrow=True, speed_vs_cublas=0.5),
+            _row("det_gemm n32 candidate M59 K4096 N4096 vs narrow", "graph", 0.008, 0.010, 0.008, kind="candidate",
+                 candidate_bits_equal_narrow=False, speed_vs_cublas=1.0)]
+    triton = [_row("det_gemm candidate 64x32 M1 K4096 N4096 vs the fixed tier", "graph", 0.02, 0.01, 0.008,
+                   kind="candidate", candidate_bits_equal_fixed=True),
+              _row("lm_head backward dx M256 candidate 3 x BF16 GEMM vs SPLIT_A", "graph", 1.0, 2.0, 0.5, kind="candidate")]
+    for name, cases in (("bench_cuda.json", cuda), ("bench_triton.json", triton)):
+        (folder / name).write_text(json.dumps({"host": {}, "cases": cases, "targets": [], "errors": {}}))
+    cands = report.candidates(report.load_run(folder))
+    got = {(c["benchmark"], c["case"].split(" vs")[0]): (c["mode"], c["evidence"]) for c in cands}
+    assert got == {("cuda_bf16", "det_gemm n32 candidate M1 K4096 N1024"): ("graph", "faster, same bits"),
+                   ("cuda_bf16", "det_gemm n32 candidate M59 K4096 N4096"): ("graph", "not adoptable"),
+                   ("triton_cuda_bf16", "det_gemm candidate 64x32 M1 K4096 N4096"): ("graph", "not faster"),
+                   ("triton_cuda_bf16", "lm_head backward dx M256 candidate 3 x BF16 GEMM"): ("graph", "faster")}
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "report.py"), str(folder), "--before", str(tmp_path / "none")],
+                         capture_output=True, text=True, check=True).stdout
+    assert "speed 2.50, 0.90x cuBLAS, bits equal: faster, same bits" in out
+    assert "bits DIFFER: not adoptable" in out and "bits n/a: faster" in out
+    js = json.loads(subprocess.run([sys.executable, str(ROOT / "benchmarks" / "report.py"), str(folder), "--json",
+                                    "--before", str(tmp_path / "none")], capture_output=True, text=True, check=True).stdout)
+    assert len(js["candidates"]) == 4 and js["targets"] == []
