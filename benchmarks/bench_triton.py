@@ -223,7 +223,7 @@ def gemm_cases(clock, dev, args) -> list[dict]:
                                     "torch": lambda dyp=dyp, xp=xp: mm(dyp.t(), xp)},
                                    flops, 2 * (M * N + M * K) + 4 * N * K, {"M": M, "K": K, "N": N, "vs": vs32})
         rows += _candidate_rows(clock, args, g, dev, K, N, ws)
-    if not args.quick:  # Qwen3-8B's k_proj / v_proj width: N / 64 = 16 programs in the fixed tier at a decode step
+    if not args.quick:  # Qwen3-8B's k_proj / v_proj width: N / 128 = 8 programs in the fixed tier at a decode step, 32 with the candidate
         copies = max(1, -(-2 * L2_BYTES // (1024 * K * 2))) if clock.cuda else 1
         rows += _candidate_rows(clock, args, g, dev, K, 1024,
                                 [(torch.randn(1024, K, generator=g, device="cpu") * 0.02).to(BF).to(dev) for _ in range(copies)])
