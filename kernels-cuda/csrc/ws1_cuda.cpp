@@ -155,9 +155,10 @@ TORCH_LIBRARY_IMPL(ws1_cuda, Meta, m) {
 
 // The ops are reached through torch.ops.ws1_cuda. The Python module holds one function that is not an op (nothing
 // in ws1_ops calls it): det_gemm in a named sm_90a configuration, for the GPU tests and benchmarks that compare the
-// configurations' bits and times (wgmma_gemm.h).
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("det_gemm_in_config", &ws1_cuda::det_gemm_in_config, pybind11::arg("x"), pybind11::arg("weight"),
+// configurations' bits and times (wgmma_gemm.h). Its handle is `py`, not `m`: the tests and tools read this file's
+// m-dot-def calls as the op schemas.
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, py) {
+  py.def("det_gemm_in_config", &ws1_cuda::det_gemm_in_config, pybind11::arg("x"), pybind11::arg("weight"),
         pybind11::arg("config"),
         "det_gemm(x, weight) in the sm_90a configuration 'narrow', 'wide' or 'narrow_n32' (the candidate); "
         "an error off sm_90. For tests and benchmarks: the ops choose their configuration themselves.");
