@@ -64,6 +64,7 @@ from bench_triton import (  # noqa: E402
     flash_backward,
     lm_head_backward_cases,
     print_targets,
+    rotation,
     row_errors,
 )
 from bench_triton import _sdpa_flash as _triton_sdpa_flash  # noqa: E402
@@ -126,11 +127,7 @@ def gemm_cases(clock, dev, args) -> list[dict]:
     for N in (4096, 12288):
         copies = max(1, -(-2 * L2_BYTES // (N * K * 2)))
         ws = _rotating(g, dev, (N, K), 0.02, copies)
-        it = {"ws1": 0, "torch": 0}
-
-        def nxt(side, ws=ws, it=it, copies=copies):
-            it[side] = (it[side] + 1) % copies
-            return ws[it[side]]
+        nxt = rotation(ws)
 
         for M in (1, 59, 256, 4096):
             x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
@@ -208,11 +205,7 @@ def n32_candidate_rows(clock, dev, args, g) -> list[dict]:
     for N in (1024, 4096, 12288):
         copies = max(1, -(-2 * L2_BYTES // (N * K * 2)))
         ws = _rotating(g, dev, (N, K), 0.02, copies)
-        it = {"ws1": 0, "torch": 0, "cublas": 0}
-
-        def nxt(side, ws=ws, it=it, copies=copies):
-            it[side] = (it[side] + 1) % copies
-            return ws[it[side]]
+        nxt = rotation(ws)
 
         for M in (1, 59):
             x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)

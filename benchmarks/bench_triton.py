@@ -148,6 +148,18 @@ def row_errors(rows: list[dict]) -> dict:
     return {f"{r['case']} ({r['mode']})": r["failed"] for r in rows if "failed" in r}
 
 
+def rotation(ws: list) -> Callable[[str], object]:
+    """``nxt(side)``: the next of the weight copies ``ws`` for that contender, each side walking them on its own (a
+    weight read back to back would be timed from L2, not HBM)."""
+    it: dict[str, int] = {}
+
+    def nxt(side: str):
+        it[side] = (it.get(side, 0) + 1) % len(ws)
+        return ws[it[side]]
+
+    return nxt
+
+
 # ---- rooflines (issue 24) -------------------------------------------------------------------------
 
 # The H200's measured ceilings (the first GPU run, ../shared/gpu-runs/2026-12-04-h200): cuBLAS BF16 dense,
@@ -196,11 +208,7 @@ def gemm_cases(clock, dev, args) -> list[dict]:
     for N in Ns:
         copies = max(1, -(-2 * L2_BYTES // (N * K * 2))) if clock.cuda else 1
         ws = [(torch.randn(N, K, generator=g, device="cpu") * 0.02).to(BF).to(dev) for _ in range(copies)]
-        it = {"ws1": 0, "torch": 0}
-
-        def nxt(side, ws=ws, it=it, copies=copies):
-            it[side] = (it[side] + 1) % copies
-            return ws[it[side]]
+        nxt = rotation(ws)
 
         for M in Ms:
             x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
@@ -334,12 +342,7 @@ def _candidate_rows(clock, args, g, dev, K, N, ws) -> list[dict]:
 
     cand = _gemm.SMALL_M_CANDIDATE
     rows = []
-    it = {"ws1": 0, "torch": 0}
-
-    def nxt(side):
-        it[side] = (it[side] + 1) % len(ws)
-        return ws[it[side]]
-
+    nxt = rotation(ws)
     for M in ((1,) if args.quick else (1, 59)):
         x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
         p = _gemm.plan_fwd(x, ws[0], True)

@@ -151,13 +151,10 @@ at::Tensor det_gemm(const at::Tensor& x, const at::Tensor& weight) {
 }
 
 at::Tensor det_gemm_in_config(const at::Tensor& x, const at::Tensor& weight, const std::string& config) {
-  using ws1cu::sm90::Config;
   const char* op = "ws1_kernels_cuda._C.det_gemm_in_config";
-  Config cfg;
-  if (config == "narrow") cfg = Config::Narrow;
-  else if (config == "wide") cfg = Config::Wide;
-  else if (config == "narrow_n32") cfg = Config::NarrowN32;
-  else TORCH_CHECK(false, op, ": unknown configuration '", config, "' (expected narrow, wide or narrow_n32)");
+  ws1cu::sm90::Config cfg{};
+  TORCH_CHECK(wg::config_named(config, &cfg), op, ": unknown configuration '", config,
+              "' (expected narrow, wide or narrow_n32)");
   CallScope call(op);
   return mma::run(x, weight, /*out_f32=*/false, op, call, &cfg);
 }

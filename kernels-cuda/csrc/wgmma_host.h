@@ -12,6 +12,9 @@
 // an aligned one of the same K — alignment moves data, never a bit.
 #pragma once
 
+#include <string>
+#include <utility>
+
 #include "wgmma_gemm.h"
 #include "ws1_cuda_host.h"
 
@@ -73,8 +76,16 @@ inline Operand operand(const at::Tensor& t_in, int64_t K8, int64_t rmul) {
   return {buf, R8, mj, R8};
 }
 
-inline const char* config_name(ws1cu::sm90::Config c) {
-  return c == ws1cu::sm90::Config::Wide ? "wide" : c == ws1cu::sm90::Config::Narrow ? "narrow" : "narrow_n32";
+// The configurations by the names det_gemm_in_config takes (docs/cuda.md's): false for an unknown name.
+inline bool config_named(const std::string& name, ws1cu::sm90::Config* out) {
+  using ws1cu::sm90::Config;
+  for (auto [n, c] : {std::pair{"narrow", Config::Narrow}, std::pair{"wide", Config::Wide},
+                      std::pair{"narrow_n32", Config::NarrowN32}})
+    if (name == n) {
+      *out = c;
+      return true;
+    }
+  return false;
 }
 
 // out[M, N] = a[M, K] @ b[N, K]^T on the sm_90a kernels; out is allocated by the caller (BF16 or FP32,
