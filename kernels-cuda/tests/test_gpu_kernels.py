@@ -136,6 +136,12 @@ def test_gemm_configurations_forced_on_the_same_rows_give_det_gemms_bits():
         ref = K_().det_gemm(x[:M], w)
         for cfg in ("narrow", "wide"):
             same(fn(x[:M], w, cfg), ref, f"det_gemm_in_config {cfg} M={M}")
+    # negative control: the same comparison against our split-K variant (K in two halves, the halves added, then
+    # rounded once) is red: 300 x 4096 sums of 4096 products cannot all land on the same bits
+    h = 2048
+    split = (K_().lm_head(x[:, :h], w[:, :h]) + K_().lm_head(x[:, h:], w[:, h:])).to(BF)
+    with pytest.raises(AssertionError, match="differ bitwise"):
+        same(fn(x, w, "wide"), split, "control: split-K variant")
 
 
 def test_gemm_n32_candidate_is_accurate_and_row_invariant():
@@ -160,6 +166,11 @@ def test_gemm_n32_candidate_is_accurate_and_row_invariant():
             rows_match(fn(x.index_select(0, idx.to(DEV)), w, "narrow_n32"), alone, idx, f"n32 candidate N={N} M={M}")
         diff = int((bits(alone) != bits(K_().det_gemm(x, w))).sum())
         print(f"n32 candidate N={N}: {diff} of {alone.numel()} elements differ from narrow's bits")
+    # negative control of the row check: our split-K variant's rows (K in two halves) against the rows alone is red
+    h = K // 2
+    split = (K_().lm_head(x[:, :h], w[:, :h]) + K_().lm_head(x[:, h:], w[:, h:])).to(BF)
+    with pytest.raises(AssertionError, match="differ bitwise"):
+        rows_match(split, alone, torch.arange(n_src), "control: split-K variant")
 
 
 def test_lm_head_vocabulary_width_odd_tile_count_is_invariant():
