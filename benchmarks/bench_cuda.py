@@ -10,8 +10,9 @@ over --reps; ``graph`` (captured calls replayed: device time) and ``eager`` (pla
   (dx = dy W and dW = dy^T x with BF16 dy: vs cuBLAS BF16 -> FP32; dx with an FP32 dy: vs cuBLAS FP32 with
   TF32 off, and vs cuBLAS BF16 for the record); lm_head at V 151936 vs cuBLAS BF16 -> FP32, and its backward
   at M 256 / 2048 (bench_triton.lm_head_backward_cases: FP32 dy [M, V], dx and dW vs cuBLAS FP32, TF32 off).
-  Every GEMM row carries its roofline time (max of FLOPs / 790 TFLOP/s and bytes / 4.3 TB/s, the H200's
-  measured ceilings; an FP32-dy GEMM — three BF16 GEMMs on sm_90 — against 790 / 3) and ws1's fraction of it;
+  Every GEMM row carries its roofline time (max of FLOPs / BF16 rate and bytes / HBM bandwidth, both measured on
+  this card at the start of the run by harness.py; an FP32-dy GEMM — three BF16 GEMMs on sm_90 — at a third of
+  the rate) and ws1's fraction of it;
 * attention prefill (the 4 fixture samples packed; B1 S2048; a varlen pack B4 S1000/700/300/48), decode (B1
   Skv32, B32 Skv2048, B1 Skv32768) and the backward at S2048, Hq 32, Hkv 8, D 128, vs
   ``F.scaled_dot_product_attention`` forced onto its flash backend (``sdpa_kernel(SDPBackend.FLASH_ATTENTION)``;
@@ -30,7 +31,11 @@ ratio (forward+backward) <= 1.25; attention >= 0.8x SDPA flash for prefill at S2
 packs, >= 0.7x for decode at B32 Skv2048 and B1 Skv32768, >= 0.6x for the backward (graph mode; eager rows
 for the record).
 
-    python benchmarks/bench_cuda.py [--reps 10] [--json PATH] [--only gemm,attention,logprob,chain]
+    python benchmarks/bench_cuda.py [--reps 10] [--json PATH] [--only gemm,attention,logprob,chain] [--deadline-s S]
+
+The JSON is rewritten after every group (``complete`` false until the last): a run stopped by its caller's time
+limit (SIGTERM) or past ``--deadline-s`` keeps the groups it finished and names the others in ``errors``
+(harness.Run).
 
 Without a CUDA device, or without the built ws1_kernels_cuda, it prints one line and exits 2.
 """
@@ -47,11 +52,11 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 from bench_triton import (  # noqa: E402
     BF,
     HKV,
     HQ,
-    L2_BYTES,
     V_FULL,
     Clock,
     D,
@@ -66,6 +71,7 @@ from bench_triton import (  # noqa: E402
     print_targets,
     rotation,
     row_errors,
+    weight_copies,
 )
 from bench_triton import _sdpa_flash as _triton_sdpa_flash  # noqa: E402
 
@@ -74,16 +80,13 @@ def _k():
     return torch.ops.ws1_cuda
 
 
-# Measured H200 ceilings (the first GPU run; docs/cuda.md "Cost model"): cuBLAS BF16 dense and a device copy.
-# An FP32 operand runs as three BF16 GEMMs on sm_90 (det_gemm.cu: the exact split), so its floor is a third of
-# the BF16 rate.
-BF16_TFLOPS, HBM_TBS = 790.0, 4.3
-SPLIT3_TFLOPS = BF16_TFLOPS / 3
+# The ceilings are this card's, measured at the start of the run (harness.measure). An FP32 operand runs as three
+# BF16 GEMMs on sm_90 (det_gemm.cu: the exact split), so its floor counts three products (gemms=3).
 
 
-def roofline_ms(flops: float, nbytes: float, tflops: float = BF16_TFLOPS) -> float:
+def roofline_ms(flops: float, nbytes: float, gemms: int = 1) -> float:
     """max(FLOPs / peak, bytes / bandwidth): the floor no kernel beats (each operand read once, C written once)."""
-    return max(flops / (tflops * 1e9), nbytes / (HBM_TBS * 1e9))
+    return harness.current().roofline_ms(flops, nbytes, gemms)
 
 
 def _rotating(g, dev, shape, scale, copies):
@@ -101,13 +104,13 @@ def _mm_f32_out():
         return None
 
 
-def _gemm_row(clock, args, name, fns, flops, nbytes, extra, tflops=BF16_TFLOPS):
+def _gemm_row(clock, args, name, fns, flops, nbytes, extra, gemms=1):
     rows = []
     inner = max(3, min(200, int(2e11 / (flops + 1))))
     for mode in _modes(clock):
         r = _row(name, mode, compare(clock, fns, args.reps, inner, mode == "graph"), extra)
-        r["roofline_ms"] = roofline_ms(flops, nbytes, tflops)
-        r["roofline_basis"] = f"{tflops:g} TFLOP/s{' (3 BF16 GEMMs)' if tflops == SPLIT3_TFLOPS else ''}, {HBM_TBS:g} TB/s"
+        r["roofline_ms"] = roofline_ms(flops, nbytes, gemms)
+        r["roofline_basis"] = harness.current().basis(gemms)
         r["tflops_ws1"] = flops / (r["ws1_ms"] * 1e9)
         r["tflops_torch"] = flops / (r["torch_ms"] * 1e9)
         r["ws1_over_roofline"] = r["roofline_ms"] / r["ws1_ms"]
@@ -125,7 +128,7 @@ def gemm_cases(clock, dev, args) -> list[dict]:
     rows = []
     K = 4096
     for N in (4096, 12288):
-        copies = max(1, -(-2 * L2_BYTES // (N * K * 2)))
+        copies = weight_copies(N * K * 2)
         ws = _rotating(g, dev, (N, K), 0.02, copies)
         nxt = rotation(ws)
 
@@ -164,13 +167,13 @@ def gemm_cases(clock, dev, args) -> list[dict]:
                                    "torch": lambda dy32=dy32, w32=w32: torch.mm(dy32, w32)},
                                   flops, 4 * M * N + 2 * N * K + 4 * M * K,
                                   {"kind": "backward_fp32", "M": M, "K": K, "N": N, "vs": "cuBLAS FP32 (TF32 off)"},
-                                  tflops=SPLIT3_TFLOPS)
+                                  gemms=3)
                 rows += _gemm_row(clock, args, f"backward dx FP32 M{M} N{N} K{K} vs cuBLAS BF16",
                                   {"ws1": lambda dy32=dy32, w0=w0: _k().gemm(dy32, w0.t(), True),
                                    "torch": lambda dy=dy, w0=w0: torch.mm(dy, w0)},
                                   flops, 4 * M * N + 2 * N * K + 4 * M * K,
                                   {"kind": "backward_fp32_vs_bf16", "M": M, "K": K, "N": N, "vs": "cuBLAS BF16 (information)"},
-                                  tflops=SPLIT3_TFLOPS)
+                                  gemms=3)
     # lm_head: the vocabulary projection, FP32 logits
     V = V_FULL
     wv = (torch.randn(V, K, generator=g, device="cpu") * 0.02).to(BF).to(dev)
@@ -185,7 +188,7 @@ def gemm_cases(clock, dev, args) -> list[dict]:
     for name, kind, fns, flops, nbytes, extra in lm_head_backward_cases(
             dev, K, wv, (256, 2048), lambda dy, w: _k().gemm(dy, w.t(), True), lambda dy, x: _k().gemm(dy.t(), x.t(), True),
             mm, vs):
-        rows += _gemm_row(clock, args, name, fns, flops, nbytes, {**extra, "kind": kind}, tflops=SPLIT3_TFLOPS)
+        rows += _gemm_row(clock, args, name, fns, flops, nbytes, {**extra, "kind": kind}, gemms=3)
     return rows
 
 
@@ -203,7 +206,7 @@ def n32_candidate_rows(clock, dev, args, g) -> list[dict]:
 
     rows, K = [], 4096
     for N in (1024, 4096, 12288):
-        copies = max(1, -(-2 * L2_BYTES // (N * K * 2)))
+        copies = weight_copies(N * K * 2)
         ws = _rotating(g, dev, (N, K), 0.02, copies)
         nxt = rotation(ws)
 
@@ -269,7 +272,7 @@ def attention_cost(kind: str, lengths=None, B=0, S=0) -> tuple[float, float]:
 def _attn_row(clock, args, name, mode, fns, inner, extra, flops, nbytes):
     r = _row(name, mode, compare(clock, fns, args.reps, inner, mode == "graph"), extra)
     r["roofline_ms"] = roofline_ms(flops, nbytes)
-    r["roofline_basis"] = f"{BF16_TFLOPS:g} TFLOP/s, {HBM_TBS:g} TB/s; useful FLOPs {flops / 1e9:.3f} G, {nbytes / 1e6:.1f} MB"
+    r["roofline_basis"] = f"{harness.current().basis()}; useful FLOPs {flops / 1e9:.3f} G, {nbytes / 1e6:.1f} MB"
     r["ws1_over_roofline"] = r["roofline_ms"] / r["ws1_ms"]
     print(f"    roofline {r['roofline_ms']:.4f} ms: ws1 at {r['ws1_over_roofline']:.2f} of it", flush=True)
     return r
@@ -436,7 +439,14 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--json", default=None, help="write the results here (default: evidence/bench/cuda.json)")
     ap.add_argument("--only", default="gemm,attention,logprob,chain", help="comma list of case groups")
+    ap.add_argument("--deadline-s", type=float, default=None,
+                    help="start no group once this many seconds have passed since the first began (the JSON keeps what finished)")
     args = ap.parse_args(argv)
+    groups = {"gemm": gemm_cases, "attention": attention_cases, "logprob": logprob_cases, "chain": chain_cases}
+    unknown = [g for g in args.only.split(",") if g not in groups]
+    if unknown:
+        print(f"bench_cuda: unknown group(s) {', '.join(unknown)} in --only (expected {', '.join(groups)})", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("bench_cuda: no CUDA device on this host (the cuda_bf16 kernels run on a GPU)", file=sys.stderr)
         return 2
@@ -452,31 +462,25 @@ def main(argv=None) -> int:
     fa = _flash()
     host = {"python": platform.python_version(), "torch": torch.__version__, "device": torch.cuda.get_device_name(0),
             "capability": list(torch.cuda.get_device_capability(0)), "flash_attn": getattr(fa, "__version__", None)}
-    print(f"bench_cuda on {host['device']} (torch {host['torch']}, flash_attn {host['flash_attn']})", flush=True)
-    groups = {"gemm": gemm_cases, "attention": attention_cases, "logprob": logprob_cases, "chain": chain_cases}
-    rows, errors = [], {}
-    for name in args.only.split(","):
-        print(f"[{name}]", flush=True)
-        try:
-            rows += groups[name](clock, dev, args)
-        except Exception as exc:  # noqa: BLE001  a failed group is reported, never silently dropped
-            errors[name] = f"{type(exc).__name__}: {exc}"
-            print(f"  {name}: FAILED {errors[name]}", flush=True)
-    errors.update(row_errors(rows))
-    tg = targets(rows)
-    print_targets(tg, vs="cuBLAS")
+    host["ceilings"] = harness.use(harness.measure(dev)).to_json()
+    print(f"bench_cuda on {host['device']} (torch {host['torch']}, flash_attn {host['flash_attn']}); rooflines at "
+          f"{harness.current().basis()}, L2 {harness.current().l2_bytes / 2 ** 20:.0f} MiB ({harness.current().source})",
+          flush=True)
     gemm_config = ("sm_90: wgmma m64n128k16 + TMA (CUTLASS collectives, persistent): 256x128x64 cooperative (wide) or "
                    "64x128x64 ping-pong (narrow; M <= 128 or < 132 wide tiles), same bits; sm_80: mma.sync 64x128 / 32x32; "
                    "FP32 a with BF16 b on sm_90: the exact three-way BF16 split on the same wgmma kernel, (lo + mid) + hi; "
                    "other FP32 operands and sm_80: CUDA-core serial chain 128x128x16")
-    result = {"host": host, "gemm_config": gemm_config, "cases": rows,
-              "targets": tg, "errors": errors, "calls": json.loads(_k().calls())}
     path = args.json or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "evidence", "bench", "cuda.json")
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
-    print(f"wrote {path}")
-    return 1 if errors else 0
+    run = harness.Run(path, lambda rows, errors: {"host": host, "gemm_config": gemm_config, "cases": rows,
+                                                  "targets": targets(rows), "errors": {**errors, **row_errors(rows)},
+                                                  "calls": json.loads(_k().calls())}, args.deadline_s)
+    for name in args.only.split(","):
+        print(f"[{name}]", flush=True)
+        run.group(name, lambda fn=groups[name]: fn(clock, dev, args))
+    print_targets(targets(run.rows), vs="cuBLAS")
+    complete = run.finish()
+    print(f"wrote {path}{'' if complete else ' (incomplete: see its errors)'}")
+    return 1 if run.errors or row_errors(run.rows) else 0
 
 
 if __name__ == "__main__":

@@ -21,6 +21,9 @@ run (CUDA events; the device synchronized around each timed run):
                                   [--json PATH]
     python benchmarks/bench_rl.py --cpu-logic       # the same code paths at tiny sizes on the CPU (cpu_bf16)
 
+``--deadline-s S``: start no phase after S seconds. The JSON is rewritten after every phase (``complete`` false
+until the last), so a run stopped by its caller's time limit keeps the phases it finished (harness.Run).
+
 Without a CUDA device it prints one line and exits 2; ``--cpu-logic`` runs everything on the CPU at tiny sizes
 (tiny model, 4 short sequences, 4 requests) with cpu_bf16 standing in for the GPU profiles and the static decode
 step in place of the CUDA graph: it proves the plumbing, and its ratios mean nothing (marked, no MET/MISS).
@@ -30,7 +33,6 @@ Exit 1 when a phase failed (reported, never dropped).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -40,8 +42,10 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 
 GPU_PROFILES = ("cuda_bf16", "triton_cuda_bf16")
+PHASES = ("train", "decode", "chain")
 TRAIN_TARGET, DECODE_TARGET = 1.3, 0.7
 
 
@@ -205,48 +209,56 @@ def chain_case(profile, sz, dev, timer, reps) -> dict:
 # ---- main --------------------------------------------------------------------------------------------------------
 
 
-def run_profile(profile: str, args, sz, dev) -> tuple[list[dict], dict]:
+def run_profile(profile: str, args, sz, dev, run: harness.Run) -> None:
+    """Each phase of ``--only`` for one profile, as one group of ``run`` ("<profile>:<phase>"): a failed or cut-short
+    phase is named in the run's errors, the others' rows are kept. The model is built once, by the first phase that
+    needs it."""
     from plain_qwen3 import PlainQwen3
 
     import ws1_qwen3
 
     timer = Timer(dev)
-    rows, errors = [], {}
-    only = args.only.split(",")
-    model = plain = None
-    if {"train", "decode"} & set(only):
-        t0 = time.perf_counter()
-        model = ws1_qwen3.synthetic(_config(sz), profile, device=dev)
-        plain = PlainQwen3(model, device=dev)
-        print(f"[{profile}] {model.config.name} built in {time.perf_counter() - t0:.1f} s", flush=True)
+    built: dict = {}
+
+    def models():
+        if "error" in built:
+            raise RuntimeError(f"the model could not be built: {built['error']}")
+        if "model" not in built:
+            t0 = time.perf_counter()
+            try:
+                built["model"] = ws1_qwen3.synthetic(_config(sz), profile, device=dev)
+                built["plain"] = PlainQwen3(built["model"], device=dev)
+            except Exception as exc:
+                built["error"] = f"{type(exc).__name__}: {exc}"
+                raise
+            print(f"[{profile}] {built['model'].config.name} built in {time.perf_counter() - t0:.1f} s", flush=True)
+        return built["model"], built["plain"]
+
     graphs = True if args.cpu_logic else None      # on a GPU: the engine's default (graphs where they can be captured)
-    for phase in only:
-        try:
-            if phase == "train":
-                r = train_case(model, plain, sz, dev, timer, args.reps)
-                print(f"  train: {r['tokens']} tokens, ws1 {r['ws1_s'] * 1e3:.1f} ms, plain {r['plain_s'] * 1e3:.1f} ms, "
-                      f"ratio {r['time_ratio']:.3f}", flush=True)
-            elif phase == "decode":
-                r = decode_case(model, plain, sz, dev, timer, args.reps, graphs)
-                print(f"  decode: B{r['batch']} P{r['prompt']} +{r['new_tokens']}, graphs {r['graphs']} {r['buckets']}, "
-                      f"{r['host_syncs']} host syncs / {r['decode_steps']} steps; decode tok/s ws1 {r['ws1_decode_tok_s']:.0f} "
-                      f"plain {r['plain_decode_tok_s']:.0f} (x{r['decode_speed']:.3f}); end to end ws1 "
-                      f"{r['ws1_e2e_tok_s']:.0f} plain {r['plain_e2e_tok_s']:.0f}", flush=True)
-            elif phase == "chain":
-                r = chain_case(profile, sz, dev, timer, args.reps)
-                print(f"  chain {r['preset']}: forward ws1 {r['ws1_fwd_s'] * 1e3:.2f} ms plain {r['plain_fwd_s'] * 1e3:.2f} ms "
-                      f"(x{r['forward_ratio']:.2f}); fwd+bwd ws1 {r['ws1_fb_s'] * 1e3:.2f} ms plain {r['plain_fb_s'] * 1e3:.2f} ms "
-                      f"(x{r['forward_backward_ratio']:.2f})", flush=True)
-            else:
-                raise ValueError(f"unknown phase {phase!r}")
-            r.update({"profile": profile, "logic_check_only": args.cpu_logic})
-            rows.append(r)
-        except Exception as exc:  # noqa: BLE001  a failed phase is reported, never silently dropped
-            errors[f"{profile}:{phase}"] = f"{type(exc).__name__}: {exc}"
-            print(f"  {phase}: FAILED {errors[f'{profile}:{phase}']}", flush=True)
+
+    def phase_rows(phase: str) -> list[dict]:
+        if phase == "train":
+            r = train_case(*models(), sz, dev, timer, args.reps)
+            print(f"  train: {r['tokens']} tokens, ws1 {r['ws1_s'] * 1e3:.1f} ms, plain {r['plain_s'] * 1e3:.1f} ms, "
+                  f"ratio {r['time_ratio']:.3f}", flush=True)
+        elif phase == "decode":
+            r = decode_case(*models(), sz, dev, timer, args.reps, graphs)
+            print(f"  decode: B{r['batch']} P{r['prompt']} +{r['new_tokens']}, graphs {r['graphs']} {r['buckets']}, "
+                  f"{r['host_syncs']} host syncs / {r['decode_steps']} steps; decode tok/s ws1 {r['ws1_decode_tok_s']:.0f} "
+                  f"plain {r['plain_decode_tok_s']:.0f} (x{r['decode_speed']:.3f}); end to end ws1 "
+                  f"{r['ws1_e2e_tok_s']:.0f} plain {r['plain_e2e_tok_s']:.0f}", flush=True)
+        else:
+            r = chain_case(profile, sz, dev, timer, args.reps)
+            print(f"  chain {r['preset']}: forward ws1 {r['ws1_fwd_s'] * 1e3:.2f} ms plain {r['plain_fwd_s'] * 1e3:.2f} ms "
+                  f"(x{r['forward_ratio']:.2f}); fwd+bwd ws1 {r['ws1_fb_s'] * 1e3:.2f} ms plain {r['plain_fb_s'] * 1e3:.2f} ms "
+                  f"(x{r['forward_backward_ratio']:.2f})", flush=True)
+        r.update({"profile": profile, "logic_check_only": args.cpu_logic})
+        return [r]
+
+    for phase in args.only.split(","):
+        run.group(f"{profile}:{phase}", lambda phase=phase: phase_rows(phase))
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-    return rows, errors
 
 
 def targets(rows: list[dict]) -> list[dict]:
@@ -268,7 +280,13 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", default=None, help="write the results here (default: evidence/bench/rl.json)")
     ap.add_argument("--cpu-logic", action="store_true", help="tiny sizes on the CPU, cpu_bf16: the plumbing, ratios meaningless")
+    ap.add_argument("--deadline-s", type=float, default=None,
+                    help="start no phase once this many seconds have passed since the first began (the JSON keeps what finished)")
     args = ap.parse_args(argv)
+    unknown = [p for p in args.only.split(",") if p not in PHASES]
+    if unknown:
+        print(f"bench_rl: unknown phase(s) {', '.join(unknown)} in --only (expected {', '.join(PHASES)})", file=sys.stderr)
+        return 2
     if not args.cpu_logic and not torch.cuda.is_available():
         print("bench_rl: no CUDA device on this host (the GPU profiles run on a GPU; --cpu-logic checks the plumbing)",
               file=sys.stderr)
@@ -284,7 +302,9 @@ def main(argv=None) -> int:
             "cpu_logic": args.cpu_logic, "sizes": sz}
     print(f"bench_rl on {host['device']} (torch {host['torch']}){' — CPU logic check: ratios mean nothing' if args.cpu_logic else ''}",
           flush=True)
-    rows, errors = [], {}
+    path = args.json or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "evidence", "bench", "rl.json")
+    run = harness.Run(path, lambda rows, errors: {"host": host, "cases": rows, "targets": targets(rows), "errors": errors},
+                      args.deadline_s)
     for profile in profiles:
         why = ws1_accel.unavailable_reason(profile)
         if why is None:
@@ -292,24 +312,18 @@ def main(argv=None) -> int:
 
             why = family_available(ws1_accel.family_of(profile))
         if why:
-            errors[profile] = f"not run: {why}"
+            run.errors[profile] = f"not run: {why}"
             print(f"[{profile}] not run: {why}", flush=True)
             continue
-        r, e = run_profile(profile, args, sz, ws1_accel.resolve_device(profile))
-        rows += r
-        errors.update(e)
-    tg = targets(rows)
-    for t in tg:
+        run_profile(profile, args, sz, ws1_accel.resolve_device(profile), run)
+    for t in targets(run.rows):
         if t["met"] is None:
             print(f"  target n/a  [{t['profile']}] {t['target']}: {t['value']:.3f} (CPU logic check: ratio meaningless)")
         else:
             print(f"  target {'MET ' if t['met'] else 'MISS'} [{t['profile']}] {t['target']}: {t['value']:.3f}")
-    path = args.json or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "evidence", "bench", "rl.json")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump({"host": host, "cases": rows, "targets": tg, "errors": errors}, f, indent=1)
-    print(f"wrote {path}")
-    return 1 if errors else 0
+    complete = run.finish()
+    print(f"wrote {path}{'' if complete else ' (incomplete: see its errors)'}")
+    return 1 if run.errors else 0
 
 
 if __name__ == "__main__":

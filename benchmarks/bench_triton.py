@@ -8,8 +8,8 @@ Cases (Qwen3-8B shapes, BF16, FP32 accumulation):
   BF16 -> FP32 where torch.mm has ``out_dtype``), lm_head at V 151936 (FP32 logits, vs cuBLAS BF16 ->
   FP32) and its backward at M 256 / 2048 (FP32 logit gradient dy [M, V]: dx and dW vs cuBLAS FP32 with
   TF32 off, judged; dx vs cuBLAS BF16 on dy rounded to BF16, for the record). Each row beside its
-  roofline: max(FLOPs / 790 TFLOP/s, bytes / 4.3 TB/s), the H200's measured ceilings (each operand read
-  once, the output written once).
+  roofline: max(FLOPs / BF16 rate, bytes / HBM bandwidth), both measured on this card at the start of the
+  run (harness.py: cuBLAS 8192^3 BF16, a 1 GiB device copy; each operand read once, the output written once).
 * attention vs ``F.scaled_dot_product_attention`` forced onto its flash backend
   (``sdpa_kernel(SDPBackend.FLASH_ATTENTION)``; GQA native, or K/V expanded to Hq heads outside the timed
   call if this torch's flash takes none; the targets are ABSENT when flash cannot run, never compared with
@@ -36,6 +36,11 @@ backward >= 0.6x (graph: captured, it plans its tiles on the device); the chain'
 <= 1.3 (its formal check is C10's).
 
     python benchmarks/bench_triton.py [--reps 20] [--json PATH] [--no-chain] [--only gemm,attention] [--quick]
+                                      [--deadline-s S]
+
+The JSON is rewritten after every group (``complete`` false until the last): a run stopped by its caller's time
+limit (SIGTERM) or past ``--deadline-s`` keeps the groups it finished and names the others in ``errors``
+(harness.Run).
 
 Without CUDA the script prints one line and exits 2, except under TRITON_INTERPRET=1 with ``--quick``,
 where it runs small cases of every group on CPU tensors (a logic check of the code paths; the timings
@@ -45,7 +50,6 @@ and targets mean nothing there and no target is judged).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -56,10 +60,12 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
 BF = torch.bfloat16
 HQ, HKV, D = 32, 8, 128
 V_FULL = 151936
-L2_BYTES = 60 * 2 ** 20      # H100/H200 L2 (50 / 60 MB): weights rotate over > 2x this
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
@@ -162,23 +168,28 @@ def rotation(ws: list) -> Callable[[str], object]:
 
 # ---- rooflines (issue 24) -------------------------------------------------------------------------
 
-# The H200's measured ceilings (the first GPU run, ../shared/gpu-runs/2026-12-04-h200): cuBLAS BF16 dense,
-# a device-to-device copy. docs/triton.md "Cost model" gives the same numbers per kernel.
-BF16_TFLOPS, HBM_TBS = 790.0, 4.3
+# The ceilings are this card's, measured at the start of the run (harness.measure): cuBLAS BF16 dense and a
+# device copy; docs/triton.md "Cost model" gives the H200's per kernel.
 
 
 def roofline_ms(flops: float, nbytes: float) -> float:
     """max(FLOPs / peak, bytes / bandwidth): the floor no kernel beats (each operand read once)."""
-    return max(flops / (BF16_TFLOPS * 1e9), nbytes / (HBM_TBS * 1e9))
+    return harness.current().roofline_ms(flops, nbytes)
 
 
 def _roof(r: dict, flops: float, nbytes: float) -> dict:
     r["roofline_ms"] = roofline_ms(flops, nbytes)
     r["flops"], r["bytes"] = flops, nbytes
     r["ws1_over_roofline"] = r["roofline_ms"] / r["ws1_ms"] if r["ws1_ms"] > 0 else None
-    print(f"    roofline {r['roofline_ms']:.4f} ms ({flops / 1e9:.3f} GFLOP, {nbytes / 1e6:.1f} MB at {BF16_TFLOPS:g} TFLOP/s, "
-          f"{HBM_TBS:g} TB/s): ws1 at {r['ws1_over_roofline']:.2f} of it", flush=True)
+    print(f"    roofline {r['roofline_ms']:.4f} ms ({flops / 1e9:.3f} GFLOP, {nbytes / 1e6:.1f} MB at "
+          f"{harness.current().basis()}): ws1 at {r['ws1_over_roofline']:.2f} of it", flush=True)
     return r
+
+
+def weight_copies(nbytes: int) -> int:
+    """How many copies of a weight of ``nbytes`` the timed calls rotate over: enough to cover > 2x this card's L2,
+    so neither contender is timed on an L2-resident weight."""
+    return max(1, -(-2 * harness.current().l2_bytes // nbytes))
 
 
 # ---- cases ------------------------------------------------------------------------------------
@@ -206,7 +217,7 @@ def gemm_cases(clock, dev, args) -> list[dict]:
     mm = f32 or (lambda a, b: torch.mm(a, b))
     vs32 = "cuBLAS BF16 -> FP32" if f32 else "cuBLAS BF16 -> BF16 (no out_dtype in this torch)"
     for N in Ns:
-        copies = max(1, -(-2 * L2_BYTES // (N * K * 2))) if clock.cuda else 1
+        copies = weight_copies(N * K * 2) if clock.cuda else 1
         ws = [(torch.randn(N, K, generator=g, device="cpu") * 0.02).to(BF).to(dev) for _ in range(copies)]
         nxt = rotation(ws)
 
@@ -232,7 +243,7 @@ def gemm_cases(clock, dev, args) -> list[dict]:
                                    flops, 2 * (M * N + M * K) + 4 * N * K, {"M": M, "K": K, "N": N, "vs": vs32})
         rows += _candidate_rows(clock, args, g, dev, K, N, ws)
     if not args.quick:  # Qwen3-8B's k_proj / v_proj width: N / 128 = 8 programs in the fixed tier at a decode step, 32 with the candidate
-        copies = max(1, -(-2 * L2_BYTES // (1024 * K * 2))) if clock.cuda else 1
+        copies = weight_copies(1024 * K * 2) if clock.cuda else 1
         rows += _candidate_rows(clock, args, g, dev, K, 1024,
                                 [(torch.randn(1024, K, generator=g, device="cpu") * 0.02).to(BF).to(dev) for _ in range(copies)])
     wv = (torch.randn(V, K, generator=g, device="cpu") * 0.02).to(BF).to(dev)
@@ -736,7 +747,14 @@ def main(argv=None) -> int:
     ap.add_argument("--no-chain", dest="chain", action="store_false")
     ap.add_argument("--quick", action="store_true", help="small shapes only (smoke run)")
     ap.add_argument("--only", default="gemm,attention,logprob,chain", help="comma list of case groups")
+    ap.add_argument("--deadline-s", type=float, default=None,
+                    help="start no group once this many seconds have passed since the first began (the JSON keeps what finished)")
     args = ap.parse_args(argv)
+    unknown = [g for g in args.only.split(",") if g not in ("gemm", "attention", "logprob", "chain")]
+    if unknown:
+        print(f"bench_triton: unknown group(s) {', '.join(unknown)} in --only (expected gemm, attention, logprob, chain)",
+              file=sys.stderr)
+        return 2
     if not torch.cuda.is_available() and not (INTERPRET and args.quick):
         print("bench_triton: no CUDA device on this host (the triton_cuda_bf16 kernels run on a GPU)", file=sys.stderr)
         return 2
@@ -752,21 +770,11 @@ def main(argv=None) -> int:
             "device": torch.cuda.get_device_name(0) if clock.cuda else "cpu (interpreter logic check)",
             "capability": list(torch.cuda.get_device_capability(0)) if clock.cuda else None,
             "interpreter": INTERPRET, "quick": args.quick}
-    print(f"bench_triton on {host['device']} (torch {host['torch']}, triton {host['triton']})", flush=True)
+    host["ceilings"] = harness.use(harness.measure(dev)).to_json()
+    print(f"bench_triton on {host['device']} (torch {host['torch']}, triton {host['triton']}); rooflines at "
+          f"{harness.current().basis()}, L2 {harness.current().l2_bytes / 2 ** 20:.0f} MiB ({harness.current().source})",
+          flush=True)
     groups = {"gemm": gemm_cases, "attention": attention_cases, "logprob": logprob_cases, "chain": chain_cases}
-    rows, errors = [], {}
-    for name in args.only.split(","):
-        if name == "chain" and not args.chain:
-            continue
-        print(f"[{name}]", flush=True)
-        try:
-            rows += groups[name](clock, dev, args)
-        except Exception as exc:  # a failed group is reported, never silently dropped
-            errors[name] = f"{type(exc).__name__}: {exc}"
-            print(f"  {name}: FAILED {errors[name]}", flush=True)
-    errors.update(row_errors(rows))
-    tg = targets(rows)
-    print_targets(tg)
     from ws1_ops.triton import attention as ta
 
     configs = {"gemm_bf16_tiers": {a: [{"max_m": t.max_m, **vars(t.cfg)} for t in tiers] for a, tiers in _gemm.BF16_TIERS.items()},
@@ -774,13 +782,18 @@ def main(argv=None) -> int:
                "gemm_dw": {a: vars(c) for a, c in _gemm.DW_BF16.items()}, "gemm_fp32_dy": vars(_gemm.F32_CONFIG),
                "attention_fwd": {a: {k: vars(c) for k, c in cs.items()} for a, cs in ta.FWD.items()},
                "attention_bwd": {a: vars(c) for a, c in ta.BWD.items()}, "attention_BN": ta.BN, "attention_KV_CHUNK": ta.KV_CHUNK}
-    result = {"host": host, "configs": configs, "cases": rows, "targets": tg, "errors": errors}
     path = args.json or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "evidence", "bench", "triton.json")
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
-    print(f"wrote {path}")
-    return 1 if errors else 0
+    run = harness.Run(path, lambda rows, errors: {"host": host, "configs": configs, "cases": rows, "targets": targets(rows),
+                                                  "errors": {**errors, **row_errors(rows)}}, args.deadline_s)
+    for name in args.only.split(","):
+        if name == "chain" and not args.chain:
+            continue
+        print(f"[{name}]", flush=True)
+        run.group(name, lambda fn=groups[name]: fn(clock, dev, args))
+    print_targets(targets(run.rows))
+    complete = run.finish()
+    print(f"wrote {path}{'' if complete else ' (incomplete: see its errors)'}")
+    return 1 if run.errors or row_errors(run.rows) else 0
 
 
 if __name__ == "__main__":

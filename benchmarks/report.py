@@ -72,7 +72,10 @@ def load_run(folder: Path) -> dict:
             if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
                 raise ReportError(f"{path}: no 'cases' list: not a benchmark's JSON")
             if not merged:
-                merged = {"host": data.get("host", {}), "cases": [], "targets": [], "errors": {}, "files": []}
+                merged = {"host": data.get("host", {}), "cases": [], "targets": [], "errors": {}, "files": [],
+                          "incomplete": []}
+            if data.get("complete") is False:      # cut short by its time limit (harness.Run); absent in older runs
+                merged["incomplete"].append(path.name)
             seen = {(r.get("case"), r.get("mode")): i for i, r in enumerate(merged["cases"])}
             for r in data["cases"]:
                 k = (r.get("case"), r.get("mode"))
@@ -89,6 +92,26 @@ def load_run(folder: Path) -> dict:
     if not run:
         raise ReportError(f"{folder}: no benchmark JSON (*bench_cuda*.json, *bench_triton*.json, *bench_rl*.json)")
     return run
+
+
+def basis(host: dict) -> str:
+    """The roofline's ceilings as the run recorded them (measured on its card), or the constants runs used before
+    they measured their own (the first H200 run's)."""
+    c = host.get("ceilings")
+    if not c:
+        return "max(FLOPs / 790 TFLOP/s, bytes / 4.3 TB/s) (the first H200 run's ceilings; this run recorded none)"
+    return (f"max(FLOPs / {c['bf16_tflops']:.0f} TFLOP/s, bytes / {c['hbm_tbs']:.2f} TB/s) ({c.get('source', 'source not recorded')})")
+
+
+def devices(now: dict, before: dict) -> list[str]:
+    """One line per profile whose two runs ran on different devices: their speeds are each a ratio on its own card
+    (ws1 against cuBLAS / SDPA there), comparable as ratios; their times are not."""
+    out = []
+    for prof in PROFILES:
+        a, b = before.get(prof, {}).get("host", {}).get("device"), now.get(prof, {}).get("host", {}).get("device")
+        if a and b and a != b:
+            out.append(f"  {prof}: before ran on {a}, now on {b}: each speed is a ratio on its own card; times differ by card")
+    return out
 
 
 def find(rows: list[dict], case: str) -> dict | None:
@@ -159,9 +182,10 @@ def measured_block(data: dict, folder: str, tg: list[dict]) -> str:
     """The generated Markdown of one profile's run: every row with a roofline, then the benchmark's errors."""
     host = data.get("host", {})
     soft = ", ".join(f"{k} {host[k]}" for k in ("torch", "triton", "flash_attn") if host.get(k))
+    cut = f" **Incomplete**: {', '.join(data['incomplete'])} stopped by the time limit." if data.get("incomplete") else ""
     head = (f"Run: `{folder}` ({', '.join(data.get('files', []))}) — {host.get('device', '?')} (capability "
             f"{host.get('capability')}), {soft or 'versions not recorded'}; speed = contender time / ws1 time (medians), "
-            "roofline = max(FLOPs / 790 TFLOP/s, bytes / 4.3 TB/s).")
+            f"roofline = {basis(host)}.{cut}")
     lines = [head, "",
              "| case | mode | ws1 ms | contender | contender ms | speed | roofline ms | roofline / ws1 | target |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -190,9 +214,9 @@ def replace_block(text: str, block: str, path: Path) -> str:
 
 
 def render(table: list[dict], tg: list[dict], now_dir: str, before_dir: str, errors: dict,
-           cands: list[dict] | None = None) -> str:
+           cands: list[dict] | None = None, notes: list[str] | None = None) -> str:
     lines = [f"Issue 24's table: speed = contender time / ws1 time, graph mode (e: eager), before ({before_dir}) -> now ({now_dir})",
-             "", "| case | cuda_bf16 | triton_cuda_bf16 |", "|---|---|---|"]
+             *(notes or []), "", "| case | cuda_bf16 | triton_cuda_bf16 |", "|---|---|---|"]
     for row in table:
         cells = [f"{row[p]['before']['text']} -> {row[p]['now']['text']}" for p in PROFILES]
         lines.append(f"| {row['case']} | {cells[0]} | {cells[1]} |")
@@ -227,6 +251,8 @@ def main(argv=None) -> int:
         before = load_run(args.before) if args.before.is_dir() else {}
         table, tg, cands = issue_table(now, before), targets(now), candidates(now)
         errors = {p: now[p].get("errors") or {} for p in PROFILES if p in now and now[p].get("errors")}
+        notes = devices(now, before) + [f"  {k}: incomplete run ({', '.join(v['incomplete'])}: stopped by its time limit; "
+                                        "the groups it did not finish are in its errors)" for k, v in now.items() if v.get("incomplete")]
         if args.docs:
             for prof, path in DOCS.items():
                 if prof not in now:
@@ -240,9 +266,10 @@ def main(argv=None) -> int:
         return 2
     if args.json:
         print(json.dumps({"run": str(args.run), "before": str(args.before), "issue_table": table, "targets": tg,
-                          "candidates": cands, "errors": errors}, indent=1))
+                          "candidates": cands, "errors": errors, "notes": [n.strip() for n in notes],
+                          "ceilings": {k: v.get("host", {}).get("ceilings") for k, v in now.items()}}, indent=1))
     else:
-        print(render(table, tg, str(args.run), str(args.before), errors, cands))
+        print(render(table, tg, str(args.run), str(args.before), errors, cands, notes))
     return 0
 
 

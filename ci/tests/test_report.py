@@ -164,3 +164,27 @@ def test_candidates_are_listed_with_their_speed_and_bits(tmp_path):
     js = json.loads(subprocess.run([sys.executable, str(ROOT / "benchmarks" / "report.py"), str(folder), "--json",
                                     "--before", str(tmp_path / "none")], capture_output=True, text=True, check=True).stdout)
     assert len(js["candidates"]) == 4 and js["targets"] == []
+
+
+def test_rooflines_are_read_with_the_runs_own_ceilings_and_cards_and_cuts_are_named(tmp_path, monkeypatch):
+    """A run on another card (the H100 the device tool lends first): the Measured block states the ceilings that run
+    measured, not the H200's; before/now on different cards is said beside the table; a run cut short by its time
+    limit (harness.Run: complete false) is named. A run without recorded ceilings (the first one) says whose it used."""
+    before = _run(tmp_path / "a", 0.2)
+    now = _run(tmp_path / "b", 0.9)
+    f = now / "bench_cuda.json"
+    data = json.loads(f.read_text())
+    data["host"] = {"device": "NVIDIA H100 80GB HBM3", "ceilings": {"bf16_tflops": 798.0, "hbm_tbs": 3.0,
+                                                                    "l2_bytes": 50 * 2 ** 20, "source": "measured"}}
+    data["complete"] = False
+    f.write_text(json.dumps(data))
+    js = json.loads(subprocess.run([sys.executable, str(ROOT / "benchmarks" / "report.py"), str(now), "--before", str(before),
+                                    "--json"], capture_output=True, text=True, check=True).stdout)
+    assert any("before ran on NVIDIA H200, now on NVIDIA H100 80GB HBM3" in n for n in js["notes"])
+    assert any("incomplete run (bench_cuda.json" in n for n in js["notes"])
+    assert js["ceilings"]["cuda_bf16"]["hbm_tbs"] == 3.0
+    block = report.measured_block(report.load_run(now)["cuda_bf16"], "run", [])
+    assert "max(FLOPs / 798 TFLOP/s, bytes / 3.00 TB/s) (measured)" in block and "**Incomplete**: bench_cuda.json" in block
+    old = report.measured_block(report.load_run(before)["cuda_bf16"], "run", [])
+    assert "790 TFLOP/s, bytes / 4.3 TB/s) (the first H200 run's ceilings; this run recorded none)" in old
+    assert "Incomplete" not in old
