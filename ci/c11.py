@@ -21,6 +21,10 @@ report shows only this run's records.
 
 Exit codes: 0 every gate green and the negative control red; 1 a red gate (the flow stops there);
 2 a requested profile's device is absent (after its static gates, all green) or bad arguments.
+
+SIGTERM (a caller's time limit, e.g. ``timeout`` in ci/gpu_check.sh) stops the flow without losing it: the step
+in flight is recorded red ("stopped by SIGTERM"), the later steps and profiles are not run, and every profile's
+``c11_ci.json`` and report are still written (red, exit 1), with the verdicts of the steps that finished.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -118,6 +123,15 @@ def new_run_id() -> str:
     return f"c11-{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
 
 
+class Stopped(BaseException):
+    """SIGTERM arrived (a caller's time limit: `timeout` in ci/gpu_check.sh). Not an Exception, so no handler of a
+    step swallows it: the step in flight is recorded red, the rest are not run, and c11_ci.json is still written."""
+
+
+def _on_sigterm(signum, frame):  # noqa: ARG001
+    raise Stopped("stopped by SIGTERM (the caller's time limit)")
+
+
 def run_process(step: Step, log: Path) -> tuple[int, float]:
     t = time.perf_counter()
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -126,10 +140,14 @@ def run_process(step: Step, log: Path) -> tuple[int, float]:
         env.pop("WS1_RUN_ID", None)
     with open(log, "w") as f, subprocess.Popen(step.cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                                text=True, env=env, bufsize=1) as p:
-        for line in p.stdout:
-            f.write(line)
-            if _show(line, step):
-                print(f"      {line.rstrip()[:150]}", flush=True)
+        try:
+            for line in p.stdout:
+                f.write(line)
+                if _show(line, step):
+                    print(f"      {line.rstrip()[:150]}", flush=True)
+        except Stopped:
+            p.terminate()            # `timeout` signals the whole group; a self-sent SIGTERM reaches only us
+            raise
         rc = p.wait()
     return rc, time.perf_counter() - t
 
@@ -245,6 +263,16 @@ def summary_lines(profile: str, outcomes: list[Outcome], root: Path, run_id: str
     return lines
 
 
+def _guarded(step: Step, check) -> Outcome:
+    """The step's outcome, or red "stopped" when SIGTERM arrives while it runs (``extra["stopped"]``)."""
+    t = time.perf_counter()
+    try:
+        return check()
+    except Stopped as exc:
+        return Outcome(step, "red", f"{exc} during this step; the steps after it were not run", time.perf_counter() - t,
+                       {"stopped": True})
+
+
 def flow(profile: str, args, tests_done: dict) -> tuple[int, list[Outcome]]:
     import ws1_accel
 
@@ -263,9 +291,11 @@ def flow(profile: str, args, tests_done: dict) -> tuple[int, list[Outcome]]:
 
     for s in static:          # both static gates run: they need no device, and each red is reported
         head(s.title)
-        o = run_gate(s, profile, args)
+        o = _guarded(s, lambda s=s: run_gate(s, profile, args))
         outcomes.append(o)
         tail(o)
+        if o.extra.get("stopped"):
+            return 1, outcomes
     static_red = [o.step.title for o in outcomes if o.status != "green"]
     why = ws1_accel.unavailable_reason(profile)
     if why is not None:
@@ -280,13 +310,13 @@ def flow(profile: str, args, tests_done: dict) -> tuple[int, list[Outcome]]:
     for s in device:
         head(s.title)
         if s.key == "build":
-            o = build_check(profile)
+            o = _guarded(s, lambda: build_check(profile))
         elif s.key == "linkage":
-            o = linkage_check(profile)
+            o = _guarded(s, lambda: linkage_check(profile))
         elif s.key == "tests" and tuple(s.cmd) in tests_done:   # one suite per run (the device suites per profile)
             o = Outcome(s, tests_done[tuple(s.cmd)].status, "ran once for this run: " + tests_done[tuple(s.cmd)].detail, 0.0)
         else:
-            o = run_gate(s, profile, args)
+            o = _guarded(s, lambda s=s: run_gate(s, profile, args))
             if s.key == "tests":
                 tests_done[tuple(s.cmd)] = o
         o.step = s
@@ -344,9 +374,16 @@ def main(argv=None) -> int:
     # always a fresh id: every gate process inherits it and writes it into its record
     args.run_id = os.environ["WS1_RUN_ID"] = new_run_id()
     code, tests_done, screens, records = 0, {}, [], []
+    old_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
+    stopped = False
     for profile in args.profiles:
         t0 = time.perf_counter()
-        rc, outcomes = flow(profile, args, tests_done)
+        if stopped:   # a profile the stopped run never reached: a red record that says so, not a missing one
+            rc, outcomes = 1, [Outcome(Step("stopped", "stopped"), "red",
+                                       "not run: the flow was stopped by SIGTERM (the caller's time limit) before it", 0.0)]
+        else:
+            rc, outcomes = flow(profile, args, tests_done)
+            stopped = any(o.extra.get("stopped") for o in outcomes)
         path = write_c11(profile, outcomes, args, rc, t0)
         md, hp = write_report(args.evidence_root / profile, run_id=args.run_id)
         records.append(json.loads(path.read_text()))
@@ -359,6 +396,7 @@ def main(argv=None) -> int:
         screen += [f"  evidence       {args.evidence_root / profile}/ (run {args.run_id})", f"  report         {md}  ·  {hp}"]
         screens.append("\n".join(screen))
         code = 1 if 1 in (code, rc) else max(code, rc)
+    signal.signal(signal.SIGTERM, old_sigterm)
     for s in screens:
         print(s)
     if args.json:

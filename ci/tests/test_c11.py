@@ -173,3 +173,29 @@ def test_tests_device_refuses_a_cpu_profile_and_exits_2_without_the_device():
     assert p.returncode == 1 and "runs on the CPU" in p.stderr + p.stdout
     p = subprocess.run([*nox, "cuda_bf16"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert p.returncode == 2 and "cuda_bf16 needs its device here" in p.stderr + p.stdout
+
+
+def test_sigterm_mid_flow_keeps_a_red_record_of_every_profile(tmp_path):
+    """`timeout` (ci/gpu_check.sh's lanes) signals the whole process group: the gate in flight dies, C11 records it red
+    "stopped by SIGTERM", runs nothing after it, and still writes c11_ci.json and the report of every requested
+    profile — the one it never reached says so — instead of leaving no record at all."""
+    import os
+    import signal
+
+    p = subprocess.Popen([sys.executable, str(ROOT / "ci" / "c11.py"), "cpu_bf16", "triton_cuda_bf16", "--evidence-dir",
+                          str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    seen = []
+    for line in p.stdout:
+        seen.append(line)
+        if "C1 contract" in line:         # the first gate process has started
+            os.killpg(p.pid, signal.SIGTERM)
+            break
+    rest = p.communicate(timeout=120)[0]
+    assert p.returncode == 1, "".join(seen) + rest
+    rec = json.loads((tmp_path / "cpu_bf16" / "c11_ci.json").read_text())
+    assert [c["id"] for c in rec["cells"]] == ["c1_contract"] and rec["stopped_at"] == "c1_contract"
+    assert rec["cells"][0]["status"] == "red" and "stopped by SIGTERM" in rec["cells"][0]["detail"]
+    other = json.loads((tmp_path / "triton_cuda_bf16" / "c11_ci.json").read_text())
+    assert [(c["id"], c["status"]) for c in other["cells"]] == [("stopped", "red")]
+    assert (tmp_path / "cpu_bf16" / "report.md").exists()
