@@ -22,8 +22,16 @@
 #      (logs/cuda_entry_backtrace.txt) — the first H200 run lost its unit tests to a segfault there;
 #   4. `ws1-contract closure` over this run's evidence (closure.txt: triton_cuda_bf16 and cuda_bf16 green, cpu_bf16 and
 #      ascend_bf16 missing until their hosts' records are added);
-#   5. WS1_BENCH=1: benchmarks/bench_cuda.py and bench_triton.py if the budget still allows (off by default: the
-#      closure run and the benchmark runs each fit one device call).
+#   5. WS1_BENCH=1: the benchmarks after the gates, on the then idle GPU, in what the budget has left (see bench below).
+#
+# WS1_GPU_TASK=bench: the benchmarks alone — the second call of a lease, on the machine the closure call left warm:
+# the install is skipped when this checkout's packages already import, the kernels-cuda build when its extension
+# already imports, and Triton's compiles come from the first call's cache (TRITON_CACHE_DIR is fixed per machine). Then
+# bench_cuda.py, bench_triton.py and bench_rl.py one after another on the idle GPU, each with --deadline-s = its fair
+# share of the time left (the rest divided by the benchmarks still to run) and a `timeout` 25 s past it: a benchmark
+# rewrites its JSON after every group, so one cut short returns what it finished ("complete": false, its errors name
+# the groups not run). WS1_BENCH_REPS overrides every benchmark's --reps. On a cold machine the same task installs and
+# builds first.
 #
 # WS1_GPU_TASK=c10-8b (one profile per run: WS1_PROFILES=cuda_bf16, then triton_cuda_bf16): the same preparation, then
 # instead of C11 the full-model chain gate, `python -m ws1_matrix c10 PROFILE --model qwen3-8b` (36 layers, all 399
@@ -31,11 +39,13 @@
 # (--candidate variant_attn_decode_order, which must come out red); each cell prints its time and peak device memory.
 # Two 8B gates at once would not fit one card beside each other, so the gates of several profiles run one at a time.
 # OUT_DIR receives at most 8 files: summary.json, closure.txt, c11_evidence.tar.gz (every record, report and log of both
-# profiles, the build logs), host_packages.txt, and bench_*.json when run.
+# profiles, the build logs), host_packages.txt, and bench_{cuda,triton,rl}.json when run (summary.json's "benchmarks":
+# per benchmark its exit, seconds, whether it completed, the errors and the MET/MISS/ABSENT counts).
 #
 # Environment: WS1_PROFILES ("triton_cuda_bf16 cuda_bf16"), WS1_DEADLINE_S (540: no lane outlives it; a lane cut
-# short leaves its profile without a C11 record, red), WS1_SKIP_INSTALL=1 (packages already installed), WS1_BENCH,
-# PYTHON (python3), WS1_WHEELS (.whl), WS1_GPU_CHECK_DRY=1 (a CPU host tests this script's plumbing: the lanes run
+# short by `timeout` still leaves a red C11 record with the verdicts of the steps it finished and the step it was
+# stopped in: ci/c11.py on SIGTERM), WS1_SKIP_INSTALL=1 (packages already installed), WS1_BENCH, WS1_BENCH_REPS,
+# WS1_GPU_TASK (closure, bench, c10-8b), PYTHON (python3), WS1_WHEELS (.whl), WS1_GPU_CHECK_DRY=1 (a CPU host tests this script's plumbing: the lanes run
 # without the build and triton-aot, C11 stops at the absent device, every profile ends red; ci/tests/test_gpu_check.py).
 # Exit: 0 every requested profile's C11 green; 1 something red or missing; 2 no CUDA device.
 set -uo pipefail
@@ -52,11 +62,16 @@ EV="$WORK/evidence"
 mkdir -p "$DEST" "$WORK/logs" "$EV"
 export WS1_EVIDENCE_DIR="$EV" PYTHONUNBUFFERED=1
 unset TRITON_INTERPRET    # the Triton kernels compile for the GPU here, never run in the interpreter
-export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$WORK.triton_cache}
+# one cache per machine, not per call: the bench task (a second call on the warm machine) loads the first call's compiles
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-${TMPDIR:-/tmp}/ws1_triton_cache}
 STEPS="$WORK/steps.tsv"
 : >"$STEPS"
 DRY=${WS1_GPU_CHECK_DRY:-0}
 T0=$SECONDS
+case "$TASK" in
+  closure | c10-8b | bench) ;;
+  *) echo "gpu_check: WS1_GPU_TASK=$TASK: expected closure, c10-8b or bench" >&2; exit 2 ;;
+esac
 
 say() { printf '[gpu_check %4ds] %s\n' "$((SECONDS - T0))" "$*" | tee -a "$WORK/logs/gpu_check.log"; }
 left() { echo $((DEADLINE - (SECONDS - T0))); }
@@ -84,7 +99,7 @@ steps = [dict(zip(("step", "rc", "seconds"), line.rstrip("\n").split("\t"))) for
 facts = json.load(open(os.path.join(work, "facts.json"))) if os.path.exists(os.path.join(work, "facts.json")) else {}
 out = {"facts": facts, "steps": steps, "profiles": {}}
 task = os.environ.get("WS1_GPU_TASK", "closure")
-for p in profiles:
+for p in profiles if task != "bench" else ():
     if task == "c10-8b":
         recs = {}
         for gate in ("c10_chain_gate", "c10_negative_control"):
@@ -115,7 +130,32 @@ for p in profiles:
                           "wall_time_s": r.get("wall_time_s"), "git_sha": r["git_sha"], "dirty": r["dirty"],
                           "steps": {c["id"]: [c["status"], c.get("seconds")] for c in r["cells"]},
                           "first_red": f"{red[0]['id']}: {red[0]['detail'][:300]}" if red else None}
-out["overall"] = "green" if all(v["status"] == "green" for v in out["profiles"].values()) else "red"
+benches = {}
+for name in ("cuda", "triton", "rl"):
+    step = next((st for st in steps if st["step"] == f"bench_{name}"), None)
+    f = os.path.join(work, f"bench_{name}.json")
+    if step is None and not os.path.exists(f):
+        continue
+    b = {"rc": None if step is None else int(step["rc"]), "seconds": None if step is None else int(step["seconds"])}
+    try:
+        d = json.load(open(f))
+    except (OSError, ValueError) as e:
+        log = os.path.join(work, "logs", f"bench_{name}.log")
+        last = [ln.strip() for ln in open(log, errors="replace")] if os.path.exists(log) else []
+        last = next((ln for ln in reversed(last) if ln), "no output")
+        why = "not run (time budget spent)" if b["rc"] == 201 else f"exit {b['rc']}, its log ends: {last[:300]}"
+        b.update(complete=False, errors={"json": f"no readable bench_{name}.json ({type(e).__name__}): {why}"})
+    else:
+        tg = d.get("targets") or []
+        b.update(complete=d.get("complete") is not False and b["rc"] in (0, 1), errors=d.get("errors") or {},
+                 device=(d.get("host") or {}).get("device"), ceilings=(d.get("host") or {}).get("ceilings"),
+                 met=sum(1 for t in tg if t.get("met") is True), miss=sum(1 for t in tg if t.get("met") is False),
+                 absent=sum(1 for t in tg if t.get("met") is None))
+    benches[name] = b
+if benches:
+    out["benchmarks"] = benches
+ok = [v["status"] == "green" for v in out["profiles"].values()] + [b["complete"] and not b["errors"] for b in benches.values()]
+out["overall"] = "green" if ok and all(ok) else "red"
 print(json.dumps(out, indent=1))
 EOF
   cp "$WORK/summary.json" "$DEST/summary.json"
@@ -123,7 +163,17 @@ EOF
   [ -f "$WORK/host_packages.txt" ] && cp "$WORK/host_packages.txt" "$DEST/host_packages.txt"
   for b in "$WORK"/bench_*.json; do [ -f "$b" ] && cp "$b" "$DEST/"; done
   tar -czf "$DEST/c11_evidence.tar.gz" -C "$WORK" evidence logs steps.tsv facts.json 2>/dev/null
-  "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print('overall:', d['overall']); [print(f'  {p:<18} {v[\"status\"]:<6} {v.get(\"first_red\") or v.get(\"why\") or \"\"}') for p, v in d['profiles'].items()]" "$WORK/summary.json"
+  "$PY" - "$WORK/summary.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+print("overall:", d["overall"])
+for p, v in d["profiles"].items():
+    print(f"  {p:<18} {v['status']:<6} {v.get('first_red') or v.get('why') or ''}")
+for n, b in d.get("benchmarks", {}).items():
+    counts = f"{b.get('met', 0)} MET, {b.get('miss', 0)} MISS, {b.get('absent', 0)} ABSENT"
+    print(f"  bench_{n:<12} {'complete' if b['complete'] else 'INCOMPLETE'} ({counts}; exit {b['rc']}, {b['seconds']} s)"
+          + (f"; errors: {'; '.join(f'{k}: {e}' for k, e in b['errors'].items())[:400]}" if b["errors"] else ""))
+EOF
   say "wrote $(cd "$DEST" && ls | tr '\n' ' ')into $DEST"
 }
 
@@ -192,9 +242,19 @@ EOF
   fi
   export PYTHONPATH=/tmp/ws1-site${PYTHONPATH:+:$PYTHONPATH}
 fi
+installed() {   # this checkout's packages import (editable: a warm machine's second call needs no install)
+  "$PY" -c "import sys, ws1_contract, ws1_matrix, ws1_ops, ws1_qwen3; sys.exit(0 if ws1_ops.__file__.startswith(sys.argv[1]) else 1)" \
+    "$ROOT/" >/dev/null 2>&1
+}
 if [ "${WS1_SKIP_INSTALL:-0}" != 1 ] && [ "$DRY" != 1 ]; then
-  run install 300 env PYTHON="$PY" bash ci/install_host.sh || { say "install failed"; pack; exit 1; }
+  if [ "$TASK" = bench ] && installed; then
+    say "install: skipped (this checkout's packages already import: a warm machine)"
+  else
+    run install 300 env PYTHON="$PY" bash ci/install_host.sh || { say "install failed"; pack; exit 1; }
+  fi
 fi
+SHA=$(git rev-parse HEAD 2>/dev/null)$(git diff --quiet HEAD 2>/dev/null || echo -dirty)
+BUILT=${TMPDIR:-/tmp}/ws1_kernels_cuda.built   # the commit kernels-cuda was last built from on this machine
 
 # ---- 2. the two lanes --------------------------------------------------------------------------------------------
 lane_triton() {
@@ -202,9 +262,12 @@ lane_triton() {
     --jobs "$(nproc)" --cache-dir "$TRITON_CACHE_DIR" --evidence-dir "$EV"
   judge triton_cuda_bf16
 }
+cuda_build() {  # kernels-cuda for this device's arch only; the commit it was built from is remembered
+  run cuda_build "$(( $(left) < 400 ? $(left) : 400 ))" env WS1_CUDA_ARCHS="$ARCH" MAX_JOBS="$(nproc)" \
+    "$PY" -m pip install --no-deps --no-build-isolation --no-cache-dir -e kernels-cuda && echo "$SHA" >"$BUILT"
+}
 lane_cuda() {
-  [ "$DRY" = 1 ] || run cuda_build "$(( $(left) < 400 ? $(left) : 400 ))" env WS1_CUDA_ARCHS="$ARCH" MAX_JOBS="$(nproc)" \
-    "$PY" -m pip install --no-deps --no-build-isolation --no-cache-dir -e kernels-cuda || return 1
+  [ "$DRY" = 1 ] || cuda_build || return 1
   judge cuda_bf16
 }
 judge() {   # the lane's judgment: C11 (closure) or the full-model chain gate and its control, one 8B gate at a time
@@ -218,20 +281,29 @@ judge() {   # the lane's judgment: C11 (closure) or the full-model chain gate an
     run "c11_$1" "$(left)" "$PY" ci/c11.py "$1" --evidence-dir "$EV"
   fi
 }
-case "$TASK" in
-  closure | c10-8b) ;;
-  *) say "WS1_GPU_TASK=$TASK: expected closure or c10-8b"; pack; exit 1 ;;
-esac
 export WS1_GPU_TASK=$TASK
+if [ "$TASK" = bench ]; then
+  # the cuda benchmark needs this commit's extension: built here unless this machine built it from this commit already
+  if [[ " $PROFILES " == *" cuda_bf16 "* ]] && [ "$DRY" != 1 ]; then
+    if [ "$(cat "$BUILT" 2>/dev/null)" = "$SHA" ] && "$PY" -c "import ws1_kernels_cuda" >/dev/null 2>&1; then
+      say "cuda_build: skipped (this machine built kernels-cuda from $SHA already)"
+    else
+      cuda_build || say "cuda_build failed: bench_cuda will say why"
+    fi
+  fi
+  PROFILES_RUN=""
+else
+  PROFILES_RUN=$PROFILES
+fi
 pids=()
-for p in $PROFILES; do
+for p in $PROFILES_RUN; do
   case "$p" in
     triton_cuda_bf16) lane_triton & pids+=($!) ;;
     cuda_bf16) lane_cuda & pids+=($!) ;;
     *) say "unknown GPU profile $p (expected triton_cuda_bf16, cuda_bf16)"; pack; exit 1 ;;
   esac
 done
-say "lanes started for: $PROFILES (sm_$ARCH, $(nproc) cores, budget ${DEADLINE}s)"
+[ -n "$PROFILES_RUN" ] && say "lanes started for: $PROFILES_RUN (sm_$ARCH, $(nproc) cores, budget ${DEADLINE}s)"
 for pid in "${pids[@]}"; do wait "$pid"; done
 
 # ---- 3. a native backtrace if the entry-point tests crashed ----------------------------------------------------
@@ -246,10 +318,28 @@ if [ "$TASK" = closure ]; then
   say "closure over this host's evidence: $(head -1 "$WORK/closure.txt")"
 fi
 
-# ---- 5. benchmarks (optional) --------------------------------------------------------------------------------------
-if [ "${WS1_BENCH:-0}" = 1 ]; then
-  [[ " $PROFILES " == *" cuda_bf16 "* ]] && run bench_cuda "$(left)" "$PY" benchmarks/bench_cuda.py --json "$WORK/bench_cuda.json"
-  [[ " $PROFILES " == *" triton_cuda_bf16 "* ]] && run bench_triton "$(left)" "$PY" benchmarks/bench_triton.py --json "$WORK/bench_triton.json"
+# ---- 5. benchmarks (WS1_BENCH=1 after the gates; the bench task alone) ----------------------------------------------
+bench() {   # one after another on the idle GPU, each given a fair share of the time left (see the header)
+  local names=() n i=0 share reps=() extra
+  [[ " $PROFILES " == *" cuda_bf16 "* ]] && names+=(cuda)
+  [[ " $PROFILES " == *" triton_cuda_bf16 "* ]] && names+=(triton)
+  names+=(rl)
+  [ -n "${WS1_BENCH_REPS:-}" ] && reps=(--reps "$WS1_BENCH_REPS")
+  for n in "${names[@]}"; do
+    share=$(( ($(left) - 15) / (${#names[@]} - i) ))
+    i=$((i + 1))
+    extra=()
+    [ "$n" = rl ] && extra=(--profiles "$(echo $PROFILES | tr ' ' ',')")
+    if [ "$share" -lt 30 ]; then
+      run "bench_$n" 0 true    # recorded "not run (time budget spent)"
+      continue
+    fi
+    run "bench_$n" $((share + 25)) "$PY" "benchmarks/bench_$n.py" --deadline-s "$share" --json "$WORK/bench_$n.json" \
+      "${reps[@]}" "${extra[@]}"
+  done
+}
+if [ "$TASK" = bench ] || { [ "${WS1_BENCH:-0}" = 1 ] && [ "$TASK" = closure ]; }; then
+  bench
 fi
 
 pack

@@ -52,3 +52,40 @@ def test_the_full_8b_task_dry_run(tmp_path):
     assert list(s["profiles"]) == ["cuda_bf16"] and s["profiles"]["cuda_bf16"]["first_red"] == "no c10_chain_gate record"
     assert {"c10_8b_cuda_bf16", "c10_8b_control_cuda_bf16"} <= {st["step"] for st in s["steps"]}
     assert not (tmp_path / "out" / "closure.txt").exists()
+
+
+def test_the_bench_task_dry_run(tmp_path):
+    """WS1_GPU_TASK=bench: no lanes, no closure; bench_cuda, bench_triton, bench_rl one after another, each told its
+    share of the time left (--deadline-s) and where to write (--json). A benchmark standing in for the real ones (the
+    real ones need a device) writes one cut-short JSON: the summary reads it back as incomplete with its MET/MISS
+    counts; a benchmark that wrote nothing is named with the end of its log."""
+    fake = tmp_path / "py"
+    fake.write_text(f"""#!/usr/bin/env bash
+if [[ "$1" == benchmarks/bench_*.py ]]; then
+  echo "$@" >>"{tmp_path}/bench_args.txt"
+  [[ "$1" == benchmarks/bench_triton.py ]] || {{ echo "bench: no CUDA device on this host"; exit 2; }}
+  while [ $# -gt 0 ]; do [ "$1" = --json ] && out=$2; shift; done
+  echo '{{"host": {{"device": "fake"}}, "cases": [], "complete": false, "errors": {{"chain": "not run: the time budget"}},
+        "targets": [{{"met": true}}, {{"met": false}}, {{"met": null}}]}}' >"$out"
+  exit 1
+fi
+exec {sys.executable} "$@"
+""")
+    fake.chmod(0o755)
+    r = _run(tmp_path, WS1_GPU_CHECK_DRY="1", WS1_GPU_TASK="bench", PYTHON=str(fake), WS1_DEADLINE_S="400",
+             WS1_BENCH_REPS="3")
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
+    out = tmp_path / "out"
+    assert not (out / "closure.txt").exists() and (out / "bench_triton.json").exists()
+    s = json.loads((out / "summary.json").read_text())
+    assert s["profiles"] == {} and s["overall"] == "red"
+    b = s["benchmarks"]
+    assert b["triton"]["complete"] is False and (b["triton"]["met"], b["triton"]["miss"], b["triton"]["absent"]) == (1, 1, 1)
+    assert b["triton"]["errors"] == {"chain": "not run: the time budget"}
+    assert b["cuda"]["errors"]["json"].endswith("exit 2, its log ends: bench: no CUDA device on this host")
+    args = (tmp_path / "bench_args.txt").read_text().splitlines()
+    assert [a.split()[0] for a in args] == ["benchmarks/bench_cuda.py", "benchmarks/bench_triton.py", "benchmarks/bench_rl.py"]
+    shares = [int(a.split("--deadline-s ")[1].split()[0]) for a in args]
+    assert 100 <= shares[0] <= 130 and shares[1] >= shares[0] - 5 and shares[2] >= shares[1]   # ~(400 - 15) / 3, then what is left / 2, / 1
+    assert all("--reps 3" in a for a in args) and "--profiles triton_cuda_bf16,cuda_bf16" in args[2]
+    assert not {"c11_cuda_bf16", "c11_triton_cuda_bf16", "install"} & {st["step"] for st in s["steps"]}
