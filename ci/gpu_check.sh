@@ -47,7 +47,8 @@
 # stopped in: ci/c11.py on SIGTERM), WS1_SKIP_INSTALL=1 (packages already installed), WS1_BENCH, WS1_BENCH_REPS,
 # WS1_GPU_TASK (closure, bench, c10-8b), PYTHON (python3), WS1_WHEELS (.whl), WS1_GPU_CHECK_DRY=1 (a CPU host tests this script's plumbing: the lanes run
 # without the build and triton-aot, C11 stops at the absent device, every profile ends red; ci/tests/test_gpu_check.py).
-# Exit: 0 every requested profile's C11 green; 1 something red or missing; 2 no CUDA device.
+# Exit: 0 every requested profile's C11 green (bench: every benchmark complete, without errors; a MISS is a measurement,
+# not an error); 1 something red, missing or cut short; 2 no CUDA device, or an unknown WS1_GPU_TASK.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -72,6 +73,7 @@ case "$TASK" in
   closure | c10-8b | bench) ;;
   *) echo "gpu_check: WS1_GPU_TASK=$TASK: expected closure, c10-8b or bench" >&2; exit 2 ;;
 esac
+export WS1_GPU_TASK=$TASK
 
 say() { printf '[gpu_check %4ds] %s\n' "$((SECONDS - T0))" "$*" | tee -a "$WORK/logs/gpu_check.log"; }
 left() { echo $((DEADLINE - (SECONDS - T0))); }
@@ -281,7 +283,6 @@ judge() {   # the lane's judgment: C11 (closure) or the full-model chain gate an
     run "c11_$1" "$(left)" "$PY" ci/c11.py "$1" --evidence-dir "$EV"
   fi
 }
-export WS1_GPU_TASK=$TASK
 if [ "$TASK" = bench ]; then
   # the cuda benchmark needs this commit's extension: built here unless this machine built it from this commit already
   if [[ " $PROFILES " == *" cuda_bf16 "* ]] && [ "$DRY" != 1 ]; then

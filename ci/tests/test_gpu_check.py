@@ -89,3 +89,9 @@ exec {sys.executable} "$@"
     assert 100 <= shares[0] <= 130 and shares[1] >= shares[0] - 5 and shares[2] >= shares[1]   # ~(400 - 15) / 3, then what is left / 2, / 1
     assert all("--reps 3" in a for a in args) and "--profiles triton_cuda_bf16,cuda_bf16" in args[2]
     assert not {"c11_cuda_bf16", "c11_triton_cuda_bf16", "install"} & {st["step"] for st in s["steps"]}
+
+
+def test_an_unknown_task_is_one_line_and_exit_2_before_anything_runs(tmp_path):
+    r = _run(tmp_path, WS1_GPU_TASK="benchmarks")
+    assert r.returncode == 2 and r.stderr.strip() == "gpu_check: WS1_GPU_TASK=benchmarks: expected closure, c10-8b or bench"
+    assert not (tmp_path / "out" / "summary.json").exists()
