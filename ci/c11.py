@@ -1,6 +1,6 @@
-"""C11: the per-host CI flow, in order, stopping at the first red gate.
+"""C11: the per-host CI flow, in order, stopping at the first red gate (unless ``--keep-going``).
 
-    python ci/c11.py cpu_bf16 [more profiles] [--model tiny|qwen3-8b-L2] [--skip-tests] [--json]
+    python ci/c11.py cpu_bf16 [more profiles] [--model tiny|qwen3-8b-L2] [--skip-tests] [--keep-going] [--json]
     (nox -s c11_ci -- cpu_bf16; ci/run_ws1_<family>_ci.sh with WS1_PROFILES)
 
 Per profile: static gates (C1 contract, C2 manifest; both run, any red is reported) → the
@@ -21,6 +21,10 @@ report shows only this run's records.
 
 Exit codes: 0 every gate green and the negative control red; 1 a red gate (the flow stops there);
 2 a requested profile's device is absent (after its static gates, all green) or bad arguments.
+
+``--keep-going`` (ci/gpu_check.sh on a GPU host, whose minutes are scarce): a red step does not stop the flow;
+every later step runs and is recorded, and the record stays red (``stopped_at`` names the first red step), so one
+red test on a lent GPU does not cost the verdicts of C2 runtime … C10.
 
 SIGTERM (a caller's time limit, e.g. ``timeout`` in ci/gpu_check.sh) stops the flow without losing it: the step
 in flight is recorded red ("stopped by SIGTERM"), the later steps and profiles are not run, and every profile's
@@ -304,7 +308,7 @@ def flow(profile: str, args, tests_done: dict) -> tuple[int, list[Outcome]]:
               "the rest of the flow must run on the profile's own host", file=sys.stderr, flush=True)
         outcomes.append(Outcome(Step("device", "device"), "red", f"not executed on this host: {why}", 0.0))
         return (1 if static_red else 2), outcomes   # a red static gate wins over the absent device
-    if static_red:
+    if static_red and not args.keep_going:
         print(f"\nws1 c11_ci: {profile}: stopped after the static gates: {', '.join(static_red)} red", file=sys.stderr, flush=True)
         return 1, outcomes
     for s in device:
@@ -322,10 +326,13 @@ def flow(profile: str, args, tests_done: dict) -> tuple[int, list[Outcome]]:
         o.step = s
         outcomes.append(o)
         tail(o)
-        if o.status != "green":
+        if o.status != "green" and (o.extra.get("stopped") or not args.keep_going):
             print(f"\nws1 c11_ci: {profile}: stopped at {s.title}: {o.detail}", file=sys.stderr, flush=True)
             return 1, outcomes
-    return 0, outcomes
+    red = [o.step.title for o in outcomes if o.status != "green"]
+    if red:   # --keep-going: every step ran; the flow is red from its first red step on
+        print(f"\nws1 c11_ci: {profile}: red (kept going): {', '.join(red)}", file=sys.stderr, flush=True)
+    return (1 if red else 0), outcomes
 
 
 def host_provenance(profile: str) -> dict | None:
@@ -359,6 +366,9 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=DEFAULT_MODEL, help=f"C10's model preset (default {DEFAULT_MODEL})")
     ap.add_argument("--c6-models", default=C6_MODELS, help=f"C6's model-level presets (default {C6_MODELS})")
     ap.add_argument("--skip-tests", action="store_true", help="skip the test step (developer iterations; CI never skips)")
+    ap.add_argument("--keep-going", action="store_true",
+                    help="run every step after a red one too (the verdict stays red from the first red step): a device "
+                         "host's scarce minutes then return the verdict of every gate (ci/gpu_check.sh)")
     ap.add_argument("--evidence-dir", default=None, help="evidence root (default $WS1_EVIDENCE_DIR or ./evidence)")
     ap.add_argument("--json", action="store_true", help="print the C11 records as JSON at the end")
     args = ap.parse_args(argv)

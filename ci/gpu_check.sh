@@ -16,7 +16,9 @@
 #        cuda lane:   kernels-cuda built for THIS device's arch only (WS1_CUDA_ARCHS=<cc>, MAX_JOBS = cores; the
 #                     default build stays sm_80 + sm_90a), then python ci/c11.py cuda_bf16;
 #      C11 per profile: C1, C2 static → build → linkage → the device tests (nox -s tests_device) → C2 runtime → C3,
-#      C4, C5 → C6, C7, C9 → C8 → C10 (tiny) and its negative control; its c11_ci.json is what closure reads. The
+#      C4, C5 → C6, C7, C9 → C8 → C10 (tiny) and its negative control; its c11_ci.json is what closure reads. With
+#      --keep-going: a red step (the first H200 run's unit-test segfault, say) does not cost the later gates' verdicts;
+#      the record stays red from that step on. The
 #      device-independent test suite is CPU CI's (closure takes every profile's record from one commit);
 #   3. if the cuda lane's device tests failed: one native backtrace of the first bad-input call under cuda-gdb
 #      (logs/cuda_entry_backtrace.txt) — the first H200 run lost its unit tests to a segfault there;
@@ -280,7 +282,7 @@ judge() {   # the lane's judgment: C11 (closure) or the full-model chain gate an
     run "c10_8b_control_$1" "$(left)" "${lock[@]}" "$PY" -m ws1_matrix c10 "$1" --model qwen3-8b \
       --candidate variant_attn_decode_order --evidence-dir "$EV"
   else
-    run "c11_$1" "$(left)" "$PY" ci/c11.py "$1" --evidence-dir "$EV"
+    run "c11_$1" "$(left)" "$PY" ci/c11.py "$1" --keep-going --evidence-dir "$EV"
   fi
 }
 if [ "$TASK" = bench ]; then

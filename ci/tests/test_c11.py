@@ -40,6 +40,7 @@ def test_unknown_profile_exits_2(tmp_path):
 
 class _Args:
     run_id = "this-run"
+    keep_going = False
 
     def __init__(self, root):
         self.evidence_root = root
@@ -199,3 +200,22 @@ def test_sigterm_mid_flow_keeps_a_red_record_of_every_profile(tmp_path):
     other = json.loads((tmp_path / "triton_cuda_bf16" / "c11_ci.json").read_text())
     assert [(c["id"], c["status"]) for c in other["cells"]] == [("stopped", "red")]
     assert (tmp_path / "cpu_bf16" / "report.md").exists()
+
+
+@pytest.mark.parametrize("keep_going", [False, True])
+def test_keep_going_runs_every_step_after_a_red_one_and_stays_red(tmp_path, monkeypatch, keep_going):
+    """ci/gpu_check.sh runs C11 with --keep-going: a red step (here C3) no longer costs the verdicts of the gates after
+    it, and the flow is red all the same; without it the flow stops there (CPU CI: fail fast)."""
+    def gate(step, profile, args):
+        return c11.Outcome(step, "red" if step.key == "c3_forward" else "green", "deliberately red", 0.0)
+
+    monkeypatch.setattr(c11, "run_gate", gate)
+
+    class A(_Args):
+        skip_tests, model, c6_models = True, "tiny", "tiny"
+    A.keep_going = keep_going
+    rc, outcomes = c11.flow("cpu_bf16", A(tmp_path), {})
+    keys = [o.step.key for o in outcomes]
+    assert rc == 1 and [o.step.key for o in outcomes if o.status == "red"] == ["c3_forward"]
+    assert keys[-1] == ("c10_negative_control" if keep_going else "c3_forward")
+    assert ("c10_chain_gate" in keys) is keep_going
