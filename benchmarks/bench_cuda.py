@@ -439,13 +439,10 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--json", default=None, help="write the results here (default: evidence/bench/cuda.json)")
     ap.add_argument("--only", default="gemm,attention,logprob,chain", help="comma list of case groups")
-    ap.add_argument("--deadline-s", type=float, default=None,
-                    help="start no group once this many seconds have passed since the first began (the JSON keeps what finished)")
+    harness.add_deadline(ap)
     args = ap.parse_args(argv)
     groups = {"gemm": gemm_cases, "attention": attention_cases, "logprob": logprob_cases, "chain": chain_cases}
-    unknown = [g for g in args.only.split(",") if g not in groups]
-    if unknown:
-        print(f"bench_cuda: unknown group(s) {', '.join(unknown)} in --only (expected {', '.join(groups)})", file=sys.stderr)
+    if harness.refuse_unknown("bench_cuda", args.only, groups):
         return 2
     if not torch.cuda.is_available():
         print("bench_cuda: no CUDA device on this host (the cuda_bf16 kernels run on a GPU)", file=sys.stderr)

@@ -280,12 +280,9 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", default=None, help="write the results here (default: evidence/bench/rl.json)")
     ap.add_argument("--cpu-logic", action="store_true", help="tiny sizes on the CPU, cpu_bf16: the plumbing, ratios meaningless")
-    ap.add_argument("--deadline-s", type=float, default=None,
-                    help="start no phase once this many seconds have passed since the first began (the JSON keeps what finished)")
+    harness.add_deadline(ap, "phase")
     args = ap.parse_args(argv)
-    unknown = [p for p in args.only.split(",") if p not in PHASES]
-    if unknown:
-        print(f"bench_rl: unknown phase(s) {', '.join(unknown)} in --only (expected {', '.join(PHASES)})", file=sys.stderr)
+    if harness.refuse_unknown("bench_rl", args.only, PHASES, "phase"):
         return 2
     if not args.cpu_logic and not torch.cuda.is_available():
         print("bench_rl: no CUDA device on this host (the GPU profiles run on a GPU; --cpu-logic checks the plumbing)",

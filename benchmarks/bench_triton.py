@@ -747,13 +747,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-chain", dest="chain", action="store_false")
     ap.add_argument("--quick", action="store_true", help="small shapes only (smoke run)")
     ap.add_argument("--only", default="gemm,attention,logprob,chain", help="comma list of case groups")
-    ap.add_argument("--deadline-s", type=float, default=None,
-                    help="start no group once this many seconds have passed since the first began (the JSON keeps what finished)")
+    harness.add_deadline(ap)
     args = ap.parse_args(argv)
-    unknown = [g for g in args.only.split(",") if g not in ("gemm", "attention", "logprob", "chain")]
-    if unknown:
-        print(f"bench_triton: unknown group(s) {', '.join(unknown)} in --only (expected gemm, attention, logprob, chain)",
-              file=sys.stderr)
+    groups = {"gemm": gemm_cases, "attention": attention_cases, "logprob": logprob_cases, "chain": chain_cases}
+    if harness.refuse_unknown("bench_triton", args.only, groups):
         return 2
     if not torch.cuda.is_available() and not (INTERPRET and args.quick):
         print("bench_triton: no CUDA device on this host (the triton_cuda_bf16 kernels run on a GPU)", file=sys.stderr)
@@ -774,7 +771,6 @@ def main(argv=None) -> int:
     print(f"bench_triton on {host['device']} (torch {host['torch']}, triton {host['triton']}); rooflines at "
           f"{harness.current().basis()}, L2 {harness.current().l2_bytes / 2 ** 20:.0f} MiB ({harness.current().source})",
           flush=True)
-    groups = {"gemm": gemm_cases, "attention": attention_cases, "logprob": logprob_cases, "chain": chain_cases}
     from ws1_ops.triton import attention as ta
 
     configs = {"gemm_bf16_tiers": {a: [{"max_m": t.max_m, **vars(t.cfg)} for t in tiers] for a, tiers in _gemm.BF16_TIERS.items()},

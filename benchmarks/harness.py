@@ -23,6 +23,7 @@ import json
 import os
 import signal
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -109,6 +110,20 @@ def measure(dev: torch.device) -> Ceilings:
     torch.cuda.empty_cache()
     return Ceilings(round(tflops, 1), round(tbs, 3), l2,
                     f"measured on {props.name} in this run: cuBLAS BF16 {n}^3 random, a 1 GiB device copy (medians of 10)")
+
+
+def add_deadline(ap, what: str = "group") -> None:
+    """The benchmarks' ``--deadline-s`` option (see :class:`Run`)."""
+    ap.add_argument("--deadline-s", type=float, default=None,
+                    help=f"start no {what} once this many seconds have passed since the first began (the JSON keeps what finished)")
+
+
+def refuse_unknown(prog: str, only: str, known, what: str = "group") -> bool:
+    """True, after one line on stderr, when ``--only`` names something the benchmark does not have (the caller exits 2)."""
+    unknown = [g for g in only.split(",") if g not in known]
+    if unknown:
+        print(f"{prog}: unknown {what}(s) {', '.join(unknown)} in --only (expected {', '.join(known)})", file=sys.stderr)
+    return bool(unknown)
 
 
 class Stopped(BaseException):

@@ -88,3 +88,12 @@ def test_a_run_that_finishes_is_complete(tmp_path):
     run.group("one", lambda: [{"case": "a"}])
     run.group("two", lambda: (_ for _ in ()).throw(RuntimeError("x")))   # a failed group still ran to its end
     assert run.finish() is True and json.loads(path.read_text())["complete"] is True
+
+
+def test_an_unknown_group_is_one_line_and_exit_2():
+    import subprocess
+    for script, what in (("bench_rl.py", "phase"), ("bench_cuda.py", "group"), ("bench_triton.py", "group")):
+        r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--only", "chain,nope"], capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+            f"{script[:-3]}: unknown {what}(s) nope in --only (expected " + r.stderr.split("(expected ")[1].strip()]
