@@ -2,7 +2,8 @@
 
     nox -s c1_contract                      # all profiles
     nox -s c2_manifest -- cpu_bf16
-    nox -s tests                            # every package's tests (not the slow marker)
+    nox -s tests                            # every suite (not the slow marker): what CI runs
+    nox -s tests_cpu                        # the suites that bear on cpu_bf16: C11's test step on a CPU host
 
 Sessions run in the interpreter that runs nox (``venv_backend="none"``): torch is several GB and
 on GPU/NPU hosts it comes from the vendor stack (CUDA torch, torch_npu + CANN) that must not be
@@ -29,21 +30,36 @@ nox.options.error_on_missing_interpreters = True
 
 ROOT = Path(__file__).parent
 PY = sys.executable
-TEST_DIRS = [
-    "packages/ws1-accel/tests",
-    "packages/ws1-contract/tests",
-    "kernels-cpu/tests",
-    "kernels-cuda/tests",  # compile-only check of the CUDA kernels (nvcc, no GPU): ~45 s of the run
-    "kernels-ascend/tests",  # the Ascend C kernels on the host emulator (ws1_kernels_ascend_emu): ~25 s
-    "packages/ws1-ops/tests",
-    "packages/ws1-kv/tests",
-    "packages/ws1-qwen3/tests",
-    "packages/ws1-matrix/tests",
-    "ci/tests",
-]
-# The Triton kernels' unit tests under the interpreter (TRITON_INTERPRET=1, CPU tensors). Their own
-# pytest process: Triton fixes interpreter vs GPU when a kernel is defined, once per process.
-INTERPRETER_TEST_DIRS = ["packages/ws1-ops/tests_triton"]
+# The test suites, each the CI check of the profile(s) it bears on. `nox -s tests` (CI, .ci/run) runs every suite;
+# C11's test step on a CPU host runs `nox -s tests_cpu`: only the suites of the profile it judges (cpu_bf16). The
+# other profiles' CPU-side checks (the CUDA compile check, the Ascend emulator, the Triton compile and interpreter
+# suites) run in CI, and closure needs CI's full run from the commit of the C11 records (evidence/ci/tests.json).
+SUITES: dict[str, dict] = {
+    # the packages (device-independent: the contract, the ops' dispatch and references, the model, the harness),
+    # kernels-cpu, the gates' own tests
+    "cpu": {"profiles": ["cpu_bf16"],
+            "paths": ["packages/ws1-accel/tests", "packages/ws1-contract/tests", "kernels-cpu/tests", "packages/ws1-ops/tests",
+                      "packages/ws1-kv/tests", "packages/ws1-qwen3/tests", "packages/ws1-matrix/tests", "ci/tests"],
+            # other profiles' checks that live beside the package they exercise
+            "ignore": ["packages/ws1-matrix/tests/test_triton_aot.py", "ci/tests/test_asc_compile_check.py",
+                       "ci/tests/test_gpu_check.py", "ci/tests/test_gpu_wheels.py",
+                       "packages/ws1-ops/tests/test_device_suite_on_cpu.py"]},
+    # the device hosts' own flow checked on CPU before a lent GPU or an NPU host depends on it: ci/gpu_check.sh's dry
+    # runs, the wheel folder a GPU host installs from, the device test suites' logic run on cpu_bf16
+    "device_hosts": {"profiles": ["cuda_bf16", "triton_cuda_bf16", "ascend_bf16"],
+                     "paths": ["ci/tests/test_gpu_check.py", "ci/tests/test_gpu_wheels.py",
+                               "packages/ws1-ops/tests/test_device_suite_on_cpu.py"]},
+    # kernels-cuda compiled here without a GPU (nvcc, ptxas, SASS; the CUTLASS units), its attention emulator
+    "cuda_build": {"profiles": ["cuda_bf16"], "paths": ["kernels-cuda/tests"]},
+    # the Ascend C kernels on the host emulator of the Ascend C API (ws1_kernels_ascend_emu), the compile-check tool
+    "ascend_emu": {"profiles": ["ascend_bf16"], "paths": ["kernels-ascend/tests", "ci/tests/test_asc_compile_check.py"]},
+    # the Triton kernels through Triton's real GPU compiler (no GPU)
+    "triton_aot": {"profiles": ["triton_cuda_bf16"], "paths": ["packages/ws1-matrix/tests/test_triton_aot.py"]},
+    # the Triton kernels' logic and invariance under the interpreter, in a pytest process of its own: Triton fixes
+    # interpreter vs GPU when a kernel is defined, once per process
+    "triton_interp": {"profiles": ["triton_cuda_bf16"], "paths": ["packages/ws1-ops/tests_triton"],
+                      "env": {"TRITON_INTERPRET": "1"}},
+}
 # What a device host adds to CPU CI (nox -s tests_device -- PROFILE, C11's test step on a GPU/NPU host): the tests
 # that need the profile's device. Everything else is device-independent and already ran in CPU CI at the same commit
 # (closure requires every profile's C11 record from one commit).
@@ -195,29 +211,84 @@ def triton_aot(session: nox.Session) -> None:
     _matrix_gate(session, "triton-aot")
 
 
-def _pytest(session: nox.Session, marker: str, dirs: list[str] = TEST_DIRS, posargs: bool = True, env: dict | None = None) -> None:
+def _workers() -> list[str]:
+    """pytest-xdist across the host's cores, whole files per worker (a module's fixtures are built once), where
+    pytest-xdist is installed (requirements/cpu.txt); one process otherwise. WS1_TEST_WORKERS=N overrides (1: serial)."""
+    n = int(os.environ.get("WS1_TEST_WORKERS") or len(os.sched_getaffinity(0)))
+    if n <= 1 or subprocess.call([PY, "-c", "import xdist"], stderr=subprocess.DEVNULL) != 0:
+        return []
+    return ["-n", str(n), "--dist", "loadfile"]
+
+
+def _junit_counts(path: Path) -> dict:
+    import xml.etree.ElementTree as ET
+
+    if not path.is_file():
+        return {}
+    keys = ("tests", "failures", "errors", "skipped")
+    return {k: sum(int(s.get(k, 0)) for s in ET.parse(path).getroot().iter("testsuite")) for k in keys}
+
+
+def _run_suites(session: nox.Session, names: list[str], marker: str = "not slow", posargs: bool = True) -> None:
+    """Run the named SUITES: those sharing an environment in one pytest process, xdist across the cores. Writes the
+    record of what ran (evidence/ci/<session>.json, or $WS1_TESTS_RECORD: C11 binds its test step to it) and fails on
+    a red process or one that collected nothing (pytest exit 5: a run that tested nothing must never look green)."""
+    import json
+    import time
+
     _require(session, "pytest", "ws1_accel", "ws1_contract")
-    dirs = [d for d in dirs if (ROOT / d).is_dir()]
-    cmd = [PY, "-m", "pytest", "-q", "-m", marker, *dirs, *(session.posargs if posargs else [])]
-    session.log(" ".join(cmd[2:]))
-    rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})})
-    if rc == 5:
-        # Deliberate: a test run that collected nothing must never look like a pass.
-        session.error("pytest collected no tests (exit 5): treated as a failure")
-    if rc != 0:
-        session.error(f"pytest failed (exit {rc})")
+    groups: dict[tuple, list[str]] = {}
+    for n in names:
+        groups.setdefault(tuple(sorted(SUITES[n].get("env", {}).items())), []).append(n)
+    record_path = Path(os.environ.get("WS1_TESTS_RECORD") or ROOT / "evidence" / "ci" / f"{session.name}.json")
+    record_path.parent.mkdir(parents=True, exist_ok=True)
+    processes, failed = [], []
+    for env_items, group in groups.items():
+        paths = [p for n in group for p in SUITES[n]["paths"] if (ROOT / p).exists()]
+        # a suite's ignored files are another suite's: run here only when that suite is in this process too
+        ignores = [f"--ignore={p}" for n in group for p in SUITES[n].get("ignore", []) if p not in paths]
+        junit = record_path.with_name(f"{record_path.stem}.{'+'.join(group)}.xml")
+        junit.unlink(missing_ok=True)
+        cmd = [PY, "-m", "pytest", "-q", "-m", marker, *_workers(), f"--junit-xml={junit}", *ignores, *paths,
+               *(session.posargs if posargs else [])]
+        session.log(f"suites {', '.join(group)}: " + " ".join(cmd[2:]))
+        t = time.perf_counter()
+        rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **dict(env_items)})
+        processes.append({"suites": group, "exit_code": rc, "seconds": round(time.perf_counter() - t, 1),
+                          "counts": _junit_counts(junit)})
+        if rc != 0:
+            failed.append((group, rc))
+    from ws1_contract.provenance import git_state
+
+    sha, dirty = git_state()
+    record_path.write_text(json.dumps({
+        "kind": "ws1-tests-v1", "session": session.name, "suites": names, "of": sorted(SUITES), "marker": marker,
+        "posargs": session.posargs if posargs else [], "passed": not failed, "processes": processes, "git_sha": sha,
+        "dirty": dirty, "record_id": os.environ.get("WS1_TESTS_RECORD_ID"), "host": os.uname().nodename,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())}, indent=1) + "\n")
+    session.log(f"record: {record_path}")
+    for group, rc in failed:
+        if rc == 5:
+            session.error(f"suites {', '.join(group)}: pytest collected no tests (exit 5): treated as a failure")
+        session.error(f"suites {', '.join(group)}: pytest failed (exit {rc})")
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Every package's tests except the `slow` marker (CI runs this), then the Triton interpreter tests."""
-    _pytest(session, "not slow")
-    _interpreter_tests(session, posargs=False)
+    """Every suite except the `slow` marker: cpu_bf16's and the other profiles' CPU-side checks (CI runs this; needs
+    `bash ci/setup_cpu.sh --ci`, which adds the Ascend emulator build and the CUTLASS headers). Writes
+    evidence/ci/tests.json, the full run closure asks for."""
+    missing = [m for m in ("ws1_kernels_ascend_emu", "triton") if subprocess.call([PY, "-c", f"import {m}"], stderr=subprocess.DEVNULL)]
+    if missing:
+        session.error(f"not installed in {PY}: {', '.join(missing)} — CI's suites need `bash ci/setup_cpu.sh --ci`")
+    _run_suites(session, list(SUITES))
 
 
-def _interpreter_tests(session: nox.Session, posargs: bool) -> None:
-    _require(session, "triton")
-    _pytest(session, "not slow", INTERPRETER_TEST_DIRS, posargs=posargs, env={"TRITON_INTERPRET": "1"})
+@nox.session
+def tests_cpu(session: nox.Session) -> None:
+    """The suites that bear on cpu_bf16 (the packages, kernels-cpu, the gates' own tests): C11's test step on a CPU
+    host. The other profiles' CPU-side checks are CI's (`nox -s tests`)."""
+    _run_suites(session, [n for n, s in SUITES.items() if "cpu_bf16" in s["profiles"]])
 
 
 @nox.session
@@ -225,7 +296,8 @@ def tests_triton(session: nox.Session) -> None:
     """The Triton kernels under the interpreter (TRITON_INTERPRET=1, CPU tensors): logic and invariance.
 
     Unit tests only: the triton_cuda_bf16 profile is judged on a GPU (ci/gpu_check.sh)."""
-    _interpreter_tests(session, posargs=True)
+    _require(session, "triton")
+    _run_suites(session, ["triton_interp"])
 
 
 @nox.session
@@ -272,7 +344,7 @@ def tests_device(session: nox.Session) -> None:
 @nox.session
 def tests_slow(session: nox.Session) -> None:
     """The slow cases (8B shapes, long sweeps): not in CI's budget."""
-    _pytest(session, "slow")
+    _run_suites(session, [n for n in SUITES if "env" not in SUITES[n]], marker="slow")
 
 
 @nox.session

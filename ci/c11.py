@@ -6,9 +6,10 @@
 Per profile: static gates (C1 contract, C2 manifest; both run, any red is reported) → the
 profile's device (absent: one line, exit 2 — the flow cannot go on here; exit 1 if a static gate
 was red: red wins over absent) → build (its kernel package imports) → linkage (every required node
-registered with the manifest's kernel id) → tests (``nox -s tests`` on a CPU host, once per run; on a GPU/NPU
-host ``nox -s tests_device -- PROFILE``: the tests that use the device, skips counted as failures — the
-device-independent suite is CPU CI's, at the same commit) → C2 runtime evidence → C3, C4, C5 →
+registered with the manifest's kernel id) → tests (on a CPU host ``nox -s tests_cpu``, once per run: the suites
+that bear on cpu_bf16, named in the record; on a GPU/NPU host ``nox -s tests_device -- PROFILE``: the tests that use
+the device, skips counted as failures — the other profiles' CPU-side suites and the device-independent rest are CI's
+full run, ``nox -s tests``, which closure requires at the same commit) → C2 runtime evidence → C3, C4, C5 →
 C6, C7, C9 → C8 (assembled from the C3/C4 evidence just written) → C10 → the C10 negative control
 (plain PyTorch ops; it must come out red). Each gate is its own process; its full output goes to
 ``evidence/<profile>/logs/<gate>.log`` while its progress and verdict lines are shown here. At the
@@ -66,6 +67,7 @@ class Step:
     cmd: list[str] | None = None   # a gate process; None: an in-process check
     evidence: str | None = None    # the gate's evidence file name
     expect_red: bool = False       # the negative control
+    suites_record: str | None = None  # the test step on a CPU host: the record nox's test session writes (which suites ran)
 
 
 @dataclass
@@ -87,10 +89,14 @@ def steps_for(profile: str, args) -> tuple[list[Step], list[Step]]:
     ]
     import ws1_accel
 
-    # the test step: the whole suite on a CPU host; on a GPU/NPU host the tests that use its device (the rest is
-    # device-independent and ran in CPU CI — closure takes every profile's record from one commit)
-    tests = (Step("tests", "tests (nox -s tests)", m + ["nox", "-s", "tests"]) if ws1_accel.family_of(profile) == "cpu" else
-             Step("tests", f"tests on the device (nox -s tests_device -- {profile})", m + ["nox", "-s", "tests_device", "--", profile]))
+    # the test step: on a CPU host the suites that bear on cpu_bf16 (nox -s tests_cpu: the packages, kernels-cpu, the
+    # gates' own tests); on a GPU/NPU host the tests that use its device. The other profiles' CPU-side checks and the
+    # device-independent rest are CI's full run (nox -s tests), which closure requires from the same commit.
+    if ws1_accel.family_of(profile) == "cpu":
+        tests = Step("tests", "tests (nox -s tests_cpu)", m + ["nox", "-s", "tests_cpu"], suites_record="tests_cpu.json")
+    else:
+        tests = Step("tests", f"tests on the device (nox -s tests_device -- {profile})",
+                     m + ["nox", "-s", "tests_device", "--", profile])
     device = [
         Step("build", "build: the kernel package imports"),
         Step("linkage", "linkage: every required node registered"),
@@ -142,6 +148,9 @@ def run_process(step: Step, log: Path) -> tuple[int, float]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if step.key == "tests":   # records the test suite writes are not this run's evidence
         env.pop("WS1_RUN_ID", None)
+        if step.suites_record:   # the session's record of which suites ran, bound to this run by its id
+            env["WS1_TESTS_RECORD"] = str(log.parent.parent / step.suites_record)
+            env["WS1_TESTS_RECORD_ID"] = os.environ.get("WS1_RUN_ID", "")
     with open(log, "w") as f, subprocess.Popen(step.cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                                text=True, env=env, bufsize=1) as p:
         try:
@@ -188,12 +197,31 @@ def run_gate(step: Step, profile: str, args) -> Outcome:
         return Outcome(step, "green" if ok else "red", why, secs, bound)
     if rc == 2:
         return Outcome(step, "red", f"exit 2: device or arguments (see {log})", secs, bound)
+    if step.suites_record:
+        return _suites_outcome(step, rc, secs, bound, args.evidence_root / profile / step.suites_record, args.run_id)
     ok = rc == 0 and (step.evidence is None or rec is not None and rec["passed"])
     detail = counts if step.evidence else ("passed" if rc == 0 else f"exit {rc}")
     if not ok and rec is not None:
         red = [c for c in rec["cells"] if c["status"] == "red"]
         detail += "; first red: " + (f"{red[0]['id']}: {red[0]['detail']}" if red else f"exit {rc}")
     return Outcome(step, "green" if ok else "red", detail + ("" if ok else f" (log: {log})"), secs, bound)
+
+
+def _suites_outcome(step: Step, rc: int, secs: float, bound: dict, path: Path, run_id: str) -> Outcome:
+    """The CPU test step, judged by its exit code and the record of this run's suites (which suites ran, with their
+    counts): a step that leaves no such record is red, whatever its exit code."""
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        rec = None
+    if rec is None or rec.get("record_id") != run_id:
+        return Outcome(step, "red", f"exit {rc}; no record of this run's suites at {path} (log: {bound['log']})", secs, bound)
+    n = {k: sum(p["counts"].get(k, 0) for p in rec["processes"]) for k in ("tests", "failures", "errors", "skipped")}
+    bound = {**bound, "suites": rec["suites"], "tests_record": str(path), "counts": n}
+    detail = (f"{'passed' if rc == 0 and rec['passed'] else f'exit {rc}'}: suites {', '.join(rec['suites'])} — {n['tests']} tests, "
+              f"{n['failures'] + n['errors']} failed, {n['skipped']} skipped (the other profiles' suites: CI's nox -s tests)")
+    ok = rc == 0 and rec["passed"]
+    return Outcome(step, "green" if ok else "red", detail + ("" if ok else f" (log: {bound['log']})"), secs, bound)
 
 
 def build_check(profile: str) -> Outcome:

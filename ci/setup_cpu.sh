@@ -1,35 +1,61 @@
 #!/usr/bin/env bash
-# Set up (or refresh) the CPU environment in .venv: the pinned CPU torch, nox, and every WS1
-# package installed editable. Idempotent and fast on a second run: a package is reinstalled only
-# when its sources change (stamp = hash of its files), so the C++ kernels compile once.
+# Set up (or refresh) the CPU environment in .venv: the pinned CPU torch, nox, and every WS1 package installed
+# editable. Idempotent and fast on a second run: a package is reinstalled only when its sources change (stamp =
+# hash of its files), and kernels-cpu's C++ build keeps its objects (kernels-cpu/build/), so only changed units
+# recompile. Each step prints its time.
+#
+#   bash ci/setup_cpu.sh        the cpu_bf16 main job's environment (README's first command)
+#   bash ci/setup_cpu.sh --ci   ...plus what CI's full test run needs for the other profiles' CPU-side checks:
+#                               the Ascend emulator build (kernels-ascend/emu) and the CUTLASS headers (kernels-cuda's
+#                               compile check) -- README's test command and .ci/run
 set -euo pipefail
 cd "$(dirname "$0")/.."
+CI_EXTRAS=0
+for a in "$@"; do
+  case "$a" in
+    --ci) CI_EXTRAS=1 ;;
+    *) echo "ci/setup_cpu.sh: unknown argument '$a' (expected --ci or nothing)" >&2; exit 2 ;;
+  esac
+done
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 
-step() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+T0=$SECONDS
+step_t=$SECONDS
+step_name=""
+# each step's line, then its time once the next one starts (or at the end)
+done_step() {
+  if [ -n "$step_name" ]; then printf '\033[1m[setup]\033[0m   %s: %ds\n' "$step_name" "$((SECONDS - step_t))"; fi
+  step_name=""
+}
+step() { done_step; printf '\033[1m[setup]\033[0m %s\n' "$2"; step_name=$1; step_t=$SECONDS; }
+pip_q() { .venv/bin/python -m pip install -q --disable-pip-version-check "$@"; }
 
 if [ ! -x .venv/bin/python ]; then
-  step "creating .venv with $($PY --version)"
+  step venv "creating .venv with $($PY --version)"
   "$PY" -m venv .venv
 fi
 stamp_dir=.venv/.ws1-stamps
 mkdir -p "$stamp_dir"
 req_hash=$(sha256sum requirements/cpu.txt | cut -c1-16)
 if [ "$(cat "$stamp_dir/requirements" 2>/dev/null)" != "$req_hash" ]; then
-  step "installing requirements/cpu.txt (torch 2.13.0 CPU build, nox, pytest, ...)"
-  .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements/cpu.txt
+  step requirements "installing requirements/cpu.txt (torch 2.13.0 CPU build, nox, pytest, ...)"
+  pip_q -r requirements/cpu.txt
   echo "$req_hash" > "$stamp_dir/requirements"
 fi
-cut_hash=$(sha256sum requirements/cutlass.txt | cut -c1-16)
-if [ "$(cat "$stamp_dir/cutlass" 2>/dev/null)" != "$cut_hash" ]; then
-  step "installing requirements/cutlass.txt --no-deps (CUTLASS headers for kernels-cuda's sm_90a GEMM compile check)"
-  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -r requirements/cutlass.txt
-  echo "$cut_hash" > "$stamp_dir/cutlass"
+if [ "$CI_EXTRAS" = 1 ]; then
+  cut_hash=$(sha256sum requirements/cutlass.txt | cut -c1-16)
+  if [ "$(cat "$stamp_dir/cutlass" 2>/dev/null)" != "$cut_hash" ]; then
+    step cutlass "installing requirements/cutlass.txt --no-deps (CUTLASS headers for kernels-cuda's sm_90a GEMM compile check)"
+    pip_q --no-deps -r requirements/cutlass.txt
+    echo "$cut_hash" > "$stamp_dir/cutlass"
+  fi
 fi
 
 # Dependency order: ws1-accel <- ws1-contract <- ws1-ops <- ws1-kv <- ws1-qwen3; ws1-matrix; kernels.
-PKGS="packages/ws1-accel packages/ws1-contract kernels-cpu kernels-ascend/emu packages/ws1-ops packages/ws1-kv packages/ws1-qwen3 packages/ws1-matrix"
+PKGS="packages/ws1-accel packages/ws1-contract kernels-cpu packages/ws1-ops packages/ws1-kv packages/ws1-qwen3 packages/ws1-matrix"
+[ "$CI_EXTRAS" = 1 ] && PKGS="$PKGS kernels-ascend/emu"
+stale=()
 for pkg in $PKGS; do
   [ -f "$pkg/pyproject.toml" ] || continue
   name=$(basename "$pkg")
@@ -42,13 +68,26 @@ for pkg in $PKGS; do
       | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
   if [ "$(cat "$stamp_dir/$name" 2>/dev/null)" != "$h" ]; then
     case "$name" in
-      kernels-cpu) step "building $name (C++ torch extension; ~4-5 min the first time on 2 cores)";;
-      kernels-ascend-emu) step "building $name (the Ascend C kernels on the host emulator; ~1.5 min on 2 cores)";;
-      *) step "installing $name";;
+      kernels-cpu|kernels-ascend-emu)
+        [ "$name" = kernels-cpu ] && what="C++ torch extension, ninja on $(nproc) cores" || what="the Ascend C kernels on the host emulator, for CI"
+        step "$name" "building $name ($what)"
+        # --no-build-isolation: the build must see this venv's torch, not download another one.
+        pip_q --no-build-isolation --no-deps -e "$pkg"
+        echo "$h" > "$stamp_dir/$name" ;;
+      *) stale+=("$pkg:$name:$h") ;;
     esac
-    # --no-build-isolation: the build must see this venv's torch, not download another one.
-    .venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e "$pkg"
-    echo "$h" > "$stamp_dir/$name"
   fi
 done
-step "ready: $(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'), nox at .venv/bin/nox"
+# The pure-Python packages in one pip call (one resolver start instead of five).
+if [ "${#stale[@]}" -gt 0 ]; then
+  names=$(printf '%s\n' "${stale[@]}" | cut -d: -f2 | paste -sd' ')
+  step packages "installing $names (editable)"
+  args=()
+  for s in "${stale[@]}"; do args+=(-e "${s%%:*}"); done
+  pip_q --no-build-isolation --no-deps "${args[@]}"
+  for s in "${stale[@]}"; do IFS=: read -r _ name h <<< "$s"; echo "$h" > "$stamp_dir/$name"; done
+fi
+done_step
+printf '\033[1m[setup]\033[0m ready in %ds: %s, nox at .venv/bin/nox%s\n' "$((SECONDS - T0))" \
+  "$(.venv/bin/python -c 'import torch; print("torch", torch.__version__)')" \
+  "$([ "$CI_EXTRAS" = 1 ] && echo ' (with CI'"'"'s extras)' || echo '')"

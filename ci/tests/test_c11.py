@@ -154,12 +154,12 @@ def test_closure_requires_exactly_the_flows_steps():
 
 
 @pytest.mark.parametrize("profile,cmd_tail", [
-    ("cpu_bf16", ["nox", "-s", "tests"]),
+    ("cpu_bf16", ["nox", "-s", "tests_cpu"]),
     ("cuda_bf16", ["nox", "-s", "tests_device", "--", "cuda_bf16"]),
     ("triton_cuda_bf16", ["nox", "-s", "tests_device", "--", "triton_cuda_bf16"]),
     ("ascend_bf16", ["nox", "-s", "tests_device", "--", "ascend_bf16"]),
 ])
-def test_the_test_step_is_the_whole_suite_on_cpu_and_the_device_tests_elsewhere(tmp_path, profile, cmd_tail):
+def test_the_test_step_is_cpu_bf16s_suites_on_cpu_and_the_device_tests_elsewhere(tmp_path, profile, cmd_tail):
     class A:
         evidence_root, model, c6_models, skip_tests = tmp_path, "tiny", "tiny", False
 

@@ -138,14 +138,30 @@ def _c11(root, profile, *, device_type, arch, family=None, red_at=None, dirty=Fa
                    git_sha=sha, dirty=dirty, root=root, extra={"exit_code": 1 if red_at else 0})
 
 
-def _hosts(tmp_path, **over):
-    """Four hosts' evidence roots, each green for its own profile, unless ``over`` changes one."""
+_SUITES = ["ascend_emu", "cpu", "cuda_build", "triton_aot", "triton_interp"]
+
+
+def _full_run(root, **over):
+    """The record `nox -s tests` (CI's full run) writes under an evidence root, green unless ``over`` changes it."""
+    rec = {"kind": "ws1-tests-v1", "session": "tests", "suites": _SUITES, "of": _SUITES, "marker": "not slow", "posargs": [],
+           "passed": True, "processes": [{"suites": _SUITES, "exit_code": 0, "seconds": 1.0, "counts": {"tests": 9}}],
+           "git_sha": "a" * 40, "dirty": False, "record_id": None, "host": "ci", "created_at": "2026-12-07T00:00:00+00:00"}
+    rec.update(over)
+    (root / "ci").mkdir(parents=True, exist_ok=True)
+    (root / "ci" / "tests.json").write_text(json.dumps(rec))
+
+
+def _hosts(tmp_path, full_run=None, **over):
+    """Four hosts' evidence roots, each green for its own profile, unless ``over`` changes one; the CPU host's root
+    also holds CI's full test run (``full_run``: changes to its record, or False for none)."""
     spec = {"cpu_bf16": dict(device_type="cpu", arch="avx512"), "triton_cuda_bf16": dict(device_type="cuda", arch="sm90"),
             "cuda_bf16": dict(device_type="cuda", arch="sm90"), "ascend_bf16": dict(device_type="npu", arch="Ascend910B3")}
     dirs = []
     for p, kw in spec.items():
         d = tmp_path / f"host-{p}"
         _c11(d, p, **{**kw, **over.get(p, {})})
+        if p == "cpu_bf16" and full_run is not False:
+            _full_run(d, **(full_run or {}))
         dirs.append(str(d))
     return dirs
 
@@ -181,6 +197,25 @@ def test_closure_not_closed_lists_what_is_missing(tmp_path, capsys, over, why):
     assert closure(_hosts(tmp_path, **over) + ["--json"]) == 1
     v = json.loads(capsys.readouterr().out)
     assert v["closed"] is False and any(why in m for m in v["missing"]), v["missing"]
+
+
+@pytest.mark.parametrize("full_run, why", [
+    (False, "CI's full test run (nox -s tests, evidence/ci/tests.json) green at the same commit: none at aaaaaaaaaaaa"),
+    ({"git_sha": "b" * 40}, "none at aaaaaaaaaaaa (found at bbbbbbbbbbbb)"),
+    ({"passed": False, "processes": [{"suites": ["cuda_build"], "exit_code": 1}]}, "red: suites cuda_build (exit 1)"),
+    ({"suites": ["cpu"]}, "ran suites ['cpu'] of"),                       # C11's CPU step alone is not CI's run
+    ({"session": "tests_cpu"}, "not a record of nox -s tests"),
+    ({"posargs": ["-k", "gemm"]}, "a filtered run"),
+    ({"dirty": True}, "dirty tree"),
+])
+def test_closure_needs_cis_full_test_run_at_the_same_commit(tmp_path, capsys, full_run, why):
+    """Each host's C11 test step runs only its own profile's suites; closure also asks for CI's full run, green,
+    complete and unfiltered, from the commit of the C11 records."""
+    from ws1_contract.closure import main as closure
+
+    assert closure(_hosts(tmp_path, full_run=full_run) + ["--json"]) == 1
+    v = json.loads(capsys.readouterr().out)
+    assert v["closed"] is False and len(v["missing"]) == 1 and why in v["missing"][0], v["missing"]
 
 
 def test_closure_a_missing_profile_and_bad_input(tmp_path, capsys):

@@ -12,7 +12,11 @@ least one C11 record, and every record given for it
 * with provenance from the profile's own device: the device type of its family, an arch key of
   that device kind (``sm<NN>`` for CUDA, ``Ascend…`` for NPU), the profile and family named;
 
-and all records at one commit (closure describes one state of the code). Anything else is listed.
+and all records at one commit (closure describes one state of the code). A CPU host's C11 test step runs only the
+suites that bear on cpu_bf16 and a device host's only its device tests, so closure also needs CI's full run
+(``nox -s tests``: every suite, the other profiles' CPU-side checks included) green at that commit, from a clean
+tree, unfiltered: its record ``ci/tests.json`` in one of the DIRs (an evidence root) or given as a DIR itself. Anything
+else is listed.
 
 Exit codes: 0 closed; 1 not closed (what is missing is listed); 2 bad input (no DIR, a DIR that
 does not exist or holds no C11 record, a corrupt record, a profile the contract does not know).
@@ -64,6 +68,38 @@ def find_records(dirs: list[str]) -> list[tuple[Path, dict]]:
             except EvidenceError as exc:
                 raise BadInput(str(exc)) from None
     return out
+
+
+def find_full_runs(dirs: list[str]) -> list[tuple[Path, dict]]:
+    """The records of CI's full test run (``nox -s tests`` writes ``<evidence root>/ci/tests.json``) among ``dirs``."""
+    out = []
+    for d in dirs:
+        for f in (Path(d) / "ci" / "tests.json", Path(d) / "tests.json"):
+            if f.is_file():
+                try:
+                    out.append((f, json.loads(f.read_text())))
+                except ValueError as exc:
+                    raise BadInput(f"{f}: corrupt test-run record ({exc})") from None
+    return out
+
+
+def full_run_problems(rec: dict) -> list[str]:
+    """Why one test-run record is not a green, complete, unfiltered CI run at a known, clean commit (empty: it is)."""
+    probs = []
+    if rec.get("kind") != "ws1-tests-v1" or rec.get("session") != "tests":
+        return [f"not a record of nox -s tests (kind {rec.get('kind')!r}, session {rec.get('session')!r})"]
+    if not rec.get("passed"):
+        red = [p for p in rec.get("processes", []) if p.get("exit_code") != 0]
+        probs.append(f"red: suites {', '.join(red[0]['suites']) if red else '?'} (exit {red[0]['exit_code'] if red else '?'})")
+    if not rec.get("suites") or set(rec["suites"]) != set(rec.get("of", [])):
+        probs.append(f"ran suites {rec.get('suites')} of {rec.get('of')}: not the full run")
+    if rec.get("marker") != "not slow" or rec.get("posargs"):
+        probs.append(f"a filtered run (-m {rec.get('marker')!r}, arguments {rec.get('posargs')})")
+    if rec.get("git_sha") in ("unknown", "", None):
+        probs.append("commit unknown")
+    if rec.get("dirty") is not False:
+        probs.append(f"dirty tree (dirty={rec.get('dirty')})")
+    return probs
 
 
 def record_problems(rec: dict, contract, fixture_hash: str) -> list[str]:
@@ -127,8 +163,16 @@ def verdict(dirs: list[str]) -> dict:
     missing = [f"{n}: {v['problems'][0]}" for n, v in profiles.items() if v["status"] != "green"]
     if len(commits) > 1:
         missing.append(f"the green records come from {len(commits)} commits ({', '.join(c[:12] for c in commits)}): one state of the code only")
+    runs = [{"path": str(p), "git_sha": r.get("git_sha"), "created_at": r.get("created_at"), "suites": r.get("suites"),
+             "problems": full_run_problems(r)} for p, r in find_full_runs(dirs)]
+    at = [r for r in runs if r["git_sha"] in commits]
+    if not any(not r["problems"] for r in at):
+        where = "; ".join(f"{r['path']}: {r['problems'][0]}" for r in at) or (
+            f"none at {', '.join(c[:12] for c in commits) or 'the records’ commit'}"
+            + (f" (found at {', '.join(sorted({str(r['git_sha'])[:12] for r in runs}))})" if runs else ""))
+        missing.append(f"CI's full test run (nox -s tests, evidence/ci/tests.json) green at the same commit: {where}")
     return {"closed": not missing, "contract_fingerprint": contract.fingerprint, "commits": commits,
-            "profiles": profiles, "missing": missing}
+            "profiles": profiles, "full_test_runs": runs, "missing": missing}
 
 
 def render(v: dict) -> str:
@@ -141,6 +185,9 @@ def render(v: dict) -> str:
         else:
             lines.append(f"  {name:<18} {p['status'].upper():<8} {p['problems'][0][:200]}")
             lines += [f"  {'':<18} {'':<8} {x[:200]}" for x in p["problems"][1:4]]
+    green_runs = [r for r in v.get("full_test_runs", []) if not r["problems"] and r["git_sha"] in v["commits"]]
+    if green_runs:
+        lines.append(f"  {'CI full run':<18} green    {green_runs[0]['path']} (nox -s tests: {', '.join(green_runs[0]['suites'])})")
     if v["missing"]:
         lines.append("missing:")
         lines += [f"  - {m[:220]}" for m in v["missing"]]
