@@ -74,13 +74,24 @@ __global__ void __launch_bounds__(1024, 2) spill_kernel(float* p) {
 """
 
 
+@pytest.fixture(scope="module")
+def spilling(tmp_path_factory):
+    """The spilling kernel compiled once for both negative controls below (spills, SASS expectations): the check of
+    one compile is judged twice rather than the same nvcc run made twice. The SASS row names only spill_kernel, so the
+    spill check sees the same resource report either way."""
+    src = tmp_path_factory.mktemp("spill") / "spill.cu"
+    src.write_text(SPILLING)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cc, "SASS_EXPECT", [{"file": "spill.cu", "arch": "sm_90a", "kernel": "spill_kernel",
+                                        "require": {"wgmma (HGMMA)": r"\bHGMMA\b"}, "forbid": cc.NO_LOCAL}])
+        return cc.run(None, jobs=1, sources=[src])
+
+
 @needs_nvcc
-def test_a_spilling_kernel_is_red(tmp_path):
+def test_a_spilling_kernel_is_red(spilling):
     """Negative control: a kernel that cannot fit its registers (ptxas is deterministic: it spills the same
     way on every host) turns the check red, naming the kernel and both archs."""
-    src = tmp_path / "spill.cu"
-    src.write_text(SPILLING)
-    rc, rep = cc.run(None, jobs=1, sources=[src])
+    rc, rep = spilling
     assert rc == 1
     spills = [p for p in rep["problems"] if "spill_kernel" in p and "spills on" in p]
     assert len(spills) == 2 and any("sm_80" in p for p in spills) and any("sm_90a" in p for p in spills), rep["problems"]
@@ -133,14 +144,10 @@ ptxas info    : Used 255 registers, used 1 barriers, 46080 bytes smem, 400 bytes
 
 
 @needs_nvcc
-def test_sass_expectations_can_fail(tmp_path, monkeypatch):
+def test_sass_expectations_can_fail(spilling):
     """Negative control of the SASS check: the spilling kernel (local memory on every host) checked against a
     row that forbids local memory and requires wgmma is red on both counts, naming the kernel."""
-    src = tmp_path / "spill.cu"
-    src.write_text(SPILLING)
-    monkeypatch.setattr(cc, "SASS_EXPECT", [{"file": "spill.cu", "arch": "sm_90a", "kernel": "spill_kernel",
-                                             "require": {"wgmma (HGMMA)": r"\bHGMMA\b"}, "forbid": cc.NO_LOCAL}])
-    rc, rep = cc.run(None, jobs=1, sources=[src])
+    rc, rep = spilling
     assert rc == 1
     assert any("spill_kernel" in p and "lacks wgmma (HGMMA)" in p for p in rep["problems"]), rep["problems"]
     assert any("spill_kernel" in p and "local memory (LDL/STL)" in p and "has" in p for p in rep["problems"]), rep["problems"]
