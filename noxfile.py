@@ -38,8 +38,9 @@ SUITES: dict[str, dict] = {
     # the packages (device-independent: the contract, the ops' dispatch and references, the model, the harness),
     # kernels-cpu, the gates' own tests
     "cpu": {"profiles": ["cpu_bf16"],
-            "paths": ["packages/ws1-accel/tests", "packages/ws1-contract/tests", "kernels-cpu/tests", "packages/ws1-ops/tests",
-                      "packages/ws1-kv/tests", "packages/ws1-qwen3/tests", "packages/ws1-matrix/tests", "ci/tests"],
+            # the costliest folders first: xdist hands out files in this order, so the long ones do not start last
+            "paths": ["packages/ws1-matrix/tests", "packages/ws1-qwen3/tests", "ci/tests", "kernels-cpu/tests",
+                      "packages/ws1-ops/tests", "packages/ws1-contract/tests", "packages/ws1-kv/tests", "packages/ws1-accel/tests"],
             # other profiles' checks that live beside the package they exercise
             "ignore": ["packages/ws1-matrix/tests/test_triton_aot.py", "ci/tests/test_asc_compile_check.py",
                        "ci/tests/test_gpu_check.py", "ci/tests/test_gpu_wheels.py",
@@ -211,13 +212,19 @@ def triton_aot(session: nox.Session) -> None:
     _matrix_gate(session, "triton-aot")
 
 
-def _workers() -> list[str]:
+def _workers() -> tuple[list[str], dict]:
     """pytest-xdist across the host's cores, whole files per worker (a module's fixtures are built once), where
-    pytest-xdist is installed (requirements/cpu.txt); one process otherwise. WS1_TEST_WORKERS=N overrides (1: serial)."""
-    n = int(os.environ.get("WS1_TEST_WORKERS") or len(os.sched_getaffinity(0)))
+    pytest-xdist is installed (requirements/cpu.txt); one process otherwise. WS1_TEST_WORKERS=N overrides (1: serial).
+
+    Each worker gets its share of the cores as torch's thread count (OMP_NUM_THREADS, unless set): N workers of
+    `cores` threads each would oversubscribe the host, and OpenMP's waiting threads then cost more than the second
+    worker gains (measured: the RL tests 4x slower). The suites hold no claim on a particular default count: the
+    thread-count transforms run 1 and the default + 1 threads (ws1_ops.invariance.thread_counts)."""
+    cores = len(os.sched_getaffinity(0))
+    n = int(os.environ.get("WS1_TEST_WORKERS") or cores)
     if n <= 1 or subprocess.call([PY, "-c", "import xdist"], stderr=subprocess.DEVNULL) != 0:
-        return []
-    return ["-n", str(n), "--dist", "loadfile"]
+        return [], {}
+    return ["-n", str(n), "--dist", "loadfile"], {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or str(max(1, cores // n))}
 
 
 def _junit_counts(path: Path) -> dict:
@@ -249,13 +256,14 @@ def _run_suites(session: nox.Session, names: list[str], marker: str = "not slow"
         ignores = [f"--ignore={p}" for n in group for p in SUITES[n].get("ignore", []) if p not in paths]
         junit = record_path.with_name(f"{record_path.stem}.{'+'.join(group)}.xml")
         junit.unlink(missing_ok=True)
-        cmd = [PY, "-m", "pytest", "-q", "-m", marker, *_workers(), f"--junit-xml={junit}", *ignores, *paths,
+        workers, worker_env = _workers()
+        cmd = [PY, "-m", "pytest", "-q", "-m", marker, *workers, f"--junit-xml={junit}", *ignores, *paths,
                *(session.posargs if posargs else [])]
-        session.log(f"suites {', '.join(group)}: " + " ".join(cmd[2:]))
+        session.log(f"suites {', '.join(group)}: " + " ".join(cmd[2:]) + "".join(f" ({k}={v})" for k, v in worker_env.items()))
         t = time.perf_counter()
-        rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **dict(env_items)})
+        rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **worker_env, **dict(env_items)})
         processes.append({"suites": group, "exit_code": rc, "seconds": round(time.perf_counter() - t, 1),
-                          "counts": _junit_counts(junit)})
+                          "workers": int(workers[1]) if workers else 1, **worker_env, "counts": _junit_counts(junit)})
         if rc != 0:
             failed.append((group, rc))
     from ws1_contract.provenance import git_state
