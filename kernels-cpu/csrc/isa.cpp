@@ -1,5 +1,6 @@
 // ISA selection shared by every ws1_cpu kernel, the ws1_cpu::isa() op that reports it, and the
 // self-report ws1_cpu::calls(): how often each op ran, by the ISA path it took (see ws1_cpu.h).
+// The Python module is module.cpp.
 #include "ws1_cpu.h"
 
 #include <cpuid.h>
@@ -143,6 +144,3 @@ TORCH_LIBRARY_FRAGMENT(ws1_cpu, m) {
   m.def("isa() -> str", &isa_op);
   m.def("calls() -> str", &calls_op);
 }
-
-// The Python module is empty: the ops are reached through torch.ops.ws1_cpu.
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}
