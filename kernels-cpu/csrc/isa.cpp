@@ -1,7 +1,11 @@
 // ISA selection shared by every ws1_cpu kernel, the ws1_cpu::isa() op that reports it, and the
-// self-report ws1_cpu::calls(): how often each op ran, by the ISA path it took (see ws1_cpu.h).
-// The Python module is module.cpp.
-#include "ws1_cpu.h"
+// self-report ws1_cpu::calls(): how often each op ran, by the ISA path it took (see ws1_isa.h). It
+// touches no tensor, so it includes ws1_isa.h and the headers of what it calls (TORCH_CHECK,
+// TORCH_LIBRARY_FRAGMENT), not ws1_cpu.h. The Python module is module.cpp.
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include "ws1_isa.h"
 
 #include <cpuid.h>
 #include <sys/syscall.h>
@@ -11,6 +15,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <string>
 
 namespace ws1 {
 
