@@ -1,7 +1,9 @@
 // ISA selection shared by every ws1_cpu kernel, the ws1_cpu::isa() op that reports it, and the
-// self-report ws1_cpu::calls(): how often each op ran, by the ISA path it took (see ws1_isa.h). It
-// touches no tensor, so it includes ws1_isa.h and the headers of what it calls (TORCH_CHECK,
-// TORCH_LIBRARY_FRAGMENT), not ws1_cpu.h. The Python module is module.cpp.
+// self-report ws1_cpu::calls(): how often each op ran, by the ISA path it took (see ws1_isa.h); and
+// ws1_isa.h's parallel_for for the torch-free files. It touches no tensor, so it includes ws1_isa.h and
+// the headers of what it calls (TORCH_CHECK, at::parallel_for, TORCH_LIBRARY_FRAGMENT), not ws1_cpu.h.
+// The Python module is module.cpp.
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -121,6 +123,10 @@ Isa dispatch_isa() {
   Isa isa = active_isa();
   if (t_open != nullptr) t_open->took(isa);
   return isa;
+}
+
+void parallel_for_erased(int64_t begin, int64_t end, int64_t grain, RangeFn call, const void* f) {
+  at::parallel_for(begin, end, grain, [&](int64_t b, int64_t e) { call(f, b, e); });
 }
 
 }  // namespace ws1

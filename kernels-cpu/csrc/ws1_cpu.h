@@ -31,7 +31,7 @@
 // in a kernel file: a file that calls another ATen operator includes that operator's own header
 // (<ATen/ops/empty_like.h>, <ATen/ops/zeros.h>, ...); Tensor methods (.to, .contiguous, .zero_) come
 // with <ATen/core/Tensor.h>. Files that touch no tensor include ws1_isa.h instead (the GEMM's packing
-// and micro-kernels, gemm.h); pybind11 is only in module.cpp.
+// and micro-kernels: no torch header at all); pybind11 is only in module.cpp.
 #include <ATen/Parallel.h>     // at::parallel_for, at::get_num_threads
 #include <ATen/core/Tensor.h>  // at::Tensor, TensorOptions, ScalarType, TORCH_CHECK
 #include <ATen/ops/empty.h>    // at::empty (empty_output below)
