@@ -19,6 +19,8 @@
 #ifndef WS1_KERNEL_BODY
 #include "ws1_math.h"
 
+#include <ATen/ops/empty_like.h>
+
 #define WS1_KERNEL_NS ws1_act
 #include "ws1_isa_instances.h"  // the WS1_KERNEL_BODY part below, as ws1_act::vs / v2 / v5
 

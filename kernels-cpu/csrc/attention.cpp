@@ -22,6 +22,8 @@
 #ifndef WS1_KERNEL_BODY
 #include "ws1_math.h"
 
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 #include <vector>
 
 namespace ws1_attn {

@@ -43,6 +43,11 @@
 #include "gemm.h"
 
 namespace ws1_gemm {
+
+void out_of_memory(size_t bytes) {
+  TORCH_CHECK(false, "ws1_cpu gemm: out of memory allocating ", bytes, " bytes");
+}
+
 namespace {
 
 using ::ws1::bf16_ptr_mut;

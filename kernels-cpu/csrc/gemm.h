@@ -27,8 +27,8 @@
 // (uk(mr)), the AVX2 two-half wrapper and small_m_gemm's parallel loop are default-target code.
 #pragma once
 
-// No torch header beyond c10's TORCH_CHECK: the packing and micro-kernel files touch no tensor (ws1_isa.h).
-#include <c10/util/Exception.h>
+// No torch header: the packing and micro-kernel files touch no tensor (ws1_isa.h; its parallel_for is
+// at::parallel_for's). gemm.cpp, the GEMM's one torch unit, raises the out-of-memory error.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -67,6 +67,9 @@ struct Operand {
   }
 };
 
+// TORCH_CHECK's error "ws1_cpu gemm: out of memory allocating <bytes> bytes" (gemm.cpp).
+[[noreturn]] void out_of_memory(size_t bytes);
+
 struct AlignedFree {
   void operator()(float* p) const { std::free(p); }
 };
@@ -75,7 +78,7 @@ inline FBuf alloc_floats(int64_t n) {
   size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 16)) * sizeof(float);
   bytes = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, bytes);
-  TORCH_CHECK(p != nullptr, "ws1_cpu gemm: out of memory allocating ", bytes, " bytes");
+  if (p == nullptr) out_of_memory(bytes);
   return FBuf(static_cast<float*>(p));
 }
 

@@ -18,8 +18,6 @@
 //
 // Linux grants the tile data state only after arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA);
 // isa.cpp asks once and refuses the amx path (an error, never a fallback) if the kernel says no.
-#include <ATen/Parallel.h>
-
 #include <vector>
 
 #include "gemm.h"
@@ -156,7 +154,7 @@ void gemm(const Operand& A, const uint16_t* W, int64_t M, int64_t N, int64_t K, 
     }
   const int64_t nblocks = (N + 2 * TN - 1) / (2 * TN);
   const int64_t mpairs = (mtiles + 1) / 2;
-  at::parallel_for(0, (nblocks + NBC - 1) / NBC, 1, [&](int64_t c0, int64_t c1) {
+  ::ws1::parallel_for(0, (nblocks + NBC - 1) / NBC, 1, [&](int64_t c0, int64_t c1) {
     configure();
     std::vector<float> acc(static_cast<size_t>(NBC * mpairs * 1024));
     std::vector<uint16_t> wpanel(static_cast<size_t>(2 * KSB * TN * TK));

@@ -1,8 +1,6 @@
 // GEMM micro-kernel and small-M path, AVX-512 (ws1_gemm::v5; see gemm.h, contract in gemm.cpp).
 // C tile (mr x ncols) = [cin or 0] + sum_k A[k][r] * B[k][j], serial fma over k (lanes = columns);
 // output bf16 (RNE) to bout if non-null, else fp32 to cout.
-#include <ATen/Parallel.h>
-
 #include "gemm.h"
 
 WS1_BEGIN_AVX512_BW
@@ -146,7 +144,7 @@ void small_m_gemm(const Operand& A, const Operand& B, int64_t M, int64_t N, int6
   const uint16_t* b = static_cast<const uint16_t*>(B.p);
   constexpr int64_t CW = 16 * SMALL_G;
   const int64_t nchunks = (N + CW - 1) / CW;
-  at::parallel_for(0, nchunks, 1, [&](int64_t c0, int64_t c1) {
+  ::ws1::parallel_for(0, nchunks, 1, [&](int64_t c0, int64_t c1) {
     FlushScope flush(bf16_chain);  // bf16 x bf16: MXCSR.FTZ|DAZ, the BF16 unit's flush rules
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t n0 = c * CW;

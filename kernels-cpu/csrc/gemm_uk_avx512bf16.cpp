@@ -10,8 +10,6 @@
 // (cancellation, ties, denormal inputs and results) and the tests require zero differences.
 //
 // C tile (mr x ncols) = [cin or 0] + chain over k; output bf16 (RNE) to bout if non-null, else fp32.
-#include <ATen/Parallel.h>
-
 #include "gemm.h"
 
 WS1_BEGIN_AVX512_BF16
@@ -219,7 +217,7 @@ void small_m_gemm(const Operand& A, const Operand& B, int64_t M, int64_t N, int6
   const uint16_t* b = static_cast<const uint16_t*>(B.p);
   constexpr int64_t CW = 16 * SMALL_G;
   const int64_t nchunks = (N + CW - 1) / CW;
-  at::parallel_for(0, nchunks, 1, [&](int64_t c0, int64_t c1) {
+  ::ws1::parallel_for(0, nchunks, 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t n0 = c * CW;
       const int nv = static_cast<int>(std::min<int64_t>(CW, N - n0));

@@ -1,6 +1,13 @@
 // ISA selection shared by every ws1_cpu kernel, the ws1_cpu::isa() op that reports it, and the
-// self-report ws1_cpu::calls(): how often each op ran, by the ISA path it took (see ws1_cpu.h).
-#include "ws1_cpu.h"
+// self-report ws1_cpu::calls(): how often each op ran, by the ISA path it took (see ws1_isa.h); and
+// ws1_isa.h's parallel_for for the torch-free files. It touches no tensor, so it includes ws1_isa.h and
+// the headers of what it calls (TORCH_CHECK, at::parallel_for, TORCH_LIBRARY_FRAGMENT), not ws1_cpu.h.
+// The Python module is module.cpp.
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include "ws1_isa.h"
 
 #include <cpuid.h>
 #include <sys/syscall.h>
@@ -10,6 +17,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <string>
 
 namespace ws1 {
 
@@ -117,6 +125,10 @@ Isa dispatch_isa() {
   return isa;
 }
 
+void parallel_for_erased(int64_t begin, int64_t end, int64_t grain, RangeFn call, const void* f) {
+  at::parallel_for(begin, end, grain, [&](int64_t b, int64_t e) { call(f, b, e); });
+}
+
 }  // namespace ws1
 
 static std::string isa_op() { return ws1::isa_name(ws1::active_isa()); }
@@ -143,6 +155,3 @@ TORCH_LIBRARY_FRAGMENT(ws1_cpu, m) {
   m.def("isa() -> str", &isa_op);
   m.def("calls() -> str", &calls_op);
 }
-
-// The Python module is empty: the ops are reached through torch.ops.ws1_cpu.
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}

@@ -14,6 +14,8 @@
 #ifndef WS1_KERNEL_BODY
 #include "ws1_math.h"
 
+#include <ATen/ops/empty_like.h>
+
 #define WS1_KERNEL_NS ws1_lp
 #include "ws1_isa_instances.h"  // the WS1_KERNEL_BODY part below, as ws1_lp::vs / v2 / v5
 

@@ -14,6 +14,7 @@
 #ifndef WS1_KERNEL_BODY
 #include "ws1_math.h"
 
+#include <ATen/ops/empty_like.h>
 #include <cmath>
 #include <vector>
 

@@ -1,5 +1,5 @@
-// Shared helpers for the ws1_cpu kernels: tensor access and argument checks, and (ws1_isa.h) ISA selection,
-// ISA regions and BF16 <-> FP32.
+// Shared helpers for the ws1_cpu kernels: the torch headers of a kernel file's host part, tensor access and
+// argument checks, and (ws1_isa.h) ISA selection, ISA regions and BF16 <-> FP32.
 //
 // Files and chain nodes: one .cpp per KERNEL, not per node. A file registers (TORCH_LIBRARY_FRAGMENT)
 // the entry points, forward and backward, of the nodes that run its one arithmetic; nodes that are the
@@ -12,8 +12,9 @@
 // gemm.cpp holds the GEMM entry points and driver; its packing and per-ISA micro-kernels are in
 // gemm_pack.cpp, gemm_uk_{scalar,avx2,avx512,avx512bf16}.cpp and gemm_amx.cpp (declared in gemm.h; they
 // register no ops); bf16_probe.cpp registers the BF16-unit probe and the GEMM's negative control.
-// isa.cpp holds the ISA selection and the self-report ops (ws1_cpu::isa, ws1_cpu::calls). A node's
-// manifest "source" is the file that registers its entry point; the table is in kernels-cpu/README.md.
+// isa.cpp holds the ISA selection and the self-report ops (ws1_cpu::isa, ws1_cpu::calls); module.cpp the
+// (empty) Python module. A node's manifest "source" is the file that registers its entry point; the
+// table is in kernels-cpu/README.md.
 //
 // Invariance rules every kernel in this folder follows (docs/design.md §7b):
 //  * parallelism (at::parallel_for) only across independent outputs: rows, output tiles, heads;
@@ -24,7 +25,17 @@
 //    scalar, AVX2 and AVX-512 paths execute the same IEEE operations and give the same bits.
 #pragma once
 
-#include <torch/extension.h>
+// Build time: each .cpp is its own translation unit and parses its headers itself. These four are what a
+// kernel file's host part uses (~7 s of compile per unit on a 2-core VM); <torch/extension.h> (every ATen
+// operator, the C++ frontend, pybind11) was ~45 s per unit, most of the build. Do not include it here or
+// in a kernel file: a file that calls another ATen operator includes that operator's own header
+// (<ATen/ops/empty_like.h>, <ATen/ops/zeros.h>, ...); Tensor methods (.to, .contiguous, .zero_) come
+// with <ATen/core/Tensor.h>. Files that touch no tensor include ws1_isa.h instead (the GEMM's packing
+// and micro-kernels: no torch header at all); pybind11 is only in module.cpp.
+#include <ATen/Parallel.h>     // at::parallel_for, at::get_num_threads
+#include <ATen/core/Tensor.h>  // at::Tensor, TensorOptions, ScalarType, TORCH_CHECK
+#include <ATen/ops/empty.h>    // at::empty (empty_output below)
+#include <torch/library.h>     // TORCH_LIBRARY_FRAGMENT
 
 #include "ws1_isa.h"
 

@@ -1,7 +1,7 @@
-// ISA selection, the per-call self-report, ISA regions and BF16 <-> FP32 bits: the part of ws1_cpu.h
-// that needs no torch header (ws1_cpu.h includes it). Files that touch no tensor (the GEMM's packing and
-// micro-kernels) include only this, so each compiles in seconds instead of ~30 s with <torch/extension.h>.
-// Implemented in isa.cpp.
+// ISA selection, the per-call self-report, ISA regions, BF16 <-> FP32 bits and a torch-free
+// at::parallel_for: the part of ws1_cpu.h that needs no torch header (ws1_cpu.h includes it). Files
+// that touch no tensor (the GEMM's packing and micro-kernels, gemm.h) include only this and the C++
+// library, so they compile in a second or two without parsing a torch header. Implemented in isa.cpp.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +53,18 @@ class CallScope {
 // active_isa(), noted as the path taken by the op open on this thread. Call it on the op's own thread,
 // outside parallel regions (as every kernel selects its path once per call).
 Isa dispatch_isa();
+
+// at::parallel_for(begin, end, grain, f) for the files that include no torch header (the GEMM's
+// small-M paths and amx): isa.cpp calls at::parallel_for with the same range and grain, so the chunks,
+// the threads and the exception handling are torch's (same rule as everywhere: parallel only across
+// independent outputs). f is called through a function pointer, once per chunk.
+using RangeFn = void (*)(const void* f, int64_t begin, int64_t end);
+void parallel_for_erased(int64_t begin, int64_t end, int64_t grain, RangeFn call, const void* f);
+template <class F>
+inline void parallel_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
+  parallel_for_erased(begin, end, grain, [](const void* g, int64_t b, int64_t e) { (*static_cast<const F*>(g))(b, e); },
+                      &f);
+}
 
 // ISA regions: functions defined between WS1_BEGIN_<ISA> and WS1_END_ISA are compiled for that ISA
 // (GCC target pragmas) and are only called once dispatch_isa() has chosen that path. Include library
