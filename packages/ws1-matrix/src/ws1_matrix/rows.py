@@ -202,14 +202,17 @@ DIGEST_ABOVE = 1 << 30  # elements (4 GB FP32)
 BLOCKWISE_REF_ABOVE = 1 << 26  # elements (256 MB FP32)
 
 
-def _bf16(params: list[torch.Tensor], dev: torch.device) -> list[torch.Tensor]:
-    """The execution-dtype weights (exact: the masters hold BF16 values)."""
-    return [p.to(dev).to(torch.bfloat16) for p in params]
+def _bf16(tc: TokenCase, dev: torch.device) -> list[torch.Tensor]:
+    """The execution-dtype weights (exact: the masters hold BF16 values): the case's own BF16 copies
+    where it kept them (TokenCase.exec_params, the same bits), else a cast of the masters."""
+    if tc.exec_params is not None:
+        return [b.to(dev) for b in tc.exec_params]
+    return [p.to(dev).to(torch.bfloat16) for p in tc.params]
 
 
 def forward_invariance(tc: TokenCase, dev: torch.device, seed: int = 0) -> list[Verdict]:
     fill = fillers(tc, seed)
-    params = _bf16(tc.params, dev)
+    params = _bf16(tc, dev)
     ref = run(tc, canonical(tc), dev, fill, params, None)
     out = []
     for tr in token_transforms(tc, dev.type, seed):
@@ -243,7 +246,7 @@ def gradient_invariance(tc: TokenCase, dev: torch.device, seed: int = 0) -> list
     fill = fillers(tc, seed)
     masters = [p.to(dev) for p in tc.params]
     with torch.no_grad():
-        probe = tc.call(*[x.to(dev) for x in tc.inputs], *_bf16(tc.params, dev), row_keys=tc.rows.keys(torch.arange(tc.n, device="cpu")).to(dev))
+        probe = tc.call(*[x.to(dev) for x in tc.inputs], *_bf16(tc, dev), row_keys=tc.rows.keys(torch.arange(tc.n, device="cpu")).to(dev))
     up = upstream_for(probe.cpu(), tc.n, seed)
     del probe
     ref = run(tc, canonical(tc), dev, fill, masters, up)
@@ -256,7 +259,7 @@ def gradient_invariance(tc: TokenCase, dev: torch.device, seed: int = 0) -> list
     partial = [tr for tr in transforms if not covers_all(tc, tr)]
     whole = [tr for tr in transforms if covers_all(tc, tr)]
     verdicts: dict[str, Verdict] = {}
-    consts = _bf16(tc.params, dev) if partial else []
+    consts = _bf16(tc, dev) if partial else []
     for tr in partial:
         verdicts[tr.name] = _grad_verdict(tc, tr, dev, fill, consts, up, ref, digests, masters)
     del consts
@@ -301,7 +304,7 @@ def forward_accuracy(tc: TokenCase, dev: torch.device) -> tuple[torch.Tensor, to
     the CPU with the same values in FP32 (the masters) and the candidate's own inputs upcast."""
     keys = tc.rows.keys(torch.arange(tc.n, device="cpu")).to(dev)
     with torch.no_grad():
-        cand = tc.call(*[x.to(dev) for x in tc.inputs], *_bf16(tc.params, dev), row_keys=keys).cpu()
+        cand = tc.call(*[x.to(dev) for x in tc.inputs], *_bf16(tc, dev), row_keys=keys).cpu()
         ref = tc.ref(*tc.inputs, *tc.params)
     return cand, ref
 
