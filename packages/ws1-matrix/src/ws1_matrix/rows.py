@@ -79,11 +79,15 @@ def fillers(tc: TokenCase, seed: int = 0) -> list[torch.Tensor]:
 
 
 def place(x: torch.Tensor, rows: torch.Tensor, filler: torch.Tensor) -> torch.Tensor:
-    """The transformed batch: canonical row ``rows[i]`` at position i, a filler row where rows[i] == -1."""
-    picked = x.index_select(0, rows.clamp_min(0))
-    fill = filler.index_select(0, torch.arange(rows.numel(), device="cpu") % filler.shape[0])
-    mask = (rows >= 0).reshape(-1, *([1] * (x.dim() - 1)))
-    return torch.where(mask, picked, fill)
+    """The transformed batch: canonical row ``rows[i]`` at position i, filler row ``i % len(filler)``
+    where rows[i] == -1 (``filler`` has ``x``'s dtype). One copy of the batch, the filler rows then
+    written over their slots (a [T, 151936] logits batch is 16 MB: a masked select of two full
+    copies cost three passes)."""
+    out = x.index_select(0, rows.clamp_min(0))
+    pad = torch.nonzero(rows < 0).flatten()
+    if pad.numel():
+        out[pad] = filler.index_select(0, pad % filler.shape[0])
+    return out
 
 
 @dataclass
@@ -146,8 +150,14 @@ def run(tc: TokenCase, tr: Transform, dev: torch.device, fill: list[torch.Tensor
     if idx.unique().numel() != idx.numel():
         raise ValueError(f"transform {tr.name}: a canonical row appears twice")
 
+    # where each valid row sits in the calls' outputs laid end to end, in canonical order: gather()
+    # is one copy of the rows it keeps (a call's output has a row per slot of its layout)
+    starts = torch.tensor([0] + [lay.rows.numel() for lay in tr.calls[:-1]], device="cpu").cumsum(0)
+    src = torch.cat([v + s for v, s in zip(picks, starts)]).index_select(0, order)
+
     def gather(parts: list[torch.Tensor]) -> torch.Tensor:
-        return torch.cat([p.detach().cpu().index_select(0, v) for p, v in zip(parts, picks)]).index_select(0, order)
+        flat = parts[0].detach() if len(parts) == 1 else torch.cat([p.detach() for p in parts])
+        return flat.cpu().index_select(0, src)
 
     res = TokenRun(idx, gather(outs))
     if backward_ran:
@@ -176,6 +186,12 @@ def _leaf(p: torch.Tensor, grad: bool) -> torch.Tensor:
         p.grad = None
         return p
     return p.detach().requires_grad_(grad and p.dtype == torch.float32)
+
+
+def _rows_of(t: torch.Tensor, idx: torch.Tensor, n: int) -> torch.Tensor:
+    """Rows ``idx`` (ascending canonical rows, as TokenRun.idx) of the canonical ``t``: ``t`` itself
+    when they are all ``n`` rows (no copy to compare)."""
+    return t if idx.numel() == n else t.index_select(0, idx)
 
 
 @dataclass
@@ -228,7 +244,7 @@ def forward_invariance(tc: TokenCase, dev: torch.device, seed: int = 0) -> list[
     out = []
     for tr in token_transforms(tc, dev.type, seed):
         got = run(tc, tr, dev, fill, params, None)
-        out.append(Verdict(tr.name, [bitwise_blocks(got.out, ref.out.index_select(0, got.idx), f"{tr.name} output")],
+        out.append(Verdict(tr.name, [bitwise_blocks(got.out, _rows_of(ref.out, got.idx, tc.n), f"{tr.name} output")],
                            thread_note(tr.threads)))
     return out
 
@@ -290,7 +306,7 @@ def gradient_invariance(tc: TokenCase, dev: torch.device, seed: int = 0) -> list
 
 def _grad_verdict(tc, tr, dev, fill, params, up, ref, digests, masters) -> Verdict:
     got = run(tc, tr, dev, fill, params, up)
-    comps = [bitwise_blocks(g, ref.row_grads[name].index_select(0, got.idx), f"{tr.name} d{name}")
+    comps = [bitwise_blocks(g, _rows_of(ref.row_grads[name], got.idx, tc.n), f"{tr.name} d{name}")
              for name, g in got.row_grads.items()]
     comps += [Comparison(False, f"{tr.name} d{name}: no gradient reached {name}") for name in got.missing + ref.missing]
     pending = []
