@@ -173,6 +173,11 @@ class TokenCase:
     # (*inputs, *params) -> the FP64 reference output, on the same inputs: the ops the contract judges
     # against one beside the FP32 reference (its fp64_reference rows: the logprob class)
     ref64: Callable | None = None
+    # the params' BF16 execution copies, CPU, where the draw kept them (_Draw.weight): each master is
+    # its copy widened, so the copy has exactly the bits a cast of the master gives. The forward
+    # judgments and the subset runs read it instead of casting a [151936, 4096] master each time
+    # (2.5 GB read, 1.2 GB written). None: rows casts the masters.
+    exec_params: list[torch.Tensor] | None = None
 
     kind = "token"
 
@@ -199,9 +204,16 @@ class _Draw:
     def r(self, *shape, scale=1.0, dtype=BF16):
         return torch.randn(*shape, generator=self.g, device="cpu").mul_(scale).to(dtype)
 
-    def w(self, *shape, scale=1.0):
-        """A master weight: FP32 storage, BF16 values (drawn in BF16, widened exactly)."""
-        return self.r(*shape, scale=scale).float()
+    def weight(self, *shape, scale=1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """A master weight (FP32 storage, BF16 values: drawn in BF16, widened exactly) and the BF16
+        draw itself, which is its execution copy bit for bit (TokenCase.exec_params).
+
+        The master has the bits of ``self.r(...).float()``: the BF16 draw is widened back into the
+        FP32 buffer it was rounded from, so a [151936, 4096] master costs no second 2.5 GB allocation
+        (on a 2-core host its page faults cost as much as the widening itself)."""
+        x = torch.randn(*shape, generator=self.g, device="cpu").mul_(scale)
+        b = x.to(BF16)
+        return x.copy_(b), b
 
     def norm_weight(self, n):
         return (1 + 0.1 * torch.randn(n, generator=self.g, device="cpu")).to(BF16).float()   # ~1 +- 0.1
@@ -221,9 +233,10 @@ def _embedding(case: Case, manifest: Manifest) -> TokenCase:
         if bool(sel.any()):
             reference.embedding(inputs[0][sel] - v0, wb).backward(dy[sel].float())
 
-    return TokenCase(case, d.rows, [ids], [d.w(V, H, scale=0.02)], ["ids", "weight"],
+    W, W16 = d.weight(V, H, scale=0.02)
+    return TokenCase(case, d.rows, [ids], [W], ["ids", "weight"],
                      lambda i, w, row_keys: ws1_ops.embedding(i, w, row_keys), reference.embedding, [_pad_id(manifest, V)],
-                     emb_block)
+                     emb_block, exec_params=[W16])
 
 
 def _rms_norm(case: Case, manifest: Manifest) -> TokenCase:
@@ -251,9 +264,12 @@ def _gemm(fn: Callable, ref: Callable) -> Callable[[Case, Manifest], TokenCase]:
         def gemm_block(inputs, wb, v0, v1, dy):
             ref(inputs[0], wb).backward(dy[:, v0:v1].float())
 
-        # weights ~ N(0, 0.02) (Qwen3's init scale), activations ~ N(0, 1): outputs ~ N(0, 0.02 sqrt(K))
-        return TokenCase(case, d.rows, [d.r(d.T, K)], [d.w(N, K, scale=0.02)], ["x", "weight"],
-                         lambda x, w, row_keys: fn(x, w, row_keys), ref, [None], gemm_block)
+        # weights ~ N(0, 0.02) (Qwen3's init scale), activations ~ N(0, 1): outputs ~ N(0, 0.02 sqrt(K));
+        # x is drawn first (the order of the draws fixes their values)
+        x = d.r(d.T, K)
+        W, W16 = d.weight(N, K, scale=0.02)
+        return TokenCase(case, d.rows, [x], [W], ["x", "weight"],
+                         lambda x, w, row_keys: fn(x, w, row_keys), ref, [None], gemm_block, exec_params=[W16])
 
     return build
 
