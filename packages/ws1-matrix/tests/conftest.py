@@ -1,6 +1,5 @@
 import os
 import sys
-from argparse import Namespace
 
 import pytest
 
@@ -10,7 +9,7 @@ from small import small_contracts  # noqa: E402
 
 import ws1_ops  # noqa: E402
 import ws1_qwen3  # noqa: E402
-from ws1_contract import GateRun, load_contract, load_manifest  # noqa: E402
+from ws1_contract import load_contract  # noqa: E402
 from ws1_matrix import cases  # noqa: E402
 
 
@@ -22,15 +21,6 @@ def small_env(tmp_path, monkeypatch):
     cases.forget()
     yield tmp_path
     cases.forget()
-
-
-def make_run(gate: str, profile: str = "cpu_bf16") -> GateRun:
-    c = load_contract()
-    return GateRun(gate, profile, c, load_manifest(contract=c))
-
-
-def args(**kw) -> Namespace:
-    return Namespace(**{"op": None, "execute": True, "evidence_dir": None, "json": False, **kw})
 
 
 @pytest.fixture(scope="session")

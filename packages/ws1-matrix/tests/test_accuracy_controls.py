@@ -9,7 +9,7 @@ import dataclasses
 import functools
 
 import pytest
-from conftest import make_run
+from small import make_run
 
 import ws1_ops
 from ws1_matrix import cases, compare, rows

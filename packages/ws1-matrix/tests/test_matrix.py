@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import args, make_run
+from small import args, make_run
 
 from ws1_contract import load_manifest, read_evidence
 from ws1_contract.evidence import ALLOWED_NA_REASONS

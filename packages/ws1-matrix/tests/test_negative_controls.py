@@ -6,7 +6,7 @@ import functools
 
 import pytest
 import torch
-from conftest import args, make_run
+from small import args, make_run
 
 import ws1_ops
 from ws1_contract import Cell, EvidenceError

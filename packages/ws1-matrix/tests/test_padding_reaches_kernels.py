@@ -6,7 +6,7 @@ import dataclasses
 import functools
 
 import torch
-from conftest import args, make_run
+from small import args, make_run
 
 import ws1_ops
 from ws1_matrix import attn
