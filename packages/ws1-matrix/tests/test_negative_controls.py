@@ -49,8 +49,11 @@ CONTROL_REDS = {
     "variant_m_split_k": ("det_gemm", {
         "c3": {"short": {"random_positions", "padded_right", "padded_left"}, "primary": M_SMALL},
         "c4": {"short": {"random_positions", "padded_right", "padded_left"}, "primary": M_SMALL}}),
+    # the thread transforms that run another count than the canonical run's (both where the default is > 1; only
+    # TN where it is 1: a 1-core host, or a test worker given one core's share)
     "variant_threads_split": ("det_gemm", {
-        g: {"short": {T1, TN}, "primary": {T1, TN}} for g in ("c3", "c4")}),
+        g: {t: {f"threads{n}" for n in thread_counts() if n != torch.get_num_threads()} for t in ("short", "primary")}
+        for g in ("c3", "c4")}),
     # row position: exactly the transforms that move some row to a position of the other parity
     "variant_row_parity": ("rms_norm", {
         g: {"short": {"alone-row7", "permuted", "random_positions", "padded_left", "chunked7"},
