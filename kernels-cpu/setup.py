@@ -11,8 +11,12 @@ are separate files that register nothing. The table is in README.md. Numerics-cr
   explicitly (intrinsics or std::fma), so the bits are the ones the source says on every ISA path.
 * no ``-ffast-math``: it licenses reassociation, which would change reduction orders.
 * ISA-specific code is compiled per function inside ``#pragma GCC target`` regions
-  (WS1_BEGIN_<ISA> in ws1_cpu.h) and chosen at run time, so one wheel serves AVX-512, AVX2 and
+  (WS1_BEGIN_<ISA> in ws1_isa.h) and chosen at run time, so one wheel serves AVX-512, AVX2 and
   plain x86-64 hosts.
+
+Build time is mostly the headers each unit parses: kernel files include the few torch headers
+ws1_cpu.h names (never <torch/extension.h>), files that touch no tensor include none, and pybind11 is
+only in module.cpp (README.md, "Build time").
 """
 import glob
 import os
