@@ -25,6 +25,20 @@ from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 here = os.path.dirname(os.path.abspath(__file__))
+
+
+class BuildExt(BuildExtension.with_options(use_ninja=True)):
+    """Objects in build/temp, also under `pip install -e` (ci/setup_cpu.sh), so ninja recompiles only
+    the units whose sources or headers changed. setuptools' editable build re-initializes build_ext
+    with build_temp set to a new temporary directory on every install; a build_temp given through
+    setup(options=...) or setup.cfg is not re-applied then (this class's command name is not
+    "build_ext"), so it is set here. `--build-temp` on the command line still wins."""
+
+    def initialize_options(self):
+        super().initialize_options()
+        self.build_temp = os.path.join(here, "build", "temp")
+
+
 sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")))
 
 setup(
@@ -37,5 +51,5 @@ setup(
             extra_link_args=["-fopenmp"],
         )
     ],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build_ext": BuildExt},
 )
