@@ -11,8 +11,12 @@ are separate files that register nothing. The table is in README.md. Numerics-cr
   explicitly (intrinsics or std::fma), so the bits are the ones the source says on every ISA path.
 * no ``-ffast-math``: it licenses reassociation, which would change reduction orders.
 * ISA-specific code is compiled per function inside ``#pragma GCC target`` regions
-  (WS1_BEGIN_<ISA> in ws1_cpu.h) and chosen at run time, so one wheel serves AVX-512, AVX2 and
+  (WS1_BEGIN_<ISA> in ws1_isa.h) and chosen at run time, so one wheel serves AVX-512, AVX2 and
   plain x86-64 hosts.
+
+Build time is mostly the headers each unit parses: kernel files include the few torch headers
+ws1_cpu.h names (never <torch/extension.h>), files that touch no tensor include none, and pybind11 is
+only in module.cpp (README.md, "Build time").
 """
 import glob
 import os
@@ -21,6 +25,20 @@ from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 here = os.path.dirname(os.path.abspath(__file__))
+
+
+class BuildExt(BuildExtension.with_options(use_ninja=True)):
+    """Objects in build/temp, also under `pip install -e` (ci/setup_cpu.sh), so ninja recompiles only
+    the units whose sources or headers changed. setuptools' editable build re-initializes build_ext
+    with build_temp set to a new temporary directory on every install; a build_temp given through
+    setup(options=...) or setup.cfg is not re-applied then (this class's command name is not
+    "build_ext"), so it is set here. `--build-temp` on the command line still wins."""
+
+    def initialize_options(self):
+        super().initialize_options()
+        self.build_temp = os.path.join(here, "build", "temp")
+
+
 sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")))
 
 setup(
@@ -33,5 +51,5 @@ setup(
             extra_link_args=["-fopenmp"],
         )
     ],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build_ext": BuildExt},
 )
