@@ -122,7 +122,8 @@ def run(tc: TokenCase, tr: Transform, dev: torch.device, fill: list[torch.Tensor
         up: Upstream | None) -> TokenRun:
     """Execute one transform. ``params`` are device tensors (BF16 for forward runs, FP32 masters
     holding the same values for gradient runs — or BF16 constants for a gradient run of a transform
-    without every row, whose parameter gradient is not compared); each run takes fresh leaves.
+    without every row, whose parameter gradient is not compared); each run starts with empty
+    gradients (fresh input leaves; a parameter leaf passed in is reused, its gradient cleared: :func:`_leaf`).
     ``up`` None: forward only, under no_grad (the rollout's inference path)."""
     grad = up is not None
     ps = [_leaf(p, grad) for p in params]
