@@ -149,7 +149,7 @@ def run_process(step: Step, log: Path) -> tuple[int, float]:
     if step.key == "tests":   # records the test suite writes are not this run's evidence
         env.pop("WS1_RUN_ID", None)
         if step.suites_record:   # the session's record of which suites ran, bound to this run by its id
-            env["WS1_TESTS_RECORD"] = str(log.parent.parent / step.suites_record)
+            env["WS1_TESTS_RECORD"] = str(log.parent / step.suites_record)
             env["WS1_TESTS_RECORD_ID"] = os.environ.get("WS1_RUN_ID", "")
     with open(log, "w") as f, subprocess.Popen(step.cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                                text=True, env=env, bufsize=1) as p:
@@ -198,7 +198,8 @@ def run_gate(step: Step, profile: str, args) -> Outcome:
     if rc == 2:
         return Outcome(step, "red", f"exit 2: device or arguments (see {log})", secs, bound)
     if step.suites_record:
-        return _suites_outcome(step, rc, secs, bound, args.evidence_root / profile / step.suites_record, args.run_id)
+        # beside the step's log, not among the gate records the report reads (evidence/<profile>/*.json)
+        return _suites_outcome(step, rc, secs, bound, log.parent / step.suites_record, args.run_id)
     ok = rc == 0 and (step.evidence is None or rec is not None and rec["passed"])
     detail = counts if step.evidence else ("passed" if rc == 0 else f"exit {rc}")
     if not ok and rec is not None:
@@ -295,21 +296,25 @@ def summary_lines(profile: str, outcomes: list[Outcome], root: Path, run_id: str
     return lines
 
 
-def _guarded(step: Step, check) -> Outcome:
-    """The step's outcome, or red "stopped" when SIGTERM arrives while it runs (``extra["stopped"]``)."""
+def _guarded(step: Step, check, announce=None) -> Outcome:
+    """The step's outcome, or red "stopped" when SIGTERM arrives while it runs (``extra["stopped"]``). ``announce``
+    (the step's header line) runs inside the guard: a caller that stops the flow on seeing the header finds the step
+    recorded as stopped, not the flow between two steps."""
     t = time.perf_counter()
     try:
+        if announce is not None:
+            announce()
         return check()
     except Stopped as exc:
         return Outcome(step, "red", f"{exc} during this step; the steps after it were not run", time.perf_counter() - t,
                        {"stopped": True})
 
 
-def flow(profile: str, args, tests_done: dict) -> tuple[int, list[Outcome]]:
+def flow(profile: str, args, tests_done: dict, outcomes: list[Outcome] | None = None) -> tuple[int, list[Outcome]]:
     import ws1_accel
 
     static, device = steps_for(profile, args)
-    outcomes: list[Outcome] = []
+    outcomes = [] if outcomes is None else outcomes   # the caller's list: what finished survives a SIGTERM between steps
     total = len(static) + len(device)
     n = 0
 
@@ -322,8 +327,7 @@ def flow(profile: str, args, tests_done: dict) -> tuple[int, list[Outcome]]:
         print(f"   → {o.status.upper() if o.status == 'red' else o.status}  {o.detail[:200]}  ({o.seconds:.1f}s)", flush=True)
 
     for s in static:          # both static gates run: they need no device, and each red is reported
-        head(s.title)
-        o = _guarded(s, lambda s=s: run_gate(s, profile, args))
+        o = _guarded(s, lambda s=s: run_gate(s, profile, args), lambda s=s: head(s.title))
         outcomes.append(o)
         tail(o)
         if o.extra.get("stopped"):
@@ -340,15 +344,18 @@ def flow(profile: str, args, tests_done: dict) -> tuple[int, list[Outcome]]:
         print(f"\nws1 c11_ci: {profile}: stopped after the static gates: {', '.join(static_red)} red", file=sys.stderr, flush=True)
         return 1, outcomes
     for s in device:
-        head(s.title)
+        def announce(s=s) -> None:
+            head(s.title)
+
         if s.key == "build":
-            o = _guarded(s, lambda: build_check(profile))
+            o = _guarded(s, lambda: build_check(profile), announce)
         elif s.key == "linkage":
-            o = _guarded(s, lambda: linkage_check(profile))
+            o = _guarded(s, lambda: linkage_check(profile), announce)
         elif s.key == "tests" and tuple(s.cmd) in tests_done:   # one suite per run (the device suites per profile)
+            announce()
             o = Outcome(s, tests_done[tuple(s.cmd)].status, "ran once for this run: " + tests_done[tuple(s.cmd)].detail, 0.0)
         else:
-            o = _guarded(s, lambda s=s: run_gate(s, profile, args))
+            o = _guarded(s, lambda s=s: run_gate(s, profile, args), announce)
             if s.key == "tests":
                 tests_done[tuple(s.cmd)] = o
         o.step = s
@@ -420,7 +427,13 @@ def main(argv=None) -> int:
             rc, outcomes = 1, [Outcome(Step("stopped", "stopped"), "red",
                                        "not run: the flow was stopped by SIGTERM (the caller's time limit) before it", 0.0)]
         else:
-            rc, outcomes = flow(profile, args, tests_done)
+            outcomes = []
+            try:
+                rc, outcomes = flow(profile, args, tests_done, outcomes)
+            except Stopped as exc:   # arrived between two steps (outside a step's guard): the steps done are kept
+                rc = 1
+                outcomes.append(Outcome(Step("stopped", "stopped"), "red", f"{exc} between steps; the steps after were not run",
+                                        0.0, {"stopped": True}))
             stopped = any(o.extra.get("stopped") for o in outcomes)
         path = write_c11(profile, outcomes, args, rc, t0)
         md, hp = write_report(args.evidence_root / profile, run_id=args.run_id)
