@@ -314,7 +314,6 @@ def tests_device(session: nox.Session) -> None:
     ops on the device (DEVICE_TESTS). Exit 2 without the device; a skipped test is a failure here (a GPU host must
     not pass this step by skipping), as is collecting nothing."""
     import glob
-    import xml.etree.ElementTree as ET
 
     _require(session, "pytest", "ws1_accel", "ws1_ops")
     if len(session.posargs) != 1:
@@ -339,8 +338,7 @@ def tests_device(session: nox.Session) -> None:
     cmd = [PY, "-m", "pytest", "-q", "-ra", "-m", "not slow", *workers, f"--junit-xml={report}", *paths]
     session.log(" ".join(cmd[2:]))
     rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "WS1_DEVICE_PROFILE": profile, "PYTHONDONTWRITEBYTECODE": "1"})
-    suites = ET.parse(report).getroot().iter("testsuite") if report.is_file() else []
-    skipped = sum(int(s.get("skipped", 0)) for s in suites)
+    skipped = _junit_counts(report).get("skipped", 0)
     if rc == 5:
         session.error("pytest collected no tests (exit 5): treated as a failure")
     if rc != 0:

@@ -37,21 +37,35 @@ def _files(paths: list[str], ignore: list[str] = ()) -> set[str]:
     return out - set(ignore)
 
 
-def test_every_test_file_runs_in_cis_full_run_exactly_once():
-    nf = _noxfile()
-    device = {str(f.relative_to(ROOT)) for pats in nf.DEVICE_TESTS.values() for pat in pats for f in ROOT.glob(pat)}
-    device |= _files([p for pats in nf.DEVICE_TESTS.values() for p in pats if (ROOT / p).is_dir()])
+def _coverage(suites: dict, device_tests: dict) -> tuple[dict, list[str]]:
+    """(files in two suites, test files no suite runs) of a SUITES table."""
+    device = {str(f.relative_to(ROOT)) for pats in device_tests.values() for pat in pats for f in ROOT.glob(pat)}
+    device |= _files([p for pats in device_tests.values() for p in pats if (ROOT / p).is_dir()])
     every = {str(f.relative_to(ROOT)) for f in ROOT.rglob("test_*.py")
              if not any(part.startswith(".") or part in ("build", "node_modules") for part in f.relative_to(ROOT).parts)}
     seen: dict[str, list[str]] = {}
-    for name, s in nf.SUITES.items():
+    for name, s in suites.items():
         for f in _files(s["paths"], s.get("ignore", [])):
             seen.setdefault(f, []).append(name)
     twice = {f: n for f, n in seen.items() if len(n) > 1}
-    assert not twice, f"test files in two suites (they would run twice in CI): {twice}"
     # the GPU-only test files of kernels-cuda sit in its suite's folder and skip without a GPU; tests_device runs them
-    dropped = sorted(every - set(seen) - device)
+    return twice, sorted(every - set(seen) - device)
+
+
+def test_every_test_file_runs_in_cis_full_run_exactly_once():
+    nf = _noxfile()
+    twice, dropped = _coverage(nf.SUITES, nf.DEVICE_TESTS)
+    assert not twice, f"test files in two suites (they would run twice in CI): {twice}"
     assert not dropped, f"test files no suite runs (CI would never run them): {dropped}"
+
+
+def test_the_coverage_check_can_fail():
+    """Negative control: a suite table that forgets a file, or lists one twice, is caught."""
+    nf = _noxfile()
+    forgot = {**nf.SUITES, "ascend_emu": {**nf.SUITES["ascend_emu"], "paths": ["kernels-ascend/tests"]}}
+    assert _coverage(forgot, nf.DEVICE_TESTS)[1] == ["ci/tests/test_asc_compile_check.py"]
+    doubled = {**nf.SUITES, "cpu": {**nf.SUITES["cpu"], "ignore": nf.SUITES["cpu"]["ignore"][1:]}}
+    assert list(_coverage(doubled, nf.DEVICE_TESTS)[0]) == [nf.SUITES["cpu"]["ignore"][0]]
 
 
 def test_the_cpu_step_runs_cpu_bf16s_suites_and_no_other_profiles():
