@@ -37,36 +37,65 @@ PY = sys.executable
 SUITES: dict[str, dict] = {
     # the packages (device-independent: the contract, the ops' dispatch and references, the model, the harness),
     # kernels-cpu, the gates' own tests
-    "cpu": {"profiles": ["cpu_bf16"],
-            # the costliest folders first: xdist hands out files in this order, so the long ones do not start last
-            "paths": ["packages/ws1-matrix/tests", "packages/ws1-qwen3/tests", "ci/tests", "kernels-cpu/tests",
-                      "packages/ws1-ops/tests", "packages/ws1-contract/tests", "packages/ws1-kv/tests", "packages/ws1-accel/tests"],
-            # other profiles' checks that live beside the package they exercise
-            "ignore": ["packages/ws1-matrix/tests/test_triton_aot.py", "ci/tests/test_asc_compile_check.py",
-                       "ci/tests/test_gpu_check.py", "ci/tests/test_gpu_wheels.py",
-                       "packages/ws1-ops/tests/test_device_suite_on_cpu.py"]},
+    "cpu": {
+        "profiles": ["cpu_bf16"],
+        # the costliest folders first: xdist hands out files in this order, so the long ones do not start last
+        "paths": [
+            "packages/ws1-matrix/tests",
+            "packages/ws1-qwen3/tests",
+            "ci/tests",
+            "kernels-cpu/tests",
+            "packages/ws1-ops/tests",
+            "packages/ws1-contract/tests",
+            "packages/ws1-kv/tests",
+            "packages/ws1-accel/tests",
+        ],
+        # other profiles' checks that live beside the package they exercise
+        "ignore": [
+            "packages/ws1-matrix/tests/test_triton_aot.py",
+            "ci/tests/test_asc_compile_check.py",
+            "ci/tests/test_gpu_check.py",
+            "ci/tests/test_gpu_wheels.py",
+            "packages/ws1-ops/tests/test_device_suite_on_cpu.py",
+        ],
+    },
     # the device hosts' own flow checked on CPU before a lent GPU or an NPU host depends on it: ci/gpu_check.sh's dry
     # runs, the wheel folder a GPU host installs from, the device test suites' logic run on cpu_bf16
-    "device_hosts": {"profiles": ["cuda_bf16", "triton_cuda_bf16", "ascend_bf16"],
-                     "paths": ["ci/tests/test_gpu_check.py", "ci/tests/test_gpu_wheels.py",
-                               "packages/ws1-ops/tests/test_device_suite_on_cpu.py"]},
+    "device_hosts": {
+        "profiles": ["cuda_bf16", "triton_cuda_bf16", "ascend_bf16"],
+        "paths": [
+            "ci/tests/test_gpu_check.py",
+            "ci/tests/test_gpu_wheels.py",
+            "packages/ws1-ops/tests/test_device_suite_on_cpu.py",
+        ],
+    },
     # kernels-cuda compiled here without a GPU (nvcc, ptxas, SASS; the CUTLASS units), its attention emulator
     "cuda_build": {"profiles": ["cuda_bf16"], "paths": ["kernels-cuda/tests"]},
     # the Ascend C kernels on the host emulator of the Ascend C API (ws1_kernels_ascend_emu), the compile-check tool
-    "ascend_emu": {"profiles": ["ascend_bf16"], "paths": ["kernels-ascend/tests", "ci/tests/test_asc_compile_check.py"]},
+    "ascend_emu": {
+        "profiles": ["ascend_bf16"],
+        "paths": ["kernels-ascend/tests", "ci/tests/test_asc_compile_check.py"],
+    },
     # the Triton kernels through Triton's real GPU compiler (no GPU)
     "triton_aot": {"profiles": ["triton_cuda_bf16"], "paths": ["packages/ws1-matrix/tests/test_triton_aot.py"]},
     # the Triton kernels' logic and invariance under the interpreter, in a pytest process of its own: Triton fixes
     # interpreter vs GPU when a kernel is defined, once per process
-    "triton_interp": {"profiles": ["triton_cuda_bf16"], "paths": ["packages/ws1-ops/tests_triton"],
-                      "env": {"TRITON_INTERPRET": "1"}},
+    "triton_interp": {
+        "profiles": ["triton_cuda_bf16"],
+        "paths": ["packages/ws1-ops/tests_triton"],
+        "env": {"TRITON_INTERPRET": "1"},
+    },
 }
 # What a device host adds to CPU CI (nox -s tests_device -- PROFILE, C11's test step on a GPU/NPU host): the tests
 # that need the profile's device. Everything else is device-independent and already ran in CPU CI at the same commit
 # (closure requires every profile's C11 record from one commit).
 DEVICE_TESTS = {
-    "cuda": ["packages/ws1-ops/tests_device", "packages/ws1-qwen3/tests_device", "kernels-cuda/tests/test_gpu_kernels.py",
-             "kernels-cuda/tests/test_gpu_*.py"],
+    "cuda": [
+        "packages/ws1-ops/tests_device",
+        "packages/ws1-qwen3/tests_device",
+        "kernels-cuda/tests/test_gpu_kernels.py",
+        "kernels-cuda/tests/test_gpu_*.py",
+    ],
     # the Triton unit tests in device mode (tests_triton/conftest.py: WS1_DEVICE_PROFILE=triton_cuda_bf16 turns the
     # interpreter off; the real kernels on the device, interpreter-only tests deselected)
     "triton": ["packages/ws1-ops/tests_device", "packages/ws1-qwen3/tests_device", "packages/ws1-ops/tests_triton"],
@@ -224,7 +253,9 @@ def _workers() -> tuple[list[str], dict]:
     n = int(os.environ.get("WS1_TEST_WORKERS") or cores)
     if n <= 1 or subprocess.call([PY, "-c", "import xdist"], stderr=subprocess.DEVNULL) != 0:
         return [], {}
-    return ["-n", str(n), "--dist", "loadfile"], {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or str(max(1, cores // n))}
+    return ["-n", str(n), "--dist", "loadfile"], {
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or str(max(1, cores // n))
+    }
 
 
 def _junit_counts(path: Path) -> dict:
@@ -257,23 +288,62 @@ def _run_suites(session: nox.Session, names: list[str], marker: str = "not slow"
         junit = record_path.with_name(f"{record_path.stem}.{'+'.join(group)}.xml")
         junit.unlink(missing_ok=True)
         workers, worker_env = _workers()
-        cmd = [PY, "-m", "pytest", "-q", "-m", marker, *workers, f"--junit-xml={junit}", *ignores, *paths,
-               *(session.posargs if posargs else [])]
-        session.log(f"suites {', '.join(group)}: " + " ".join(cmd[2:]) + "".join(f" ({k}={v})" for k, v in worker_env.items()))
+        cmd = [
+            PY,
+            "-m",
+            "pytest",
+            "-q",
+            "-m",
+            marker,
+            *workers,
+            f"--junit-xml={junit}",
+            *ignores,
+            *paths,
+            *(session.posargs if posargs else []),
+        ]
+        session.log(
+            f"suites {', '.join(group)}: " + " ".join(cmd[2:]) + "".join(f" ({k}={v})" for k, v in worker_env.items())
+        )
         t = time.perf_counter()
-        rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **worker_env, **dict(env_items)})
-        processes.append({"suites": group, "exit_code": rc, "seconds": round(time.perf_counter() - t, 1),
-                          "workers": int(workers[1]) if workers else 1, **worker_env, "counts": _junit_counts(junit)})
+        rc = subprocess.call(
+            cmd, cwd=ROOT, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **worker_env, **dict(env_items)}
+        )
+        processes.append(
+            {
+                "suites": group,
+                "exit_code": rc,
+                "seconds": round(time.perf_counter() - t, 1),
+                "workers": int(workers[1]) if workers else 1,
+                **worker_env,
+                "counts": _junit_counts(junit),
+            }
+        )
         if rc != 0:
             failed.append((group, rc))
     from ws1_contract.provenance import git_state
 
     sha, dirty = git_state()
-    record_path.write_text(json.dumps({
-        "kind": "ws1-tests-v1", "session": session.name, "suites": names, "of": sorted(SUITES), "marker": marker,
-        "posargs": session.posargs if posargs else [], "passed": not failed, "processes": processes, "git_sha": sha,
-        "dirty": dirty, "record_id": os.environ.get("WS1_TESTS_RECORD_ID"), "host": os.uname().nodename,
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())}, indent=1) + "\n")
+    record_path.write_text(
+        json.dumps(
+            {
+                "kind": "ws1-tests-v1",
+                "session": session.name,
+                "suites": names,
+                "of": sorted(SUITES),
+                "marker": marker,
+                "posargs": session.posargs if posargs else [],
+                "passed": not failed,
+                "processes": processes,
+                "git_sha": sha,
+                "dirty": dirty,
+                "record_id": os.environ.get("WS1_TESTS_RECORD_ID"),
+                "host": os.uname().nodename,
+                "created_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     session.log(f"record: {record_path}")
     for group, rc in failed:
         if rc == 5:
@@ -286,7 +356,11 @@ def tests(session: nox.Session) -> None:
     """Every suite except the `slow` marker: cpu_bf16's and the other profiles' CPU-side checks (CI runs this; needs
     `bash ci/setup_cpu.sh --ci`, which adds the Ascend emulator build and the CUTLASS headers). Writes
     evidence/ci/tests.json, the full run closure asks for."""
-    missing = [m for m in ("ws1_kernels_ascend_emu", "triton") if subprocess.call([PY, "-c", f"import {m}"], stderr=subprocess.DEVNULL)]
+    missing = [
+        m
+        for m in ("ws1_kernels_ascend_emu", "triton")
+        if subprocess.call([PY, "-c", f"import {m}"], stderr=subprocess.DEVNULL)
+    ]
     if missing:
         session.error(f"not installed in {PY}: {', '.join(missing)} — CI's suites need `bash ci/setup_cpu.sh --ci`")
     _run_suites(session, list(SUITES))
@@ -319,9 +393,18 @@ def tests_device(session: nox.Session) -> None:
     if len(session.posargs) != 1:
         session.error("tests_device needs one profile: nox -s tests_device -- cuda_bf16")
     profile = session.posargs[0]
-    probe = subprocess.run([PY, "-c", "import sys, ws1_accel; f = ws1_accel.family_of(sys.argv[1]); "
-                            "w = ws1_accel.unavailable_reason(sys.argv[1]); print(f); print(w or '')", profile],
-                           cwd=ROOT, capture_output=True, text=True)
+    probe = subprocess.run(
+        [
+            PY,
+            "-c",
+            "import sys, ws1_accel; f = ws1_accel.family_of(sys.argv[1]); "
+            "w = ws1_accel.unavailable_reason(sys.argv[1]); print(f); print(w or '')",
+            profile,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     if probe.returncode != 0:
         session.error(f"tests_device: unknown profile {profile!r}: {probe.stderr.strip().splitlines()[-1:]}")
     family, why = probe.stdout.splitlines()[0], "\n".join(probe.stdout.splitlines()[1:]).strip()
@@ -337,7 +420,9 @@ def tests_device(session: nox.Session) -> None:
     workers = ["-n", "4"] if subprocess.call([PY, "-c", "import xdist"], stderr=subprocess.DEVNULL) == 0 else []
     cmd = [PY, "-m", "pytest", "-q", "-ra", "-m", "not slow", *workers, f"--junit-xml={report}", *paths]
     session.log(" ".join(cmd[2:]))
-    rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "WS1_DEVICE_PROFILE": profile, "PYTHONDONTWRITEBYTECODE": "1"})
+    rc = subprocess.call(
+        cmd, cwd=ROOT, env={**os.environ, "WS1_DEVICE_PROFILE": profile, "PYTHONDONTWRITEBYTECODE": "1"}
+    )
     skipped = _junit_counts(report).get("skipped", 0)
     if rc == 5:
         session.error("pytest collected no tests (exit 5): treated as a failure")

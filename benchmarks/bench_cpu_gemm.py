@@ -11,6 +11,7 @@ own (the count of elements that differ from the default path is in the JSON).
 
 --big adds the lm_head shape (27, 4096, 151936) (1.2 GB of bf16 weights, 2.5 GB as fp32).
 """
+
 import argparse
 import json
 import os
@@ -35,6 +36,7 @@ def timed(fn):
 
 def on_path(isa, fn):
     """fn run with WS1_CPU_ISA=isa (None: the default path)."""
+
     def run():
         old = os.environ.pop("WS1_CPU_ISA", None)
         if isa is not None:
@@ -45,6 +47,7 @@ def on_path(isa, fn):
             os.environ.pop("WS1_CPU_ISA", None)
             if old is not None:
                 os.environ["WS1_CPU_ISA"] = old
+
     return run
 
 
@@ -69,10 +72,12 @@ def bench_shape(m, k, n, reps, warmup, ws1_op, rounds_bf16, also_isa=()):
     cands = {"ws1": on_path(None, lambda: ws1(x, w))}
     for isa in also_isa:
         cands[f"ws1_{isa}"] = on_path(isa, lambda: ws1(x, w))
-    cands.update({
-        "torch_fp32": lambda: F.linear(xf, wf),
-        "torch_bf16": lambda: F.linear(x, w),
-    })
+    cands.update(
+        {
+            "torch_fp32": lambda: F.linear(xf, wf),
+            "torch_bf16": lambda: F.linear(x, w),
+        }
+    )
     paths = {name: path_taken(f, ws1_op) for name, f in cands.items() if name.startswith("ws1")}
     ref = cands["ws1"]()
     bits_differ = {}
@@ -96,8 +101,7 @@ def bench_shape(m, k, n, reps, warmup, ws1_op, rounds_bf16, also_isa=()):
     res = {"M": m, "K": k, "N": n, "op": ws1_op, "paths": paths, "elements_differing_from_default": bits_differ}
     for name, ts in times.items():
         med = statistics.median(ts)
-        res[name] = {"median_ms": med * 1e3, "min_ms": min(ts) * 1e3, "runs": len(ts),
-                     "gflops": flop / med / 1e9}
+        res[name] = {"median_ms": med * 1e3, "min_ms": min(ts) * 1e3, "runs": len(ts), "gflops": flop / med / 1e9}
     for name in paths:
         sfx = "" if name == "ws1" else name[3:]
         res[f"ratio{sfx}_vs_torch_fp32"] = res[name]["gflops"] / res["torch_fp32"]["gflops"]
@@ -134,16 +138,24 @@ def main():
         for i, col in enumerate(ws1_cols):
             sfx = "" if col == "ws1" else col[3:]
             lead = f"{op:9s} {m:4d} {k:5d} {n:6d}" if i == 0 else " " * 27
-            line = (f"{lead} | {r['paths'][col]:>10s} {r[col]['median_ms']:7.2f} {r[col]['gflops']:6.1f} "
-                    f"{r[f'ratio{sfx}_vs_torch_fp32']:6.2f} {r[f'ratio{sfx}_vs_torch_bf16']:6.2f}")
+            line = (
+                f"{lead} | {r['paths'][col]:>10s} {r[col]['median_ms']:7.2f} {r[col]['gflops']:6.1f} "
+                f"{r[f'ratio{sfx}_vs_torch_fp32']:6.2f} {r[f'ratio{sfx}_vs_torch_bf16']:6.2f}"
+            )
             if i == 0:
-                line += (f" | {r['torch_fp32']['median_ms']:8.2f} {r['torch_fp32']['gflops']:6.1f} | "
-                         f"{r['torch_bf16']['median_ms']:8.2f} {r['torch_bf16']['gflops']:6.1f}")
+                line += (
+                    f" | {r['torch_fp32']['median_ms']:8.2f} {r['torch_fp32']['gflops']:6.1f} | "
+                    f"{r['torch_bf16']['median_ms']:8.2f} {r['torch_bf16']['gflops']:6.1f}"
+                )
             print(line, flush=True)
 
     out = {
-        "host": {"machine": platform.machine(), "processor": platform.processor(),
-                 "cpu_count": os.cpu_count(), "threads": torch.get_num_threads()},
+        "host": {
+            "machine": platform.machine(),
+            "processor": platform.processor(),
+            "cpu_count": os.cpu_count(),
+            "threads": torch.get_num_threads(),
+        },
         "torch": torch.__version__,
         "ws1_isa": ws1_kernels_cpu.isa(),
         "reps": reps,

@@ -16,6 +16,7 @@ Each thread count in --threads gets its own table (torch.set_num_threads for bot
 shared 2-core host a busy second core stalls every 2-thread run at a barrier (~8 ms scheduler quanta
 show up as identical medians); the 1-thread table is then the trustworthy one.
 """
+
 import argparse
 import json
 import os
@@ -79,9 +80,12 @@ def case_attn_prefill(g, B=4, S=19, Hq=32, Hkv=8, D=128):
     cu = torch.arange(0, B * S + 1, S, device="cpu")
     pos = torch.arange(S, device="cpu").repeat(B)
     qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (q, k, v))
-    sc = D ** -0.5
-    return (f"attention prefill B{B} S{S}", lambda: OPS.attention(qp, kp, vp, cu, cu, pos, sc),
-            lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=True))
+    sc = D**-0.5
+    return (
+        f"attention prefill B{B} S{S}",
+        lambda: OPS.attention(qp, kp, vp, cu, cu, pos, sc),
+        lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=True),
+    )
 
 
 def case_attn_decode(g, Skv, Hq=32, Hkv=8, D=128):
@@ -92,16 +96,18 @@ def case_attn_decode(g, Skv, Hq=32, Hkv=8, D=128):
     pos = torch.tensor([Skv - 1], device="cpu")
     qt = q.reshape(1, 1, Hq, D).transpose(1, 2).contiguous()
     kt, vt = (t.reshape(1, Skv, Hkv, D).transpose(1, 2).contiguous() for t in (k, v))
-    sc = D ** -0.5
-    return (f"attention decode B1 Skv{Skv}", lambda: OPS.attention(q, k, v, cuq, cuk, pos, sc),
-            lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True))
+    sc = D**-0.5
+    return (
+        f"attention decode B1 Skv{Skv}",
+        lambda: OPS.attention(q, k, v, cuq, cuk, pos, sc),
+        lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True),
+    )
 
 
 def case_logprob(g):
     x = torch.randn(27, 151936, generator=g, device="cpu") * 3
     t = torch.randint(0, 151936, (27,), generator=g, device="cpu")
-    return ("logprob T27 V151936", lambda: OPS.logprob(x, t),
-            lambda: torch.log_softmax(x, -1).gather(-1, t[:, None]))
+    return ("logprob T27 V151936", lambda: OPS.logprob(x, t), lambda: torch.log_softmax(x, -1).gather(-1, t[:, None]))
 
 
 def case_bilp(g):
@@ -139,8 +145,16 @@ def main():
     ap.add_argument("--json", default=DEFAULT_JSON)
     args = ap.parse_args()
     g = torch.Generator().manual_seed(0)
-    cases = [case_rms_norm(g), case_swiglu(g), case_rope(g), case_attn_prefill(g), case_attn_decode(g, 32),
-             case_attn_decode(g, 2048), case_logprob(g), case_bilp(g)]
+    cases = [
+        case_rms_norm(g),
+        case_swiglu(g),
+        case_rope(g),
+        case_attn_prefill(g),
+        case_attn_decode(g, 32),
+        case_attn_decode(g, 2048),
+        case_logprob(g),
+        case_bilp(g),
+    ]
     tables = {}
     for nt in [int(t) for t in args.threads.split(",")]:
         torch.set_num_threads(nt)
@@ -150,9 +164,16 @@ def main():
         print(f"{'case':36s} {'ws1 ms':>10s} {'torch ms':>10s} {'ratio':>7s}")
         for r in rows:
             print(f"{r['case']:36s} {r['ws1']['median_ms']:10.4f} {r['torch']['median_ms']:10.4f} {r['ratio']:7.2f}")
-    out = {"host": platform.node(), "machine": platform.machine(), "cpu_count": os.cpu_count(),
-           "isa": ws1_kernels_cpu.isa(), "torch": torch.__version__, "reps": args.reps,
-           "ratio_definition": "ws1 median / torch median (lower is better)", "results_by_threads": tables}
+    out = {
+        "host": platform.node(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "isa": ws1_kernels_cpu.isa(),
+        "torch": torch.__version__,
+        "reps": args.reps,
+        "ratio_definition": "ws1 median / torch median (lower is better)",
+        "results_by_threads": tables,
+    }
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:

@@ -114,7 +114,10 @@ def _gemm_row(clock, args, name, fns, flops, nbytes, extra, gemms=1):
         r["tflops_ws1"] = flops / (r["ws1_ms"] * 1e9)
         r["tflops_torch"] = flops / (r["torch_ms"] * 1e9)
         r["ws1_over_roofline"] = r["roofline_ms"] / r["ws1_ms"]
-        print(f"    roofline {r['roofline_ms']:.4f} ms ({r['roofline_basis']}): ws1 at {r['ws1_over_roofline']:.2f} of it", flush=True)
+        print(
+            f"    roofline {r['roofline_ms']:.4f} ms ({r['roofline_basis']}): ws1 at {r['ws1_over_roofline']:.2f} of it",
+            flush=True,
+        )
         rows.append(r)
     return rows
 
@@ -135,45 +138,83 @@ def gemm_cases(clock, dev, args) -> list[dict]:
         for M in (1, 59, 256, 4096):
             x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
             flops, nb = 2 * M * K * N, 2 * (M * K + N * K + M * N)
-            rows += _gemm_row(clock, args, f"det_gemm M{M} K{K} N{N}",
-                              {"ws1": lambda x=x, nxt=nxt: _k().det_gemm(x, nxt("ws1")),
-                               "torch": lambda x=x, nxt=nxt: torch.matmul(x, nxt("torch").t())},
-                              flops, nb, {"kind": "det_gemm", "M": M, "K": K, "N": N, "weight_copies": copies, "vs": "cuBLAS BF16"})
+            rows += _gemm_row(
+                clock,
+                args,
+                f"det_gemm M{M} K{K} N{N}",
+                {
+                    "ws1": lambda x=x, nxt=nxt: _k().det_gemm(x, nxt("ws1")),
+                    "torch": lambda x=x, nxt=nxt: torch.matmul(x, nxt("torch").t()),
+                },
+                flops,
+                nb,
+                {"kind": "det_gemm", "M": M, "K": K, "N": N, "weight_copies": copies, "vs": "cuBLAS BF16"},
+            )
             # the backward of the same layer: dx = dy @ W (dy BF16: det_gemm's output gradient), dW = dy^T x
             dy = (torch.randn(M, N, generator=g, device="cpu") * 0.1).to(BF).to(dev)
             nb_dx = 2 * (M * N + N * K) + 4 * M * K
             mm = f32_out or (lambda a, b: torch.mm(a, b))
             vs = "cuBLAS BF16 -> FP32" if f32_out else "cuBLAS BF16 -> BF16 (no out_dtype in this torch)"
-            rows += _gemm_row(clock, args, f"backward dx BF16 M{M} N{N} K{K}",
-                              {"ws1": lambda dy=dy, nxt=nxt: _k().gemm(dy, nxt("ws1").t(), True),
-                               "torch": lambda dy=dy, nxt=nxt, mm=mm: mm(dy, nxt("torch"))},
-                              flops, nb_dx, {"kind": "backward_bf16", "M": M, "K": K, "N": N, "vs": vs})
+            rows += _gemm_row(
+                clock,
+                args,
+                f"backward dx BF16 M{M} N{N} K{K}",
+                {
+                    "ws1": lambda dy=dy, nxt=nxt: _k().gemm(dy, nxt("ws1").t(), True),
+                    "torch": lambda dy=dy, nxt=nxt, mm=mm: mm(dy, nxt("torch")),
+                },
+                flops,
+                nb_dx,
+                {"kind": "backward_bf16", "M": M, "K": K, "N": N, "vs": vs},
+            )
             if M >= 59:
                 perm = torch.randperm(M, generator=g, device="cpu").to(dev)
                 dyp, xp = dy.index_select(0, perm), x.index_select(0, perm)
                 nb_dw = 2 * (M * N + M * K) + 4 * N * K
-                rows += _gemm_row(clock, args, f"backward dW BF16 M{M} N{N} K{K}",
-                                  {"ws1": lambda dyp=dyp, xp=xp: _k().gemm(dyp.t(), xp.t(), True),
-                                   "torch": lambda dyp=dyp, xp=xp, mm=mm: mm(dyp.t(), xp)},
-                                  flops, nb_dw, {"kind": "backward_bf16", "M": M, "K": K, "N": N, "vs": vs})
+                rows += _gemm_row(
+                    clock,
+                    args,
+                    f"backward dW BF16 M{M} N{N} K{K}",
+                    {
+                        "ws1": lambda dyp=dyp, xp=xp: _k().gemm(dyp.t(), xp.t(), True),
+                        "torch": lambda dyp=dyp, xp=xp, mm=mm: mm(dyp.t(), xp),
+                    },
+                    flops,
+                    nb_dw,
+                    {"kind": "backward_bf16", "M": M, "K": K, "N": N, "vs": vs},
+                )
             # the same dx in FP32 (lm_head's dy is FP32): the three-way split, against cuBLAS FP32 (TF32 off)
             # and, for the record, against cuBLAS BF16
             if M in (59, 256):
                 dy32 = torch.randn(M, N, generator=g, device="cpu").to(dev) * 0.1
                 w0 = ws[0]
                 w32 = w0.float()
-                rows += _gemm_row(clock, args, f"backward dx FP32 M{M} N{N} K{K} vs cuBLAS FP32",
-                                  {"ws1": lambda dy32=dy32, w0=w0: _k().gemm(dy32, w0.t(), True),
-                                   "torch": lambda dy32=dy32, w32=w32: torch.mm(dy32, w32)},
-                                  flops, 4 * M * N + 2 * N * K + 4 * M * K,
-                                  {"kind": "backward_fp32", "M": M, "K": K, "N": N, "vs": "cuBLAS FP32 (TF32 off)"},
-                                  gemms=3)
-                rows += _gemm_row(clock, args, f"backward dx FP32 M{M} N{N} K{K} vs cuBLAS BF16",
-                                  {"ws1": lambda dy32=dy32, w0=w0: _k().gemm(dy32, w0.t(), True),
-                                   "torch": lambda dy=dy, w0=w0: torch.mm(dy, w0)},
-                                  flops, 4 * M * N + 2 * N * K + 4 * M * K,
-                                  {"kind": "backward_fp32_vs_bf16", "M": M, "K": K, "N": N, "vs": "cuBLAS BF16 (information)"},
-                                  gemms=3)
+                rows += _gemm_row(
+                    clock,
+                    args,
+                    f"backward dx FP32 M{M} N{N} K{K} vs cuBLAS FP32",
+                    {
+                        "ws1": lambda dy32=dy32, w0=w0: _k().gemm(dy32, w0.t(), True),
+                        "torch": lambda dy32=dy32, w32=w32: torch.mm(dy32, w32),
+                    },
+                    flops,
+                    4 * M * N + 2 * N * K + 4 * M * K,
+                    {"kind": "backward_fp32", "M": M, "K": K, "N": N, "vs": "cuBLAS FP32 (TF32 off)"},
+                    gemms=3,
+                )
+                rows += _gemm_row(
+                    clock,
+                    args,
+                    f"backward dx FP32 M{M} N{N} K{K} vs cuBLAS BF16",
+                    {
+                        "ws1": lambda dy32=dy32, w0=w0: _k().gemm(dy32, w0.t(), True),
+                        "torch": lambda dy=dy, w0=w0: torch.mm(dy, w0),
+                    },
+                    flops,
+                    4 * M * N + 2 * N * K + 4 * M * K,
+                    {"kind": "backward_fp32_vs_bf16", "M": M, "K": K, "N": N, "vs": "cuBLAS BF16 (information)"},
+                    gemms=3,
+                )
     # lm_head: the vocabulary projection, FP32 logits
     V = V_FULL
     wv = (torch.randn(V, K, generator=g, device="cpu") * 0.02).to(BF).to(dev)
@@ -181,13 +222,26 @@ def gemm_cases(clock, dev, args) -> list[dict]:
     mm = f32_out or (lambda a, b: torch.mm(a, b))
     for M in (1, 59, 256, 4096):
         x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
-        rows += _gemm_row(clock, args, f"lm_head M{M} K{K} V{V}",
-                          {"ws1": lambda x=x, wv=wv: _k().lm_head(x, wv), "torch": lambda x=x, wv=wv, mm=mm: mm(x, wv.t())},
-                          2 * M * K * V, 2 * (M * K + V * K) + 4 * M * V, {"kind": "lm_head", "M": M, "K": K, "N": V, "vs": vs})
+        rows += _gemm_row(
+            clock,
+            args,
+            f"lm_head M{M} K{K} V{V}",
+            {"ws1": lambda x=x, wv=wv: _k().lm_head(x, wv), "torch": lambda x=x, wv=wv, mm=mm: mm(x, wv.t())},
+            2 * M * K * V,
+            2 * (M * K + V * K) + 4 * M * V,
+            {"kind": "lm_head", "M": M, "K": K, "N": V, "vs": vs},
+        )
     rows += n32_candidate_rows(clock, dev, args, g)
     for name, kind, fns, flops, nbytes, extra in lm_head_backward_cases(
-            dev, K, wv, (256, 2048), lambda dy, w: _k().gemm(dy, w.t(), True), lambda dy, x: _k().gemm(dy.t(), x.t(), True),
-            mm, vs):
+        dev,
+        K,
+        wv,
+        (256, 2048),
+        lambda dy, w: _k().gemm(dy, w.t(), True),
+        lambda dy, x: _k().gemm(dy.t(), x.t(), True),
+        mm,
+        vs,
+    ):
         rows += _gemm_row(clock, args, name, fns, flops, nbytes, {**extra, "kind": kind}, gemms=3)
     return rows
 
@@ -212,11 +266,18 @@ def n32_candidate_rows(clock, dev, args, g) -> list[dict]:
 
         for M in (1, 59):
             x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
-            same = all(torch.equal(_C.det_gemm_in_config(x, w, "narrow_n32").view(torch.int16),
-                                   _C.det_gemm_in_config(x, w, "narrow").view(torch.int16)) for w in ws[:2])
-            fns = {"ws1": lambda x=x, nxt=nxt: _C.det_gemm_in_config(x, nxt("ws1"), "narrow_n32"),
-                   "torch": lambda x=x, nxt=nxt: _C.det_gemm_in_config(x, nxt("torch"), "narrow"),
-                   "cublas": lambda x=x, nxt=nxt: torch.matmul(x, nxt("cublas").t())}
+            same = all(
+                torch.equal(
+                    _C.det_gemm_in_config(x, w, "narrow_n32").view(torch.int16),
+                    _C.det_gemm_in_config(x, w, "narrow").view(torch.int16),
+                )
+                for w in ws[:2]
+            )
+            fns = {
+                "ws1": lambda x=x, nxt=nxt: _C.det_gemm_in_config(x, nxt("ws1"), "narrow_n32"),
+                "torch": lambda x=x, nxt=nxt: _C.det_gemm_in_config(x, nxt("torch"), "narrow"),
+                "cublas": lambda x=x, nxt=nxt: torch.matmul(x, nxt("cublas").t()),
+            }
             flops, nb = 2 * M * K * N, 2 * (M * K + N * K + M * N)
             for mode in _modes(clock):
                 name = f"det_gemm n32 candidate M{M} K{K} N{N} vs narrow"
@@ -225,14 +286,29 @@ def n32_candidate_rows(clock, dev, args, g) -> list[dict]:
                 except Exception as exc:  # noqa: BLE001  (a row that cannot run is a failed row, named in the errors)
                     rows.append(failed_row(name, mode, "candidate", exc))
                     continue
-                r = _row(name, mode, res, {"kind": "candidate", "M": M, "K": K, "N": N, "weight_copies": copies,
-                                           "candidate_bits_equal_narrow": same, "cublas_ms": res["cublas"]["median_ms"],
-                                           "note": "speed = t_narrow / t_candidate; not a target"})
+                r = _row(
+                    name,
+                    mode,
+                    res,
+                    {
+                        "kind": "candidate",
+                        "M": M,
+                        "K": K,
+                        "N": N,
+                        "weight_copies": copies,
+                        "candidate_bits_equal_narrow": same,
+                        "cublas_ms": res["cublas"]["median_ms"],
+                        "note": "speed = t_narrow / t_candidate; not a target",
+                    },
+                )
                 r["speed_vs_cublas"] = r["cublas_ms"] / r["ws1_ms"]
                 r["roofline_ms"] = roofline_ms(flops, nb)
                 r["ws1_over_roofline"] = r["roofline_ms"] / r["ws1_ms"]
-                print(f"    cuBLAS {r['cublas_ms']:.4f} ms: candidate at {r['speed_vs_cublas']:.2f}x of it, narrow at "
-                      f"{r['cublas_ms'] / r['torch_ms']:.2f}x; roofline {r['roofline_ms']:.4f} ms", flush=True)
+                print(
+                    f"    cuBLAS {r['cublas_ms']:.4f} ms: candidate at {r['speed_vs_cublas']:.2f}x of it, narrow at "
+                    f"{r['cublas_ms'] / r['torch_ms']:.2f}x; roofline {r['roofline_ms']:.4f} ms",
+                    flush=True,
+                )
                 rows.append(r)
             print(f"    candidate bits equal to narrow's: {same}", flush=True)
     return rows
@@ -241,6 +317,7 @@ def n32_candidate_rows(clock, dev, args, g) -> list[dict]:
 def _flash():
     try:
         import flash_attn
+
         return flash_attn
     except Exception:  # noqa: BLE001  (absent or broken: reported as absent)
         return None
@@ -284,7 +361,7 @@ def attention_cases(clock, dev, args) -> list[dict]:
     packs: SDPA has no varlen entry) and, when importable, the flash_attn package (extra rows, not targets)."""
     g = torch.Generator(device="cpu").manual_seed(1)
     flash, fa = _sdpa_flash(dev), _flash()
-    scale = D ** -0.5
+    scale = D**-0.5
     rows = []
     if flash["fn"] is None:
         print(f"  {flash['note']}: the attention targets are ABSENT (nothing timed in their place)", flush=True)
@@ -298,26 +375,56 @@ def attention_cases(clock, dev, args) -> list[dict]:
     def kv_for(t):  # [B, Hkv, S, D] -> what the flash contender reads
         return t.repeat_interleave(HQ // HKV, 1) if flash["expand"] else t
 
-    for name, lengths in (("prefill fixture B4 S11/16/13/19", [11, 16, 13, 19]), ("prefill B1 S2048", [2048]),
-                          ("prefill varlen B4 S1000/700/300/48", [1000, 700, 300, 48])):
+    for name, lengths in (
+        ("prefill fixture B4 S11/16/13/19", [11, 16, 13, 19]),
+        ("prefill B1 S2048", [2048]),
+        ("prefill varlen B4 S1000/700/300/48", [1000, 700, 300, 48]),
+    ):
         T, S, B = sum(lengths), max(lengths), len(lengths)
         q, k, v = r(T, HQ, D), r(T, HKV, D), r(T, HKV, D)
         cu = _cu(lengths, dev)
         pos = torch.cat([torch.arange(n, device="cpu") for n in lengths]).to(dev)
         qp, kp, vp = r(B, HQ, S, D), kv_for(r(B, HKV, S, D)), kv_for(r(B, HKV, S, D))
-        fns = {"ws1": lambda q=q, k=k, v=v, cu=cu, pos=pos: _k().attention(q, k, v, cu, cu, pos, scale),
-               "torch": lambda qp=qp, kp=kp, vp=vp: flash["fn"](qp, kp, vp, True, scale)}
+        fns = {
+            "ws1": lambda q=q, k=k, v=v, cu=cu, pos=pos: _k().attention(q, k, v, cu, cu, pos, scale),
+            "torch": lambda qp=qp, kp=kp, vp=vp: flash["fn"](qp, kp, vp, True, scale),
+        }
         flops, nbytes = attention_cost("prefill", lengths)
         for mode in _modes(clock):
-            rows.append(_attn_row(clock, args, f"attention {name} vs SDPA flash", mode, fns, 10,
-                                  {"kind": "attention_prefill", "vs": flash["note"], "lengths": lengths,
-                                   "contender_layout": f"padded [{B}, {HQ}, {S}, {D}]"}, flops, nbytes))
+            rows.append(
+                _attn_row(
+                    clock,
+                    args,
+                    f"attention {name} vs SDPA flash",
+                    mode,
+                    fns,
+                    10,
+                    {
+                        "kind": "attention_prefill",
+                        "vs": flash["note"],
+                        "lengths": lengths,
+                        "contender_layout": f"padded [{B}, {HQ}, {S}, {D}]",
+                    },
+                    flops,
+                    nbytes,
+                )
+            )
         if fa is not None:
             cu32 = cu.to(torch.int32)
-            fl = {"ws1": fns["ws1"], "torch": lambda q=q, k=k, v=v, cu32=cu32, S=S: fa.flash_attn_varlen_func(
-                q, k, v, cu32, cu32, S, S, softmax_scale=scale, causal=True)}
-            rows.append(_row(f"attention {name} vs flash_attn", "graph", compare(clock, fl, args.reps, 10, True),
-                             {"vs": "flash_attn " + fa.__version__, "lengths": lengths}))
+            fl = {
+                "ws1": fns["ws1"],
+                "torch": lambda q=q, k=k, v=v, cu32=cu32, S=S: fa.flash_attn_varlen_func(
+                    q, k, v, cu32, cu32, S, S, softmax_scale=scale, causal=True
+                ),
+            }
+            rows.append(
+                _row(
+                    f"attention {name} vs flash_attn",
+                    "graph",
+                    compare(clock, fl, args.reps, 10, True),
+                    {"vs": "flash_attn " + fa.__version__, "lengths": lengths},
+                )
+            )
     for name, B, S in (("decode B1 Skv32", 1, 32), ("decode B32 Skv2048", 32, 2048), ("decode B1 Skv32768", 1, 32768)):
         q, k, v = r(B, HQ, D), r(B * S, HKV, D), r(B * S, HKV, D)
         cu_q, cu_k = _cu([1] * B, dev), _cu([S] * B, dev)
@@ -325,18 +432,44 @@ def attention_cases(clock, dev, args) -> list[dict]:
         qd = q.reshape(B, 1, HQ, D).transpose(1, 2).contiguous()
         kd = kv_for(k.reshape(B, S, HKV, D).transpose(1, 2).contiguous())
         vd = kv_for(v.reshape(B, S, HKV, D).transpose(1, 2).contiguous())
-        fns = {"ws1": lambda q=q, k=k, v=v, cu_q=cu_q, cu_k=cu_k, pos=pos: _k().attention(q, k, v, cu_q, cu_k, pos, scale),
-               "torch": lambda qd=qd, kd=kd, vd=vd: flash["fn"](qd, kd, vd, False, scale)}
+        fns = {
+            "ws1": lambda q=q, k=k, v=v, cu_q=cu_q, cu_k=cu_k, pos=pos: _k().attention(q, k, v, cu_q, cu_k, pos, scale),
+            "torch": lambda qd=qd, kd=kd, vd=vd: flash["fn"](qd, kd, vd, False, scale),
+        }
         flops, nbytes = attention_cost("decode", B=B, S=S)
         for mode in _modes(clock):
-            rows.append(_attn_row(clock, args, f"attention {name} vs SDPA flash", mode, fns, 50,
-                                  {"kind": "attention_decode" if S > 32 else "attention_decode_small", "vs": flash["note"],
-                                   "B": B, "Skv": S}, flops, nbytes))
+            rows.append(
+                _attn_row(
+                    clock,
+                    args,
+                    f"attention {name} vs SDPA flash",
+                    mode,
+                    fns,
+                    50,
+                    {
+                        "kind": "attention_decode" if S > 32 else "attention_decode_small",
+                        "vs": flash["note"],
+                        "B": B,
+                        "Skv": S,
+                    },
+                    flops,
+                    nbytes,
+                )
+            )
         if fa is not None:
             qf, kf, vf = q.reshape(B, 1, HQ, D), k.reshape(B, S, HKV, D), v.reshape(B, S, HKV, D)
-            fl = {"ws1": fns["ws1"], "torch": lambda qf=qf, kf=kf, vf=vf: fa.flash_attn_func(qf, kf, vf, softmax_scale=scale)}
-            rows.append(_row(f"attention {name} vs flash_attn", "graph", compare(clock, fl, args.reps, 50, True),
-                             {"vs": "flash_attn " + fa.__version__, "B": B, "Skv": S}))
+            fl = {
+                "ws1": fns["ws1"],
+                "torch": lambda qf=qf, kf=kf, vf=vf: fa.flash_attn_func(qf, kf, vf, softmax_scale=scale),
+            }
+            rows.append(
+                _row(
+                    f"attention {name} vs flash_attn",
+                    "graph",
+                    compare(clock, fl, args.reps, 50, True),
+                    {"vs": "flash_attn " + fa.__version__, "B": B, "Skv": S},
+                )
+            )
     # backward at S2048: ws1's attention_bwd (its plans are built on the device, so it is captured like the forward;
     # the eager row adds the host-side validation's sync) vs the flash backward
     S = 2048
@@ -344,14 +477,27 @@ def attention_cases(clock, dev, args) -> list[dict]:
     cu, pos = _cu([S], dev), torch.arange(S, device=dev)
     out, lse = _k().attention(q, k, v, cu, cu, pos, scale)
     dout = r(S, HQ, D)
-    fns = {"ws1": lambda: _k().attention_bwd(dout, q, k, v, out, lse, cu, cu, pos, scale),
-           "torch": flash_backward(flash, kv_for, q, k, v, dout, scale)}
+    fns = {
+        "ws1": lambda: _k().attention_bwd(dout, q, k, v, out, lse, cu, cu, pos, scale),
+        "torch": flash_backward(flash, kv_for, q, k, v, dout, scale),
+    }
     flops, nbytes = attention_cost("backward", S=S)
     name = "attention backward B1 S2048 vs SDPA flash"
     for mode in _modes(clock):
         try:
-            rows.append(_attn_row(clock, args, name, mode, fns, 5,
-                                  {"kind": "attention_backward", "vs": flash["note"], "S": S}, flops, nbytes))
+            rows.append(
+                _attn_row(
+                    clock,
+                    args,
+                    name,
+                    mode,
+                    fns,
+                    5,
+                    {"kind": "attention_backward", "vs": flash["note"], "S": S},
+                    flops,
+                    nbytes,
+                )
+            )
         except RuntimeError as exc:  # a capture either side cannot make: this row fails, the group's others stay
             rows.append(failed_row(name, mode, "attention_backward", exc))
     if fa is None:
@@ -366,18 +512,39 @@ def attention_targets(rows: list[dict]) -> list[dict]:
     out = []
     for r in rows:
         if "absent" in r:
-            for t in ("prefill S2048 and varlen packs >= 0.8", "decode B32 Skv2048 and B1 Skv32768 >= 0.7", "backward >= 0.6"):
-                out.append({"target": f"attention {t} vs SDPA flash", "value": None, "met": None, "absent": r["absent"]})
+            for t in (
+                "prefill S2048 and varlen packs >= 0.8",
+                "decode B32 Skv2048 and B1 Skv32768 >= 0.7",
+                "backward >= 0.6",
+            ):
+                out.append(
+                    {"target": f"attention {t} vs SDPA flash", "value": None, "met": None, "absent": r["absent"]}
+                )
             continue
         want = ATTN_WANT.get(r.get("kind"))
         if want is None or r["mode"] != "graph":
             continue
         if "failed" in r:  # not measured: no verdict, and the run's errors name it (exit status 1)
-            out.append({"target": f"{r['case']}: speed >= {want} ({r['mode']})", "value": None, "met": None,
-                        "absent": f"FAILED {r['failed']}"})
+            out.append(
+                {
+                    "target": f"{r['case']}: speed >= {want} ({r['mode']})",
+                    "value": None,
+                    "met": None,
+                    "absent": f"FAILED {r['failed']}",
+                }
+            )
             continue
-        out.append({"target": f"{r['case']}: speed >= {want} ({r['mode']})", "value": r["speed"], "met": r["speed"] >= want,
-                    "roofline_ms": r["roofline_ms"], "ws1_ms": r["ws1_ms"], "torch_ms": r["torch_ms"], "vs": r["vs"]})
+        out.append(
+            {
+                "target": f"{r['case']}: speed >= {want} ({r['mode']})",
+                "value": r["speed"],
+                "met": r["speed"] >= want,
+                "roofline_ms": r["roofline_ms"],
+                "ws1_ms": r["ws1_ms"],
+                "torch_ms": r["torch_ms"],
+                "vs": r["vs"],
+            }
+        )
     return out
 
 
@@ -387,13 +554,20 @@ def logprob_cases(clock, dev, args) -> list[dict]:
     for T in (27, 2048):
         logits = (torch.randn(T, V_FULL, generator=g, device="cpu") * 3).to(dev)
         t = torch.randint(0, V_FULL, (T,), generator=g, device="cpu").to(dev)
-        fns = {"ws1": lambda lg=logits, t=t: _k().logprob(lg, t),
-               "torch": lambda lg=logits, t=t: torch.log_softmax(lg, -1).gather(1, t[:, None]).squeeze(1)}
-        fns2 = {"ws1": lambda lg=logits: _k().batch_invariant_logp(lg), "torch": lambda lg=logits: torch.log_softmax(lg, -1)}
+        fns = {
+            "ws1": lambda lg=logits, t=t: _k().logprob(lg, t),
+            "torch": lambda lg=logits, t=t: torch.log_softmax(lg, -1).gather(1, t[:, None]).squeeze(1),
+        }
+        fns2 = {
+            "ws1": lambda lg=logits: _k().batch_invariant_logp(lg),
+            "torch": lambda lg=logits: torch.log_softmax(lg, -1),
+        }
         # eager only: the ws1 logprob validates targets on the host (one sync), which a graph cannot capture
         rows.append(_row(f"logprob T{T} V{V_FULL}", "eager", compare(clock, fns, args.reps, 10, False)))
         for mode in _modes(clock):
-            rows.append(_row(f"batch_invariant_logp T{T} V{V_FULL}", mode, compare(clock, fns2, args.reps, 10, mode == "graph")))
+            rows.append(
+                _row(f"batch_invariant_logp T{T} V{V_FULL}", mode, compare(clock, fns2, args.reps, 10, mode == "graph"))
+            )
     return rows
 
 
@@ -412,8 +586,14 @@ def chain_cases(clock, dev, args) -> list[dict]:
     rows = []
     for name, fn, ref in phases:
         res = compare(clock, {"ws1": fn, "torch": ref}, max(3, args.reps // 3), 1, False)
-        rows.append(_row(f"chain qwen3-8b-L2 fixture {name}", "eager", res,
-                         {"contenders": ["cuda_bf16", "plain PyTorch BF16 (plain_qwen3.py)"]}))
+        rows.append(
+            _row(
+                f"chain qwen3-8b-L2 fixture {name}",
+                "eager",
+                res,
+                {"contenders": ["cuda_bf16", "plain PyTorch BF16 (plain_qwen3.py)"]},
+            )
+        )
     return rows
 
 
@@ -423,13 +603,29 @@ def targets(rows: list[dict]) -> list[dict]:
     printed, not judged (an FP32 product cannot be compared with a BF16 one as a target)."""
     out = []
     for r in rows:
-        if r.get("kind") in ("det_gemm", "lm_head", "backward_bf16", "backward_fp32", "lm_head_backward") and r["mode"] == "graph":
+        if (
+            r.get("kind") in ("det_gemm", "lm_head", "backward_bf16", "backward_fp32", "lm_head_backward")
+            and r["mode"] == "graph"
+        ):
             want = 0.9 if r["M"] >= 256 else 0.8
-            out.append({"target": f"{r['case']}: speed >= {want} vs {r['vs']} (graph)", "value": r["speed"], "met": r["speed"] >= want,
-                        "roofline_ms": r["roofline_ms"], "ws1_ms": r["ws1_ms"], "torch_ms": r["torch_ms"]})
+            out.append(
+                {
+                    "target": f"{r['case']}: speed >= {want} vs {r['vs']} (graph)",
+                    "value": r["speed"],
+                    "met": r["speed"] >= want,
+                    "roofline_ms": r["roofline_ms"],
+                    "ws1_ms": r["ws1_ms"],
+                    "torch_ms": r["torch_ms"],
+                }
+            )
         if r["case"].startswith("chain") and r["case"].endswith("forward+backward"):
-            out.append({"target": "chain time ratio <= 1.25 (forward+backward vs plain PyTorch BF16)", "value": r["time_ratio"],
-                        "met": r["time_ratio"] <= 1.25})
+            out.append(
+                {
+                    "target": "chain time ratio <= 1.25 (forward+backward vs plain PyTorch BF16)",
+                    "value": r["time_ratio"],
+                    "met": r["time_ratio"] <= 1.25,
+                }
+            )
     out += attention_targets(rows)
     return out
 
@@ -457,20 +653,40 @@ def main(argv=None) -> int:
     torch.backends.cudnn.allow_tf32 = False
     clock = Clock(dev)
     fa = _flash()
-    host = {"python": platform.python_version(), "torch": torch.__version__, "device": torch.cuda.get_device_name(0),
-            "capability": list(torch.cuda.get_device_capability(0)), "flash_attn": getattr(fa, "__version__", None)}
+    host = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(0),
+        "capability": list(torch.cuda.get_device_capability(0)),
+        "flash_attn": getattr(fa, "__version__", None),
+    }
     host["ceilings"] = harness.use(harness.measure(dev)).to_json()
-    print(f"bench_cuda on {host['device']} (torch {host['torch']}, flash_attn {host['flash_attn']}); rooflines at "
-          f"{harness.current().basis()}, L2 {harness.current().l2_bytes / 2 ** 20:.0f} MiB ({harness.current().source})",
-          flush=True)
-    gemm_config = ("sm_90: wgmma m64n128k16 + TMA (CUTLASS collectives, persistent): 256x128x64 cooperative (wide) or "
-                   "64x128x64 ping-pong (narrow; M <= 128 or < 132 wide tiles), same bits; sm_80: mma.sync 64x128 / 32x32; "
-                   "FP32 a with BF16 b on sm_90: the exact three-way BF16 split on the same wgmma kernel, (lo + mid) + hi; "
-                   "other FP32 operands and sm_80: CUDA-core serial chain 128x128x16")
-    path = args.json or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "evidence", "bench", "cuda.json")
-    run = harness.Run(path, lambda rows, errors: {"host": host, "gemm_config": gemm_config, "cases": rows,
-                                                  "targets": targets(rows), "errors": {**errors, **row_errors(rows)},
-                                                  "calls": json.loads(_k().calls())}, args.deadline_s)
+    print(
+        f"bench_cuda on {host['device']} (torch {host['torch']}, flash_attn {host['flash_attn']}); rooflines at "
+        f"{harness.current().basis()}, L2 {harness.current().l2_bytes / 2**20:.0f} MiB ({harness.current().source})",
+        flush=True,
+    )
+    gemm_config = (
+        "sm_90: wgmma m64n128k16 + TMA (CUTLASS collectives, persistent): 256x128x64 cooperative (wide) or "
+        "64x128x64 ping-pong (narrow; M <= 128 or < 132 wide tiles), same bits; sm_80: mma.sync 64x128 / 32x32; "
+        "FP32 a with BF16 b on sm_90: the exact three-way BF16 split on the same wgmma kernel, (lo + mid) + hi; "
+        "other FP32 operands and sm_80: CUDA-core serial chain 128x128x16"
+    )
+    path = args.json or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "evidence", "bench", "cuda.json"
+    )
+    run = harness.Run(
+        path,
+        lambda rows, errors: {
+            "host": host,
+            "gemm_config": gemm_config,
+            "cases": rows,
+            "targets": targets(rows),
+            "errors": {**errors, **row_errors(rows)},
+            "calls": json.loads(_k().calls()),
+        },
+        args.deadline_s,
+    )
     for name in args.only.split(","):
         print(f"[{name}]", flush=True)
         run.group(name, lambda fn=groups[name]: fn(clock, dev, args))

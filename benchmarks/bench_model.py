@@ -48,11 +48,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plain_qwen3 import PlainQwen3  # noqa: E402
 
 PAD_TO = 20
-CONTENDERS = ("hf_bf16", "hf_fp32", "plain_bf16")   # ratios: ws1_bf16 / each of these
+CONTENDERS = ("hf_bf16", "hf_fp32", "plain_bf16")  # ratios: ws1_bf16 / each of these
 
 
 def median_times(fns: dict, reps: int) -> dict[str, float]:
-    for fn in fns.values():          # warm-up
+    for fn in fns.values():  # warm-up
         fn()
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(reps):
@@ -69,8 +69,8 @@ def hf_inputs(samples, pad_id):
     mask = torch.zeros_like(ids)
     rows, tgt = [], []
     for b, s in enumerate(samples):
-        ids[b, :s.length] = torch.tensor(s.tokens, device="cpu")
-        mask[b, :s.length] = 1
+        ids[b, : s.length] = torch.tensor(s.tokens, device="cpu")
+        mask[b, : s.length] = 1
         for p in range(s.n_prompt, s.length):
             rows.append(b * PAD_TO + p - 1)
             tgt.append(s.tokens[p])
@@ -84,7 +84,9 @@ def hf_loss(hf, ids, mask, rows, tgt):
 
 
 def ws1_loss(model, samples):
-    return teacher_forcing(model, samples, layout="padded_right", padded_length=PAD_TO, grad=torch.is_grad_enabled()).loss
+    return teacher_forcing(
+        model, samples, layout="padded_right", padded_length=PAD_TO, grad=torch.is_grad_enabled()
+    ).loss
 
 
 def available_bytes() -> int:
@@ -108,6 +110,7 @@ def ws1_arch_key(model, samples) -> str:
 
 def on_path(isa: str, fn):
     """fn run with WS1_CPU_ISA=isa (the ws1 kernels read it on every call)."""
+
     def run():
         old = os.environ.get("WS1_CPU_ISA")
         os.environ["WS1_CPU_ISA"] = isa
@@ -118,6 +121,7 @@ def on_path(isa: str, fn):
                 os.environ.pop("WS1_CPU_ISA", None)
             else:
                 os.environ["WS1_CPU_ISA"] = old
+
     return run
 
 
@@ -128,16 +132,28 @@ def bench(name: str, reps: int, decode_tokens: int, sequential: bool = False, al
 
 def _decode(out: dict, ours, hf16, hf32, samples, cfg, decode_tokens: int, reps: int) -> None:
     """4 requests, greedy, ``decode_tokens`` new tokens each: ws1 generate() vs transformers, interleaved."""
-    prompts = [s.tokens[:s.n_prompt] for s in samples]
-    reqs = [Request(prompt=p, max_new_tokens=decode_tokens, temperature=0.0, request_id=f"r{i}") for i, p in enumerate(prompts)]
-    ids = torch.tensor(prompts, device="cpu")                    # equal-length prompts: no padding needed
+    prompts = [s.tokens[: s.n_prompt] for s in samples]
+    reqs = [
+        Request(prompt=p, max_new_tokens=decode_tokens, temperature=0.0, request_id=f"r{i}")
+        for i, p in enumerate(prompts)
+    ]
+    ids = torch.tensor(prompts, device="cpu")  # equal-length prompts: no padding needed
+
     def hf_gen(m):
-        return lambda: m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=decode_tokens,
-                                  min_new_tokens=decode_tokens, do_sample=False, pad_token_id=cfg.pad_id)
+        return lambda: m.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=decode_tokens,
+            min_new_tokens=decode_tokens,
+            do_sample=False,
+            pad_token_id=cfg.pad_id,
+        )
 
     with torch.no_grad():
-        t = median_times({"ws1_bf16": lambda: generate(ours, reqs), "hf_bf16": hf_gen(hf16), "hf_fp32": hf_gen(hf32)},
-                         max(3, reps // 2))
+        t = median_times(
+            {"ws1_bf16": lambda: generate(ours, reqs), "hf_bf16": hf_gen(hf16), "hf_fp32": hf_gen(hf32)},
+            max(3, reps // 2),
+        )
     n = len(reqs) * decode_tokens
     out["decode_tokens"] = n
     out["decode_s"] = t
@@ -149,7 +165,7 @@ def _bench(name: str, reps: int, decode_tokens: int, d: str, sequential: bool, a
     from transformers import Qwen3ForCausalLM
 
     def hf(dtype):
-        return Qwen3ForCausalLM.from_pretrained(d, dtype=dtype).eval()   # the same (BF16-exact) values
+        return Qwen3ForCausalLM.from_pretrained(d, dtype=dtype).eval()  # the same (BF16-exact) values
 
     samples = fixture_samples()
     ours = ws1_qwen3.synthetic(name, "cpu_bf16", progress=True)
@@ -158,20 +174,28 @@ def _bench(name: str, reps: int, decode_tokens: int, d: str, sequential: bool, a
     hf32, hf16 = hf(torch.float32), hf(torch.bfloat16)
     plain = PlainQwen3(ours)
     inputs = hf_inputs(samples, cfg.pad_id)
-    out: dict = {"model": name, "params": cfg.n_parameters(), "tokens": f"{len(samples)}x{PAD_TO}", "active_tokens": 27,
-                 "ws1_isa": ws1_arch_key(ours, samples)}
+    out: dict = {
+        "model": name,
+        "params": cfg.n_parameters(),
+        "tokens": f"{len(samples)}x{PAD_TO}",
+        "active_tokens": 27,
+        "ws1_isa": ws1_arch_key(ours, samples),
+    }
     out["also_isa"] = {f"ws1_{p}": on_path(p, lambda: ws1_arch_key(ours, samples))() for p in also_isa}
     extra_fwd = {f"ws1_{p}": on_path(p, lambda: ws1_loss(ours, samples)) for p in also_isa}
 
     # 1. forward, four contenders interleaved
     with torch.no_grad():
-        t = median_times({
-            "ws1_bf16": lambda: ws1_loss(ours, samples),
-            "hf_bf16": lambda: hf_loss(hf16, *inputs),
-            "hf_fp32": lambda: hf_loss(hf32, *inputs),
-            "plain_bf16": lambda: plain.loss(*inputs[::2], inputs[3]),
-            **extra_fwd,
-        }, reps)
+        t = median_times(
+            {
+                "ws1_bf16": lambda: ws1_loss(ours, samples),
+                "hf_bf16": lambda: hf_loss(hf16, *inputs),
+                "hf_fp32": lambda: hf_loss(hf32, *inputs),
+                "plain_bf16": lambda: plain.loss(*inputs[::2], inputs[3]),
+                **extra_fwd,
+            },
+            reps,
+        )
     out["forward_s"] = t
     out["forward_ratio"] = ratios(t)
 
@@ -192,12 +216,15 @@ def _bench(name: str, reps: int, decode_tokens: int, d: str, sequential: bool, a
         def run():
             loss().backward()
             m.zero_grad(set_to_none=True)
+
         return run
 
-    makers = {"ws1_bf16": lambda: ws1_fb,
-              "hf_bf16": lambda: fb_of(hf16, lambda: hf_loss(hf16, *inputs)),
-              "hf_fp32": lambda: fb_of(hf32, lambda: hf_loss(hf32, *inputs)),
-              "plain_bf16": lambda: fb_of(plain, lambda: plain.loss(*inputs[::2], inputs[3]))}
+    makers = {
+        "ws1_bf16": lambda: ws1_fb,
+        "hf_bf16": lambda: fb_of(hf16, lambda: hf_loss(hf16, *inputs)),
+        "hf_fp32": lambda: fb_of(hf32, lambda: hf_loss(hf32, *inputs)),
+        "plain_bf16": lambda: fb_of(plain, lambda: plain.loss(*inputs[::2], inputs[3])),
+    }
     need = 1.5 * cfg.n_parameters() * (4 + 4 + 4 + 8)
     fb_reps = max(3, reps // 2)
     if need <= available_bytes() and not sequential:
@@ -213,7 +240,9 @@ def _bench(name: str, reps: int, decode_tokens: int, d: str, sequential: bool, a
         plain = PlainQwen3(keep["ws1_bf16"])
         keep = None
         gc.collect()
-        fb["plain_bf16"] = median_times({"plain_bf16": fb_of(plain, lambda: plain.loss(*inputs[::2], inputs[3]))}, fb_reps)["plain_bf16"]
+        fb["plain_bf16"] = median_times(
+            {"plain_bf16": fb_of(plain, lambda: plain.loss(*inputs[::2], inputs[3]))}, fb_reps
+        )["plain_bf16"]
         plain = None
         gc.collect()
         for key, dt in (("hf_bf16", torch.bfloat16), ("hf_fp32", torch.float32)):
@@ -221,8 +250,13 @@ def _bench(name: str, reps: int, decode_tokens: int, d: str, sequential: bool, a
             fb[key] = median_times({key: fb_of(m, lambda m=m: hf_loss(m, *inputs))}, fb_reps)[key]
             m = None
             gc.collect()
-        why = "forced (--fb-sequential)" if sequential else (f"the contenders need ~{need / 2**30:.0f} GiB together, "
-                                                               f"{available_bytes() / 2**30:.0f} GiB available")
+        why = (
+            "forced (--fb-sequential)"
+            if sequential
+            else (
+                f"the contenders need ~{need / 2**30:.0f} GiB together, {available_bytes() / 2**30:.0f} GiB available"
+            )
+        )
         out["forward_backward_mode"] = f"sequential, not interleaved: {why}; mind the background load"
     out["forward_backward_s"] = fb
     out["forward_backward_ratio"] = ratios(fb)
@@ -235,6 +269,7 @@ def ws1_fb_of(model, samples):
         with ws1_ops.canonical_grads():
             loss.backward()
         model.zero_grad(set_to_none=True)
+
     return run
 
 
@@ -244,8 +279,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--decode-tokens", type=int, default=20)
     ap.add_argument("--json", default="evidence/bench/model.json")
-    ap.add_argument("--fb-sequential", action="store_true", help="forward+backward one contender at a time even if all fit")
-    ap.add_argument("--also-isa", default="", help="comma list of other ws1 kernel paths to time side by side, e.g. amx")
+    ap.add_argument(
+        "--fb-sequential", action="store_true", help="forward+backward one contender at a time even if all fit"
+    )
+    ap.add_argument(
+        "--also-isa", default="", help="comma list of other ws1 kernel paths to time side by side, e.g. amx"
+    )
     args = ap.parse_args()
     also = [p for p in args.also_isa.split(",") if p]
     results = []
@@ -253,21 +292,36 @@ def main() -> None:
     for name in args.models.split(","):
         r = bench(name, args.reps, args.decode_tokens, args.fb_sequential, also)
         results.append(r)
-        print(f"\n{name} ({r['params'] / 1e6:.0f}M params, {r['tokens']} tokens; ws1 kernels ran ISA path {r['ws1_isa']})")
+        print(
+            f"\n{name} ({r['params'] / 1e6:.0f}M params, {r['tokens']} tokens; ws1 kernels ran ISA path {r['ws1_isa']})"
+        )
         cols = ("ws1_bf16", *CONTENDERS)
-        print(f"  {'phase':<18}" + "".join(f"{c + ' s':>14}" for c in cols) + "".join(f"{'ws1/' + c:>16}" for c in CONTENDERS))
+        print(
+            f"  {'phase':<18}"
+            + "".join(f"{c + ' s':>14}" for c in cols)
+            + "".join(f"{'ws1/' + c:>16}" for c in CONTENDERS)
+        )
         for phase, key in (("forward", "forward"), ("forward+backward", "forward_backward"), ("decode", "decode")):
             if f"{key}_s" not in r:
-                continue   # decode with --decode-tokens 0
+                continue  # decode with --decode-tokens 0
             t, rt = r[f"{key}_s"], r[f"{key}_ratio"]
-            print(f"  {phase:<18}" + "".join(f"{t[c]:14.3f}" if c in t else f"{'-':>14}" for c in cols)
-                  + "".join(f"{rt['ws1_bf16/' + c]:15.2f}x" if "ws1_bf16/" + c in rt else f"{'-':>16}" for c in CONTENDERS))
+            print(
+                f"  {phase:<18}"
+                + "".join(f"{t[c]:14.3f}" if c in t else f"{'-':>14}" for c in cols)
+                + "".join(
+                    f"{rt['ws1_bf16/' + c]:15.2f}x" if "ws1_bf16/" + c in rt else f"{'-':>16}" for c in CONTENDERS
+                )
+            )
         for col, arch in r["also_isa"].items():
             line = f"  {col} (arch key {arch}):"
             for phase, key in (("forward", "forward"), ("forward+backward", "forward_backward")):
                 t = r[f"{key}_s"]
                 if col in t:
-                    line += f" {phase} {t[col]:.3f} s" + "".join(f", /{c} {t[col] / t[c]:.2f}x" for c in CONTENDERS if c in t) + ";"
+                    line += (
+                        f" {phase} {t[col]:.3f} s"
+                        + "".join(f", /{c} {t[col] / t[c]:.2f}x" for c in CONTENDERS if c in t)
+                        + ";"
+                    )
             print(line)
         if "decode_tok_per_s" in r:
             print("  decode tok/s: " + ", ".join(f"{k} {v:.1f}" for k, v in r["decode_tok_per_s"].items()))
@@ -275,7 +329,9 @@ def main() -> None:
         gc.collect()
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(), "results": results}, indent=1))
+    path.write_text(
+        json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(), "results": results}, indent=1)
+    )
     print(f"\nwrote {path}")
 
 

@@ -51,11 +51,25 @@ TRAIN_TARGET, DECODE_TARGET = 1.3, 0.7
 
 def sizes(cpu_logic: bool) -> dict:
     if cpu_logic:
-        return {"preset": "tiny", "layers": None, "lengths": [20, 28, 16, 24], "batch": 4, "prompt": 12, "new": 6,
-                "chain_preset": "tiny"}
-    lengths = [1984, 2112, 2016, 2080, 2048, 2048, 1920, 2176]          # 8 x 2048 tokens, varlen
-    return {"preset": "qwen3-8b", "layers": 4, "lengths": lengths, "batch": 64, "prompt": 2048, "new": 256,
-            "chain_preset": "qwen3-8b-L2"}
+        return {
+            "preset": "tiny",
+            "layers": None,
+            "lengths": [20, 28, 16, 24],
+            "batch": 4,
+            "prompt": 12,
+            "new": 6,
+            "chain_preset": "tiny",
+        }
+    lengths = [1984, 2112, 2016, 2080, 2048, 2048, 1920, 2176]  # 8 x 2048 tokens, varlen
+    return {
+        "preset": "qwen3-8b",
+        "layers": 4,
+        "lengths": lengths,
+        "batch": 64,
+        "prompt": 2048,
+        "new": 256,
+        "chain_preset": "qwen3-8b-L2",
+    }
 
 
 def _config(sz: dict):
@@ -88,7 +102,7 @@ class Timer:
 
 
 def alternate(timer: Timer, fns: dict, reps: int) -> dict[str, list[float]]:
-    for fn in fns.values():            # warm-up: compilation, graphs captured, allocator settled
+    for fn in fns.values():  # warm-up: compilation, graphs captured, allocator settled
         fn()
     out: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(reps):
@@ -132,8 +146,16 @@ def train_case(model, plain, sz, dev, timer, reps) -> dict:
     model.zero_grad(set_to_none=True)
     plain.zero_grad(set_to_none=True)
     ws1, ref = statistics.median(t["ws1"]), statistics.median(t["plain"])
-    return {"case": "train", "tokens": sum(sz["lengths"]), "lm_head_rows": len(rows), "ws1_s": ws1, "plain_s": ref,
-            "ws1_runs": t["ws1"], "plain_runs": t["plain"], "time_ratio": ws1 / ref}
+    return {
+        "case": "train",
+        "tokens": sum(sz["lengths"]),
+        "lm_head_rows": len(rows),
+        "ws1_s": ws1,
+        "plain_s": ref,
+        "ws1_runs": t["ws1"],
+        "plain_runs": t["plain"],
+        "time_ratio": ws1 / ref,
+    }
 
 
 # ---- the rollout -----------------------------------------------------------------------------------------------
@@ -145,7 +167,9 @@ def decode_case(model, plain, sz, dev, timer, reps, graphs) -> dict:
     g = torch.Generator(device="cpu").manual_seed(26)
     B, P, N = sz["batch"], sz["prompt"], sz["new"]
     prompts = torch.randint(model.config.vocab_size, (B, P), generator=g, device="cpu")
-    reqs = [ws1_qwen3.Request(prompt=tuple(p), max_new_tokens=N, request_id=f"r{i}") for i, p in enumerate(prompts.tolist())]
+    reqs = [
+        ws1_qwen3.Request(prompt=tuple(p), max_new_tokens=N, request_id=f"r{i}") for i, p in enumerate(prompts.tolist())
+    ]
     prompts_d = prompts.to(dev)
     stats: list[dict] = []
     marks: list[list] = []
@@ -164,7 +188,7 @@ def decode_case(model, plain, sz, dev, timer, reps, graphs) -> dict:
         marks.append(m)
 
     t = alternate(timer, {"ws1": ws1_run, "plain": plain_run}, reps)
-    st, mk = stats[1:], marks[1:]                   # the warm-up run excluded
+    st, mk = stats[1:], marks[1:]  # the warm-up run excluded
 
     def span(a, b):
         return a.elapsed_time(b) / 1e3 if dev.type == "cuda" else b - a
@@ -174,14 +198,28 @@ def decode_case(model, plain, sz, dev, timer, reps, graphs) -> dict:
     dec_plain = statistics.median(span(m[1], m[2]) for m in mk)
     pre_plain = statistics.median(span(m[0], m[1]) for m in mk)
     e2e_ws1, e2e_plain = statistics.median(t["ws1"]), statistics.median(t["plain"])
-    drawn = B * (N - 1)                             # tokens drawn after the prefill's first
-    out = {"case": "decode", "batch": B, "prompt": P, "new_tokens": N, "graphs": st[-1]["graphs"],
-           "buckets": st[-1]["buckets"], "host_syncs": st[-1]["host_syncs"], "decode_steps": st[-1]["decode_steps"],
-           "graphs_made_in_timed_runs": sum(x["graphs_made"] for x in st),
-           "ws1_prefill_s": pre_ws1, "ws1_decode_s": dec_ws1, "ws1_e2e_s": e2e_ws1,
-           "plain_prefill_s": pre_plain, "plain_decode_s": dec_plain, "plain_e2e_s": e2e_plain,
-           "ws1_decode_tok_s": drawn / dec_ws1, "plain_decode_tok_s": drawn / dec_plain,
-           "ws1_e2e_tok_s": B * N / e2e_ws1, "plain_e2e_tok_s": B * N / e2e_plain}
+    drawn = B * (N - 1)  # tokens drawn after the prefill's first
+    out = {
+        "case": "decode",
+        "batch": B,
+        "prompt": P,
+        "new_tokens": N,
+        "graphs": st[-1]["graphs"],
+        "buckets": st[-1]["buckets"],
+        "host_syncs": st[-1]["host_syncs"],
+        "decode_steps": st[-1]["decode_steps"],
+        "graphs_made_in_timed_runs": sum(x["graphs_made"] for x in st),
+        "ws1_prefill_s": pre_ws1,
+        "ws1_decode_s": dec_ws1,
+        "ws1_e2e_s": e2e_ws1,
+        "plain_prefill_s": pre_plain,
+        "plain_decode_s": dec_plain,
+        "plain_e2e_s": e2e_plain,
+        "ws1_decode_tok_s": drawn / dec_ws1,
+        "plain_decode_tok_s": drawn / dec_plain,
+        "ws1_e2e_tok_s": B * N / e2e_ws1,
+        "plain_e2e_tok_s": B * N / e2e_plain,
+    }
     out["decode_speed"] = out["ws1_decode_tok_s"] / out["plain_decode_tok_s"]
     out["e2e_speed"] = out["ws1_e2e_tok_s"] / out["plain_e2e_tok_s"]
     return out
@@ -202,8 +240,13 @@ def chain_case(profile, sz, dev, timer, reps) -> dict:
     fwd, fb = fns["forward"], fns["forward+backward"]
     t = alternate(timer, {"ws1_fwd": fwd[0], "plain_fwd": fwd[1], "ws1_fb": fb[0], "plain_fb": fb[1]}, max(3, reps))
     m = {k: statistics.median(v) for k, v in t.items()}
-    return {"case": "chain", "preset": sz["chain_preset"], **{f"{k}_s": v for k, v in m.items()},
-            "forward_ratio": m["ws1_fwd"] / m["plain_fwd"], "forward_backward_ratio": m["ws1_fb"] / m["plain_fb"]}
+    return {
+        "case": "chain",
+        "preset": sz["chain_preset"],
+        **{f"{k}_s": v for k, v in m.items()},
+        "forward_ratio": m["ws1_fwd"] / m["plain_fwd"],
+        "forward_backward_ratio": m["ws1_fb"] / m["plain_fb"],
+    }
 
 
 # ---- main --------------------------------------------------------------------------------------------------------
@@ -234,24 +277,33 @@ def run_profile(profile: str, args, sz, dev, run: harness.Run) -> None:
             print(f"[{profile}] {built['model'].config.name} built in {time.perf_counter() - t0:.1f} s", flush=True)
         return built["model"], built["plain"]
 
-    graphs = True if args.cpu_logic else None      # on a GPU: the engine's default (graphs where they can be captured)
+    graphs = True if args.cpu_logic else None  # on a GPU: the engine's default (graphs where they can be captured)
 
     def phase_rows(phase: str) -> list[dict]:
         if phase == "train":
             r = train_case(*models(), sz, dev, timer, args.reps)
-            print(f"  train: {r['tokens']} tokens, ws1 {r['ws1_s'] * 1e3:.1f} ms, plain {r['plain_s'] * 1e3:.1f} ms, "
-                  f"ratio {r['time_ratio']:.3f}", flush=True)
+            print(
+                f"  train: {r['tokens']} tokens, ws1 {r['ws1_s'] * 1e3:.1f} ms, plain {r['plain_s'] * 1e3:.1f} ms, "
+                f"ratio {r['time_ratio']:.3f}",
+                flush=True,
+            )
         elif phase == "decode":
             r = decode_case(*models(), sz, dev, timer, args.reps, graphs)
-            print(f"  decode: B{r['batch']} P{r['prompt']} +{r['new_tokens']}, graphs {r['graphs']} {r['buckets']}, "
-                  f"{r['host_syncs']} host syncs / {r['decode_steps']} steps; decode tok/s ws1 {r['ws1_decode_tok_s']:.0f} "
-                  f"plain {r['plain_decode_tok_s']:.0f} (x{r['decode_speed']:.3f}); end to end ws1 "
-                  f"{r['ws1_e2e_tok_s']:.0f} plain {r['plain_e2e_tok_s']:.0f}", flush=True)
+            print(
+                f"  decode: B{r['batch']} P{r['prompt']} +{r['new_tokens']}, graphs {r['graphs']} {r['buckets']}, "
+                f"{r['host_syncs']} host syncs / {r['decode_steps']} steps; decode tok/s ws1 {r['ws1_decode_tok_s']:.0f} "
+                f"plain {r['plain_decode_tok_s']:.0f} (x{r['decode_speed']:.3f}); end to end ws1 "
+                f"{r['ws1_e2e_tok_s']:.0f} plain {r['plain_e2e_tok_s']:.0f}",
+                flush=True,
+            )
         else:
             r = chain_case(profile, sz, dev, timer, args.reps)
-            print(f"  chain {r['preset']}: forward ws1 {r['ws1_fwd_s'] * 1e3:.2f} ms plain {r['plain_fwd_s'] * 1e3:.2f} ms "
-                  f"(x{r['forward_ratio']:.2f}); fwd+bwd ws1 {r['ws1_fb_s'] * 1e3:.2f} ms plain {r['plain_fb_s'] * 1e3:.2f} ms "
-                  f"(x{r['forward_backward_ratio']:.2f})", flush=True)
+            print(
+                f"  chain {r['preset']}: forward ws1 {r['ws1_fwd_s'] * 1e3:.2f} ms plain {r['plain_fwd_s'] * 1e3:.2f} ms "
+                f"(x{r['forward_ratio']:.2f}); fwd+bwd ws1 {r['ws1_fb_s'] * 1e3:.2f} ms plain {r['plain_fb_s'] * 1e3:.2f} ms "
+                f"(x{r['forward_backward_ratio']:.2f})",
+                flush=True,
+            )
         r.update({"profile": profile, "logic_check_only": args.cpu_logic})
         return [r]
 
@@ -265,11 +317,23 @@ def targets(rows: list[dict]) -> list[dict]:
     out = []
     for r in rows:
         if r["case"] == "train":
-            out.append({"profile": r["profile"], "target": f"trainer step time ratio <= {TRAIN_TARGET} vs plain PyTorch BF16",
-                        "value": r["time_ratio"], "met": None if r["logic_check_only"] else r["time_ratio"] <= TRAIN_TARGET})
+            out.append(
+                {
+                    "profile": r["profile"],
+                    "target": f"trainer step time ratio <= {TRAIN_TARGET} vs plain PyTorch BF16",
+                    "value": r["time_ratio"],
+                    "met": None if r["logic_check_only"] else r["time_ratio"] <= TRAIN_TARGET,
+                }
+            )
         if r["case"] == "decode":
-            out.append({"profile": r["profile"], "target": f"rollout decode tokens/s >= {DECODE_TARGET}x plain PyTorch (same cache layout)",
-                        "value": r["decode_speed"], "met": None if r["logic_check_only"] else r["decode_speed"] >= DECODE_TARGET})
+            out.append(
+                {
+                    "profile": r["profile"],
+                    "target": f"rollout decode tokens/s >= {DECODE_TARGET}x plain PyTorch (same cache layout)",
+                    "value": r["decode_speed"],
+                    "met": None if r["logic_check_only"] else r["decode_speed"] >= DECODE_TARGET,
+                }
+            )
     return out
 
 
@@ -279,14 +343,18 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="train,decode,chain")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", default=None, help="write the results here (default: evidence/bench/rl.json)")
-    ap.add_argument("--cpu-logic", action="store_true", help="tiny sizes on the CPU, cpu_bf16: the plumbing, ratios meaningless")
+    ap.add_argument(
+        "--cpu-logic", action="store_true", help="tiny sizes on the CPU, cpu_bf16: the plumbing, ratios meaningless"
+    )
     harness.add_deadline(ap, "phase")
     args = ap.parse_args(argv)
     if harness.refuse_unknown("bench_rl", args.only, PHASES, "phase"):
         return 2
     if not args.cpu_logic and not torch.cuda.is_available():
-        print("bench_rl: no CUDA device on this host (the GPU profiles run on a GPU; --cpu-logic checks the plumbing)",
-              file=sys.stderr)
+        print(
+            "bench_rl: no CUDA device on this host (the GPU profiles run on a GPU; --cpu-logic checks the plumbing)",
+            file=sys.stderr,
+        )
         return 2
     import ws1_accel
 
@@ -294,14 +362,25 @@ def main(argv=None) -> int:
     torch.backends.cudnn.allow_tf32 = False
     sz = sizes(args.cpu_logic)
     profiles = ["cpu_bf16"] if args.cpu_logic else args.profiles.split(",")
-    host = {"python": platform.python_version(), "torch": torch.__version__,
-            "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() and not args.cpu_logic else "cpu",
-            "cpu_logic": args.cpu_logic, "sizes": sz}
-    print(f"bench_rl on {host['device']} (torch {host['torch']}){' — CPU logic check: ratios mean nothing' if args.cpu_logic else ''}",
-          flush=True)
-    path = args.json or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "evidence", "bench", "rl.json")
-    run = harness.Run(path, lambda rows, errors: {"host": host, "cases": rows, "targets": targets(rows), "errors": errors},
-                      args.deadline_s)
+    host = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() and not args.cpu_logic else "cpu",
+        "cpu_logic": args.cpu_logic,
+        "sizes": sz,
+    }
+    print(
+        f"bench_rl on {host['device']} (torch {host['torch']}){' — CPU logic check: ratios mean nothing' if args.cpu_logic else ''}",
+        flush=True,
+    )
+    path = args.json or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "evidence", "bench", "rl.json"
+    )
+    run = harness.Run(
+        path,
+        lambda rows, errors: {"host": host, "cases": rows, "targets": targets(rows), "errors": errors},
+        args.deadline_s,
+    )
     for profile in profiles:
         why = ws1_accel.unavailable_reason(profile)
         if why is None:
@@ -315,7 +394,9 @@ def main(argv=None) -> int:
         run_profile(profile, args, sz, ws1_accel.resolve_device(profile), run)
     for t in targets(run.rows):
         if t["met"] is None:
-            print(f"  target n/a  [{t['profile']}] {t['target']}: {t['value']:.3f} (CPU logic check: ratio meaningless)")
+            print(
+                f"  target n/a  [{t['profile']}] {t['target']}: {t['value']:.3f} (CPU logic check: ratio meaningless)"
+            )
         else:
             print(f"  target {'MET ' if t['met'] else 'MISS'} [{t['profile']}] {t['target']}: {t['value']:.3f}")
     complete = run.finish()

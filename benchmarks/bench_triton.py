@@ -101,7 +101,7 @@ class Clock:
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
             for _ in range(2):
-                fn()                       # compile / autotune-free warm-up outside the capture
+                fn()  # compile / autotune-free warm-up outside the capture
         torch.cuda.current_stream().wait_stream(s)
         g = torch.cuda.CUDAGraph()
         # a callable may name the stream it must be captured on (flash_backward: autograd runs each backward op on
@@ -121,7 +121,7 @@ def compare(clock: Clock, fns: dict[str, Callable], reps: int, inner: int, graph
         per_run = 1
     else:
         runs, per_run = fns, inner
-    for f in runs.values():          # warm-up (first-call compilation is not timed)
+    for f in runs.values():  # warm-up (first-call compilation is not timed)
         clock.run(f, 1)
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(reps):
@@ -133,9 +133,16 @@ def compare(clock: Clock, fns: dict[str, Callable], reps: int, inner: int, graph
 
 def _row(case: str, mode: str, res: dict, extra: dict | None = None) -> dict:
     ws1, ref = res["ws1"]["median_ms"], res["torch"]["median_ms"]
-    row = {"case": case, "mode": mode, "ws1_ms": ws1, "torch_ms": ref, "ws1_min_ms": res["ws1"]["min_ms"],
-           "torch_min_ms": res["torch"]["min_ms"], "speed": ref / ws1 if ws1 > 0 else None,
-           "time_ratio": ws1 / ref if ref > 0 else None}
+    row = {
+        "case": case,
+        "mode": mode,
+        "ws1_ms": ws1,
+        "torch_ms": ref,
+        "ws1_min_ms": res["ws1"]["min_ms"],
+        "torch_min_ms": res["torch"]["min_ms"],
+        "speed": ref / ws1 if ws1 > 0 else None,
+        "time_ratio": ws1 / ref if ref > 0 else None,
+    }
     row.update(extra or {})
     print(f"  {case:<44} {mode:<6} ws1 {ws1:9.4f} ms  torch {ref:9.4f} ms  speed {row['speed']:6.3f}", flush=True)
     return row
@@ -181,8 +188,11 @@ def _roof(r: dict, flops: float, nbytes: float) -> dict:
     r["roofline_ms"] = roofline_ms(flops, nbytes)
     r["flops"], r["bytes"] = flops, nbytes
     r["ws1_over_roofline"] = r["roofline_ms"] / r["ws1_ms"] if r["ws1_ms"] > 0 else None
-    print(f"    roofline {r['roofline_ms']:.4f} ms ({flops / 1e9:.3f} GFLOP, {nbytes / 1e6:.1f} MB at "
-          f"{harness.current().basis()}): ws1 at {r['ws1_over_roofline']:.2f} of it", flush=True)
+    print(
+        f"    roofline {r['roofline_ms']:.4f} ms ({flops / 1e9:.3f} GFLOP, {nbytes / 1e6:.1f} MB at "
+        f"{harness.current().basis()}): ws1 at {r['ws1_over_roofline']:.2f} of it",
+        flush=True,
+    )
     return r
 
 
@@ -224,34 +234,74 @@ def gemm_cases(clock, dev, args) -> list[dict]:
         for M in Ms:
             x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
             dy = (torch.randn(M, N, generator=g, device="cpu") * 0.1).to(BF).to(dev)
-            perm = torch.randperm(M, generator=g, device="cpu").to(dev)        # the canonical row order dW reduces in
+            perm = torch.randperm(M, generator=g, device="cpu").to(dev)  # the canonical row order dW reduces in
             flops = 2 * M * K * N
-            rows += _gemm_rows(clock, args, f"det_gemm M{M} K{K} N{N}", "det_gemm",
-                               {"ws1": lambda x=x, nxt=nxt: _tgemm().det_gemm(x, nxt("ws1")),
-                                "torch": lambda x=x, nxt=nxt: torch.matmul(x, nxt("torch").t())},
-                               flops, 2 * (M * K + N * K + M * N), {"M": M, "K": K, "N": N, "weight_copies": copies,
-                                                                    "vs": "cuBLAS BF16"})
-            rows += _gemm_rows(clock, args, f"det_gemm backward dx M{M} N{N} K{K}", "backward_dx",
-                               {"ws1": lambda dy=dy, nxt=nxt: _tgemm().gemm_dx(dy, None, nxt("ws1")),
-                                "torch": lambda dy=dy, nxt=nxt: mm(dy, nxt("torch"))},
-                               flops, 2 * (M * N + N * K) + 4 * M * K, {"M": M, "K": K, "N": N, "vs": vs32})
+            rows += _gemm_rows(
+                clock,
+                args,
+                f"det_gemm M{M} K{K} N{N}",
+                "det_gemm",
+                {
+                    "ws1": lambda x=x, nxt=nxt: _tgemm().det_gemm(x, nxt("ws1")),
+                    "torch": lambda x=x, nxt=nxt: torch.matmul(x, nxt("torch").t()),
+                },
+                flops,
+                2 * (M * K + N * K + M * N),
+                {"M": M, "K": K, "N": N, "weight_copies": copies, "vs": "cuBLAS BF16"},
+            )
+            rows += _gemm_rows(
+                clock,
+                args,
+                f"det_gemm backward dx M{M} N{N} K{K}",
+                "backward_dx",
+                {
+                    "ws1": lambda dy=dy, nxt=nxt: _tgemm().gemm_dx(dy, None, nxt("ws1")),
+                    "torch": lambda dy=dy, nxt=nxt: mm(dy, nxt("torch")),
+                },
+                flops,
+                2 * (M * N + N * K) + 4 * M * K,
+                {"M": M, "K": K, "N": N, "vs": vs32},
+            )
             if M >= 59:
                 dyp, xp = dy.index_select(0, perm), x.index_select(0, perm)
-                rows += _gemm_rows(clock, args, f"det_gemm backward dW M{M} N{N} K{K}", "backward_dw",
-                                   {"ws1": lambda dy=dy, x=x, perm=perm: _tgemm().gemm_dw(dy, x, perm),
-                                    "torch": lambda dyp=dyp, xp=xp: mm(dyp.t(), xp)},
-                                   flops, 2 * (M * N + M * K) + 4 * N * K, {"M": M, "K": K, "N": N, "vs": vs32})
+                rows += _gemm_rows(
+                    clock,
+                    args,
+                    f"det_gemm backward dW M{M} N{N} K{K}",
+                    "backward_dw",
+                    {
+                        "ws1": lambda dy=dy, x=x, perm=perm: _tgemm().gemm_dw(dy, x, perm),
+                        "torch": lambda dyp=dyp, xp=xp: mm(dyp.t(), xp),
+                    },
+                    flops,
+                    2 * (M * N + M * K) + 4 * N * K,
+                    {"M": M, "K": K, "N": N, "vs": vs32},
+                )
         rows += _candidate_rows(clock, args, g, dev, K, N, ws)
     if not args.quick:  # Qwen3-8B's k_proj / v_proj width: N / 128 = 8 programs in the fixed tier at a decode step, 32 with the candidate
         copies = weight_copies(1024 * K * 2) if clock.cuda else 1
-        rows += _candidate_rows(clock, args, g, dev, K, 1024,
-                                [(torch.randn(1024, K, generator=g, device="cpu") * 0.02).to(BF).to(dev) for _ in range(copies)])
+        rows += _candidate_rows(
+            clock,
+            args,
+            g,
+            dev,
+            K,
+            1024,
+            [(torch.randn(1024, K, generator=g, device="cpu") * 0.02).to(BF).to(dev) for _ in range(copies)],
+        )
     wv = (torch.randn(V, K, generator=g, device="cpu") * 0.02).to(BF).to(dev)
     for M in Ms:
         x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
-        rows += _gemm_rows(clock, args, f"lm_head M{M} K{K} V{V}", "lm_head",
-                           {"ws1": lambda x=x: _tlm().lm_head(x, wv), "torch": lambda x=x: mm(x, wv.t())},
-                           2 * M * K * V, 2 * (M * K + V * K) + 4 * M * V, {"M": M, "K": K, "N": V, "vs": vs32})
+        rows += _gemm_rows(
+            clock,
+            args,
+            f"lm_head M{M} K{K} V{V}",
+            "lm_head",
+            {"ws1": lambda x=x: _tlm().lm_head(x, wv), "torch": lambda x=x: mm(x, wv.t())},
+            2 * M * K * V,
+            2 * (M * K + V * K) + 4 * M * V,
+            {"M": M, "K": K, "N": V, "vs": vs32},
+        )
     orders: dict[int, torch.Tensor] = {}  # gemm_dw's row order (identity), built once per M: not in the timed calls
 
     def dw(dy, x):
@@ -261,7 +311,8 @@ def gemm_cases(clock, dev, args) -> list[dict]:
         return _tgemm().gemm_dw(dy, x, order)
 
     for name, kind, fns, flops, nbytes, extra in lm_head_backward_cases(
-            dev, K, wv, (70,) if args.quick else (256, 2048), lambda dy, w: _tgemm().gemm_dx(dy, None, w), dw, mm, vs32):
+        dev, K, wv, (70,) if args.quick else (256, 2048), lambda dy, w: _tgemm().gemm_dx(dy, None, w), dw, mm, vs32
+    ):
         rows += _gemm_rows(clock, args, name, kind, fns, flops, nbytes, extra)
     rows += _split3_candidate_rows(clock, args, dev, K, wv)
     return rows
@@ -295,21 +346,37 @@ def _split3_candidate_rows(clock, args, dev, K, wv) -> list[dict]:
     lo, mid, hi = parts(dy)
     exact = (lo.double() + mid.double() + hi.double()).equal(dy.double())
     ref, scale = dy.double() @ wv.double(), dy.double().abs() @ wv.double().abs()
-    err = {name: float(((fn().double() - ref).abs() / scale).max())
-           for name, fn in (("candidate", cand), ("split_a", lambda: _tgemm().gemm_dx(dy, None, wv)))}
+    err = {
+        name: float(((fn().double() - ref).abs() / scale).max())
+        for name, fn in (("candidate", cand), ("split_a", lambda: _tgemm().gemm_dx(dy, None, wv)))
+    }
     del ref, scale
     inner = 1 if args.quick else 3
     rows = []
     for mode in _modes(clock):
-        r = _row(f"lm_head backward dx M{M} candidate 3 x BF16 GEMM vs SPLIT_A", mode,
-                 compare(clock, {"ws1": cand, "torch": lambda: _tgemm().gemm_dx(dy, None, wv)}, args.reps, inner,
-                         mode == "graph"),
-                 {"kind": "candidate", "M": M, "K": K, "N": wv.shape[0], "parts_sum_exactly": exact,
-                  "max_error_over_abs_scale": err, "logic_check_only": not clock.cuda,
-                  "note": "speed = t_SPLIT_A / t_candidate; not a target"})
+        r = _row(
+            f"lm_head backward dx M{M} candidate 3 x BF16 GEMM vs SPLIT_A",
+            mode,
+            compare(
+                clock, {"ws1": cand, "torch": lambda: _tgemm().gemm_dx(dy, None, wv)}, args.reps, inner, mode == "graph"
+            ),
+            {
+                "kind": "candidate",
+                "M": M,
+                "K": K,
+                "N": wv.shape[0],
+                "parts_sum_exactly": exact,
+                "max_error_over_abs_scale": err,
+                "logic_check_only": not clock.cuda,
+                "note": "speed = t_SPLIT_A / t_candidate; not a target",
+            },
+        )
         rows.append(_roof(r, 2 * M * K * wv.shape[0] * 3, 4 * M * wv.shape[0] + 2 * wv.shape[0] * K + 4 * M * K))
-    print(f"    parts sum to dy exactly: {exact}; error / (|dy| |w|): candidate {err['candidate']:.2e}, "
-          f"SPLIT_A {err['split_a']:.2e}", flush=True)
+    print(
+        f"    parts sum to dy exactly: {exact}; error / (|dy| |w|): candidate {err['candidate']:.2e}, "
+        f"SPLIT_A {err['split_a']:.2e}",
+        flush=True,
+    )
     return rows
 
 
@@ -330,16 +397,31 @@ def lm_head_backward_cases(dev, K, wv, Ms, dx, dw, mm_bf16, vs_bf16):
         flops = 2 * M * K * V
         nb_dx, nb_dw = 4 * M * V + 2 * V * K + 4 * M * K, 4 * M * V + 2 * M * K + 4 * V * K
         base = {"M": M, "K": K, "N": V}
-        yield (f"lm_head backward dx FP32 M{M} V{V} K{K} vs cuBLAS FP32", "lm_head_backward",
-               {"ws1": lambda dy=dy: dx(dy, wv), "torch": lambda dy=dy: torch.mm(dy, wv32)},
-               flops, nb_dx, {**base, "vs": "cuBLAS FP32 (TF32 off)"})
-        yield (f"lm_head backward dW FP32 M{M} V{V} K{K} vs cuBLAS FP32", "lm_head_backward",
-               {"ws1": lambda dy=dy, x=x: dw(dy, x), "torch": lambda dy=dy, x32=x32: torch.mm(dy.t(), x32)},
-               flops, nb_dw, {**base, "vs": "cuBLAS FP32 (TF32 off)"})
+        yield (
+            f"lm_head backward dx FP32 M{M} V{V} K{K} vs cuBLAS FP32",
+            "lm_head_backward",
+            {"ws1": lambda dy=dy: dx(dy, wv), "torch": lambda dy=dy: torch.mm(dy, wv32)},
+            flops,
+            nb_dx,
+            {**base, "vs": "cuBLAS FP32 (TF32 off)"},
+        )
+        yield (
+            f"lm_head backward dW FP32 M{M} V{V} K{K} vs cuBLAS FP32",
+            "lm_head_backward",
+            {"ws1": lambda dy=dy, x=x: dw(dy, x), "torch": lambda dy=dy, x32=x32: torch.mm(dy.t(), x32)},
+            flops,
+            nb_dw,
+            {**base, "vs": "cuBLAS FP32 (TF32 off)"},
+        )
         if M == Ms[-1]:
-            yield (f"lm_head backward dx FP32 M{M} V{V} K{K} vs cuBLAS BF16", "lm_head_backward_vs_bf16",
-                   {"ws1": lambda dy=dy: dx(dy, wv), "torch": lambda dyb=dyb: mm_bf16(dyb, wv)},
-                   flops, nb_dx, {**base, "vs": f"{vs_bf16} on dy rounded to BF16 (information)"})
+            yield (
+                f"lm_head backward dx FP32 M{M} V{V} K{K} vs cuBLAS BF16",
+                "lm_head_backward_vs_bf16",
+                {"ws1": lambda dy=dy: dx(dy, wv), "torch": lambda dyb=dyb: mm_bf16(dyb, wv)},
+                flops,
+                nb_dx,
+                {**base, "vs": f"{vs_bf16} on dy rounded to BF16 (information)"},
+            )
 
 
 def _candidate_rows(clock, args, g, dev, K, N, ws) -> list[dict]:
@@ -354,7 +436,7 @@ def _candidate_rows(clock, args, g, dev, K, N, ws) -> list[dict]:
     cand = _gemm.SMALL_M_CANDIDATE
     rows = []
     nxt = rotation(ws)
-    for M in ((1,) if args.quick else (1, 59)):
+    for M in (1,) if args.quick else (1, 59):
         x = (torch.randn(M, K, generator=g, device="cpu") * 0.5).to(BF).to(dev)
         p = _gemm.plan_fwd(x, ws[0], True)
         pc = _gemm.Launch(cand, tma=p.tma)
@@ -363,22 +445,44 @@ def _candidate_rows(clock, args, g, dev, K, N, ws) -> list[dict]:
             y = torch.empty(M, N, dtype=BF, device=dev)
             xa, wa = x, w
             if launch.tma:
-                xa, wa = _gemm.descriptor(x, [launch.cfg.BM, launch.cfg.BK]), _gemm.descriptor(w, [launch.cfg.BN, launch.cfg.BK])
-            tg.det_gemm_fwd_kernel[launch.grid(M, N)](xa, wa, y, M, N, K, x.stride(0), w.stride(0), y.stride(0),
-                                                      **launch.kwargs(x, w))
+                xa, wa = (
+                    _gemm.descriptor(x, [launch.cfg.BM, launch.cfg.BK]),
+                    _gemm.descriptor(w, [launch.cfg.BN, launch.cfg.BK]),
+                )
+            tg.det_gemm_fwd_kernel[launch.grid(M, N)](
+                xa, wa, y, M, N, K, x.stride(0), w.stride(0), y.stride(0), **launch.kwargs(x, w)
+            )
             return y
 
         same = bool(torch.equal(run(pc).view(torch.int16), run(p).view(torch.int16)))
         inner = 1 if args.quick else 50
         for mode in _modes(clock):
-            r = _row(f"det_gemm candidate 64x32 M{M} K{K} N{N} vs the fixed tier", mode,
-                     compare(clock, {"ws1": lambda pc=pc, run=run: run(pc, w=nxt("ws1")),
-                                     "torch": lambda p=p, run=run: run(p, w=nxt("torch"))}, args.reps, inner,
-                             mode == "graph"),
-                     {"kind": "candidate", "M": M, "K": K, "N": N, "weight_copies": len(ws), "candidate": vars(cand),
-                      "fixed": vars(p.cfg),
-                      "candidate_bits_equal_fixed": same, "logic_check_only": not clock.cuda,
-                      "note": "speed = t_fixed / t_candidate; not a target"})
+            r = _row(
+                f"det_gemm candidate 64x32 M{M} K{K} N{N} vs the fixed tier",
+                mode,
+                compare(
+                    clock,
+                    {
+                        "ws1": lambda pc=pc, run=run: run(pc, w=nxt("ws1")),
+                        "torch": lambda p=p, run=run: run(p, w=nxt("torch")),
+                    },
+                    args.reps,
+                    inner,
+                    mode == "graph",
+                ),
+                {
+                    "kind": "candidate",
+                    "M": M,
+                    "K": K,
+                    "N": N,
+                    "weight_copies": len(ws),
+                    "candidate": vars(cand),
+                    "fixed": vars(p.cfg),
+                    "candidate_bits_equal_fixed": same,
+                    "logic_check_only": not clock.cuda,
+                    "note": "speed = t_fixed / t_candidate; not a target",
+                },
+            )
             rows.append(_roof(r, 2 * M * K * N, 2 * (M * K + N * K + M * N)))
         print(f"    candidate bits equal to the fixed tier's: {same}", flush=True)
     return rows
@@ -401,9 +505,13 @@ def _gemm_rows(clock, args, name, kind, fns, flops, nbytes, extra) -> list[dict]
 
     inner = 1 if args.quick else max(3, min(200, int(2e11 / (flops + 1))))
     table = _common.arch(torch.empty(0, device=clock.device))
-    cfg = (_gemm.F32_CONFIG if kind.startswith("lm_head_backward")
-           else _gemm.bf16_config(table, extra["M"], kind == "det_gemm") if kind in ("det_gemm", "lm_head", "backward_dx")
-           else _gemm.DW_BF16[table])
+    cfg = (
+        _gemm.F32_CONFIG
+        if kind.startswith("lm_head_backward")
+        else _gemm.bf16_config(table, extra["M"], kind == "det_gemm")
+        if kind in ("det_gemm", "lm_head", "backward_dx")
+        else _gemm.DW_BF16[table]
+    )
     extra = {**extra, "kind": kind, "logic_check_only": not clock.cuda, "config": vars(cfg), "table": table}
     rows = []
     for mode in _modes(clock):
@@ -438,24 +546,34 @@ def _sdpa_flash(dev, quick: bool) -> dict:
 
     if dev.type != "cuda":
         if quick:
-            return {"fn": lambda q, k, v, causal, scale: F.scaled_dot_product_attention(
-                q, k, v, is_causal=causal, scale=scale, enable_gqa=True), "expand": False,
-                "note": "SDPA default backend on the CPU (logic check only: no flash kernel here)"}
+            return {
+                "fn": lambda q, k, v, causal, scale: F.scaled_dot_product_attention(
+                    q, k, v, is_causal=causal, scale=scale, enable_gqa=True
+                ),
+                "expand": False,
+                "note": "SDPA default backend on the CPU (logic check only: no flash kernel here)",
+            }
         return {"fn": None, "note": "no CUDA device: SDPA's flash backend cannot run"}
     q, kv = torch.zeros(1, 4, 8, 64, dtype=BF, device=dev), torch.zeros(1, 2, 8, 64, dtype=BF, device=dev)
     try:
         run(q, kv, kv, True, 0.1, True)
         torch.cuda.synchronize()
-        return {"fn": lambda q, k, v, causal, scale: run(q, k, v, causal, scale, True), "expand": False,
-                "note": "SDPA flash (GQA native)"}
+        return {
+            "fn": lambda q, k, v, causal, scale: run(q, k, v, causal, scale, True),
+            "expand": False,
+            "note": "SDPA flash (GQA native)",
+        }
     except Exception as exc1:  # noqa: BLE001  (this torch's flash kernel may not take GQA)
         try:
             run(q, kv.repeat_interleave(2, 1), kv.repeat_interleave(2, 1), True, 0.1)
             torch.cuda.synchronize()
         except Exception as exc2:  # noqa: BLE001
             return {"fn": None, "note": f"SDPA's flash backend cannot run here: {str(exc2).splitlines()[0][:160]}"}
-        return {"fn": run, "expand": True,
-                "note": f"SDPA flash, K/V expanded to Hq heads outside the timed call ({str(exc1).splitlines()[0][:80]})"}
+        return {
+            "fn": run,
+            "expand": True,
+            "note": f"SDPA flash, K/V expanded to Hq heads outside the timed call ({str(exc1).splitlines()[0][:80]})",
+        }
 
 
 def flash_backward(flash: dict, kv_for: Callable, q, k, v, dout, scale: float) -> Callable:
@@ -507,14 +625,17 @@ def attention_cases(clock, dev, args) -> list[dict]:
     g = torch.Generator(device="cpu").manual_seed(1)
     heads = (4, 2, 32) if args.quick else (HQ, HKV, D)
     hq, hkv, d = heads
-    scale = d ** -0.5
+    scale = d**-0.5
     flash = _sdpa_flash(dev, args.quick)
     if flash["fn"] is None:
         print(f"  {flash['note']}: the attention targets are ABSENT (nothing timed in their place)", flush=True)
         return [{"case": "attention vs SDPA flash", "mode": "-", "absent": flash["note"]}]
     print(f"  contender: {flash['note']}", flush=True)
-    prefills = [("prefill fixture B4 S11/16/13/19", [11, 16, 13, 19]), ("prefill B1 S2048", [2048]),
-                ("prefill varlen B4 S1000/700/300/48", [1000, 700, 300, 48])]
+    prefills = [
+        ("prefill fixture B4 S11/16/13/19", [11, 16, 13, 19]),
+        ("prefill B1 S2048", [2048]),
+        ("prefill varlen B4 S1000/700/300/48", [1000, 700, 300, 48]),
+    ]
     decodes = [("decode B1 Skv32", 1, 32), ("decode B32 Skv2048", 32, 2048), ("decode B1 Skv32768", 1, 32768)]
     S_bwd = 2048
     if args.quick:
@@ -535,18 +656,45 @@ def attention_cases(clock, dev, args) -> list[dict]:
         pos = torch.cat([torch.arange(n, device="cpu") for n in lengths]).to(dev)
         plan = ta.plan(q, k, v, cu, cu, pos)
         qp, kp, vp = r(B, hq, S, d), kv_for(r(B, hkv, S, d)), kv_for(r(B, hkv, S, d))
-        fns = {"ws1": lambda q=q, k=k, v=v, cu=cu, pos=pos, plan=plan: ta.attention_planned(q, k, v, cu, cu, pos, scale, plan),
-               "torch": lambda qp=qp, kp=kp, vp=vp: flash["fn"](qp, kp, vp, True, scale)}
+        fns = {
+            "ws1": lambda q=q, k=k, v=v, cu=cu, pos=pos, plan=plan: ta.attention_planned(
+                q, k, v, cu, cu, pos, scale, plan
+            ),
+            "torch": lambda qp=qp, kp=kp, vp=vp: flash["fn"](qp, kp, vp, True, scale),
+        }
         flops, nbytes = attention_cost("prefill", heads, lengths)
         for mode in _modes(clock):
-            rows.append(_roof(_row(f"attention {name}", mode, compare(clock, fns, args.reps, 1 if args.quick else 10,
-                                                                        mode == "graph"),
-                                   {**extra0, "kind": "attention_prefill", "lengths": lengths, "ws1_layout": plan.layout,
-                                    "ws1_chunks": int(plan.items[:, 2].max()) + 1, "contender_layout": f"padded [{B}, {hq}, {S}, {d}]"}),
-                              flops, nbytes))
-        fns_op = {"ws1": lambda q=q, k=k, v=v, cu=cu, pos=pos: ta.attention(q, k, v, cu, cu, pos, scale), "torch": fns["torch"]}
-        rows.append(_row(f"attention {name} (+host plan)", "eager", compare(clock, fns_op, args.reps, 1, False),
-                         {**extra0, "kind": "attention_prefill_with_plan"}))
+            rows.append(
+                _roof(
+                    _row(
+                        f"attention {name}",
+                        mode,
+                        compare(clock, fns, args.reps, 1 if args.quick else 10, mode == "graph"),
+                        {
+                            **extra0,
+                            "kind": "attention_prefill",
+                            "lengths": lengths,
+                            "ws1_layout": plan.layout,
+                            "ws1_chunks": int(plan.items[:, 2].max()) + 1,
+                            "contender_layout": f"padded [{B}, {hq}, {S}, {d}]",
+                        },
+                    ),
+                    flops,
+                    nbytes,
+                )
+            )
+        fns_op = {
+            "ws1": lambda q=q, k=k, v=v, cu=cu, pos=pos: ta.attention(q, k, v, cu, cu, pos, scale),
+            "torch": fns["torch"],
+        }
+        rows.append(
+            _row(
+                f"attention {name} (+host plan)",
+                "eager",
+                compare(clock, fns_op, args.reps, 1, False),
+                {**extra0, "kind": "attention_prefill_with_plan"},
+            )
+        )
     for name, B, S in decodes:
         q, k, v = r(B, hq, d), r(B * S, hkv, d), r(B * S, hkv, d)
         cu_q, cu_k = _cu([1] * B, dev), _cu([S] * B, dev)
@@ -555,16 +703,34 @@ def attention_cases(clock, dev, args) -> list[dict]:
         qd = q.reshape(B, 1, hq, d).transpose(1, 2).contiguous()
         kd = kv_for(k.reshape(B, S, hkv, d).transpose(1, 2).contiguous())
         vd = kv_for(v.reshape(B, S, hkv, d).transpose(1, 2).contiguous())
-        fns = {"ws1": lambda q=q, k=k, v=v, cu_q=cu_q, cu_k=cu_k, pos=pos, plan=plan: ta.attention_planned(
-                   q, k, v, cu_q, cu_k, pos, scale, plan),
-               "torch": lambda qd=qd, kd=kd, vd=vd: flash["fn"](qd, kd, vd, False, scale)}
+        fns = {
+            "ws1": lambda q=q, k=k, v=v, cu_q=cu_q, cu_k=cu_k, pos=pos, plan=plan: ta.attention_planned(
+                q, k, v, cu_q, cu_k, pos, scale, plan
+            ),
+            "torch": lambda qd=qd, kd=kd, vd=vd: flash["fn"](qd, kd, vd, False, scale),
+        }
         flops, nbytes = attention_cost("decode", heads, B=B, S=S)
         for mode in _modes(clock):
-            rows.append(_roof(_row(f"attention {name}", mode, compare(clock, fns, args.reps, 1 if args.quick else 50,
-                                                                        mode == "graph"),
-                                   {**extra0, "kind": "attention_decode", "B": B, "Skv": S, "ws1_layout": plan.layout,
-                                    "ws1_chunks": int(plan.items[:, 2].max()) + 1, "ws1_programs": int(plan.items.shape[0]) * (hq // plan.HPB)}),
-                              flops, nbytes))
+            rows.append(
+                _roof(
+                    _row(
+                        f"attention {name}",
+                        mode,
+                        compare(clock, fns, args.reps, 1 if args.quick else 50, mode == "graph"),
+                        {
+                            **extra0,
+                            "kind": "attention_decode",
+                            "B": B,
+                            "Skv": S,
+                            "ws1_layout": plan.layout,
+                            "ws1_chunks": int(plan.items[:, 2].max()) + 1,
+                            "ws1_programs": int(plan.items.shape[0]) * (hq // plan.HPB),
+                        },
+                    ),
+                    flops,
+                    nbytes,
+                )
+            )
         # what the engine's captured decode step runs: the plan made on the device by a kernel of its own, per call
         # (ws1_ops.graph_safe), launch grid sized from the shapes (sentinel items past the call's own)
         dplan = ta.plan_on_device(q, k, v, cu_q, cu_k, pos)
@@ -572,13 +738,32 @@ def attention_cases(clock, dev, args) -> list[dict]:
         def on_device(q=q, k=k, v=v, cu_q=cu_q, cu_k=cu_k, pos=pos):
             with ws1_ops.graph_safe():
                 return ta.attention(q, k, v, cu_q, cu_k, pos, scale)
+
         for mode in _modes(clock):
-            rows.append(_roof(_row(f"attention {name} (device plan)", mode,
-                                   compare(clock, {"ws1": on_device, "torch": fns["torch"]}, args.reps,
-                                           1 if args.quick else 50, mode == "graph"),
-                                   {**extra0, "kind": "attention_decode_device_plan", "B": B, "Skv": S,
-                                    "ws1_programs": int(dplan.items.shape[0]) * (hq // dplan.HPB)}),
-                              flops, nbytes))
+            rows.append(
+                _roof(
+                    _row(
+                        f"attention {name} (device plan)",
+                        mode,
+                        compare(
+                            clock,
+                            {"ws1": on_device, "torch": fns["torch"]},
+                            args.reps,
+                            1 if args.quick else 50,
+                            mode == "graph",
+                        ),
+                        {
+                            **extra0,
+                            "kind": "attention_decode_device_plan",
+                            "B": B,
+                            "Skv": S,
+                            "ws1_programs": int(dplan.items.shape[0]) * (hq // dplan.HPB),
+                        },
+                    ),
+                    flops,
+                    nbytes,
+                )
+            )
     # backward: ws1's attention_bwd vs the flash backward (autograd.grad). Eager, it plans its tiles on the host (one
     # sync); captured, on the device (bwd_tiles_on_device), as the forward: judged in graph mode
     S = S_bwd
@@ -586,8 +771,10 @@ def attention_cases(clock, dev, args) -> list[dict]:
     cu, pos = _cu([S], dev), torch.arange(S, device="cpu").to(dev)
     out, lse = ta.attention(q, k, v, cu, cu, pos, scale)
     dout = r(S, hq, d)
-    fns = {"ws1": lambda: ta.attention_bwd(dout, q, k, v, out, lse, cu, cu, pos, scale),
-           "torch": flash_backward(flash, kv_for, q, k, v, dout, scale)}
+    fns = {
+        "ws1": lambda: ta.attention_bwd(dout, q, k, v, out, lse, cu, cu, pos, scale),
+        "torch": flash_backward(flash, kv_for, q, k, v, dout, scale),
+    }
     flops, nbytes = attention_cost("backward", heads, S=S)
     name = f"attention backward B1 S{S}"
     for mode in _modes(clock):
@@ -604,7 +791,7 @@ def logprob_cases(clock, dev, args) -> list[dict]:
     g = torch.Generator(device="cpu").manual_seed(2)
     V = 1000 if args.quick else V_FULL
     rows = []
-    for T in ((5,) if args.quick else (27, 2048)):
+    for T in (5,) if args.quick else (27, 2048):
         rows += _logprob_case(clock, dev, args, g, T, V)
     return rows
 
@@ -616,12 +803,17 @@ def _logprob_case(clock, dev, args, g, T, V) -> list[dict]:
     logits = (torch.randn(T, V, generator=g, device="cpu") * 3).to(dev)
     t = torch.randint(0, V, (T,), generator=g, device="cpu").to(dev)
     inner = 1 if args.quick else 20
-    fns = {"ws1": lambda: tlp.logprob(logits, t), "torch": lambda: torch.log_softmax(logits, -1).gather(1, t[:, None]).squeeze(1)}
+    fns = {
+        "ws1": lambda: tlp.logprob(logits, t),
+        "torch": lambda: torch.log_softmax(logits, -1).gather(1, t[:, None]).squeeze(1),
+    }
     fns2 = {"ws1": lambda: tb.batch_invariant_logp(logits), "torch": lambda: torch.log_softmax(logits, -1)}
     rows = []
     for mode in _modes(clock):
         rows.append(_row(f"logprob T{T} V{V}", mode, compare(clock, fns, args.reps, inner, mode == "graph")))
-        rows.append(_row(f"batch_invariant_logp T{T} V{V}", mode, compare(clock, fns2, args.reps, inner, mode == "graph")))
+        rows.append(
+            _row(f"batch_invariant_logp T{T} V{V}", mode, compare(clock, fns2, args.reps, inner, mode == "graph"))
+        )
     return rows
 
 
@@ -679,9 +871,18 @@ def chain_cases(clock, dev, args) -> list[dict]:
     rows = []
     for name, fn, ref in phases:
         res = compare(clock, {"ws1": fn, "torch": ref}, max(3, args.reps // 4), 1, False)
-        rows.append(_row(f"chain {preset} fixture {name}", "eager", res,
-                         {"preset": preset, "contenders": [ws1_profile, "plain PyTorch BF16 (plain_qwen3.py)"],
-                          "logic_check_only": not clock.cuda}))
+        rows.append(
+            _row(
+                f"chain {preset} fixture {name}",
+                "eager",
+                res,
+                {
+                    "preset": preset,
+                    "contenders": [ws1_profile, "plain PyTorch BF16 (plain_qwen3.py)"],
+                    "logic_check_only": not clock.cuda,
+                },
+            )
+        )
     return rows
 
 
@@ -703,28 +904,57 @@ def targets(rows: list[dict]) -> list[dict]:
             continue
         if "absent" in r:
             for t in ("prefill S2048 and packs >= 0.8", "decode B32 Skv2048 and B1 Skv32768 >= 0.7", "backward >= 0.6"):
-                out.append({"target": f"attention {t} vs SDPA flash", "value": None, "met": None, "absent": r["absent"]})
+                out.append(
+                    {"target": f"attention {t} vs SDPA flash", "value": None, "met": None, "absent": r["absent"]}
+                )
             continue
         kind = r.get("kind")
         if kind in GEMM_KINDS and r["mode"] == "graph" and r["M"] not in range(65, 256):
             want = 0.9 if r["M"] >= 256 else 0.8
-            out.append({"target": f"{r['case']}: speed >= {want} vs {r['vs']} (graph)", "value": r["speed"],
-                        "met": r["speed"] >= want, "roofline_ms": r["roofline_ms"], "ws1_ms": r["ws1_ms"],
-                        "torch_ms": r["torch_ms"], "vs": r["vs"]})
+            out.append(
+                {
+                    "target": f"{r['case']}: speed >= {want} vs {r['vs']} (graph)",
+                    "value": r["speed"],
+                    "met": r["speed"] >= want,
+                    "roofline_ms": r["roofline_ms"],
+                    "ws1_ms": r["ws1_ms"],
+                    "torch_ms": r["torch_ms"],
+                    "vs": r["vs"],
+                }
+            )
         want = ATTN_WANT.get(kind)
-        if want is not None and r["mode"] == "graph" and "failed" in r:   # not measured: no verdict, an error
-            out.append({"target": f"{r['case']}: speed >= {want} vs SDPA flash (graph)", "value": None, "met": None,
-                        "absent": f"FAILED {r['failed']}"})
+        if want is not None and r["mode"] == "graph" and "failed" in r:  # not measured: no verdict, an error
+            out.append(
+                {
+                    "target": f"{r['case']}: speed >= {want} vs SDPA flash (graph)",
+                    "value": None,
+                    "met": None,
+                    "absent": f"FAILED {r['failed']}",
+                }
+            )
             continue
         if want is not None and r["mode"] == "graph":
             if kind == "attention_decode" and r.get("Skv", 0) <= 32:
-                continue                   # B1 Skv32: launch-bound, printed, not a target
-            out.append({"target": f"{r['case']}: speed >= {want} vs SDPA flash ({r['mode']})", "value": r["speed"],
-                        "met": r["speed"] >= want, "roofline_ms": r["roofline_ms"], "ws1_ms": r["ws1_ms"],
-                        "torch_ms": r["torch_ms"], "vs": r["vs"]})
+                continue  # B1 Skv32: launch-bound, printed, not a target
+            out.append(
+                {
+                    "target": f"{r['case']}: speed >= {want} vs SDPA flash ({r['mode']})",
+                    "value": r["speed"],
+                    "met": r["speed"] >= want,
+                    "roofline_ms": r["roofline_ms"],
+                    "ws1_ms": r["ws1_ms"],
+                    "torch_ms": r["torch_ms"],
+                    "vs": r["vs"],
+                }
+            )
         if r["case"].startswith("chain") and r["case"].endswith("forward+backward"):
-            out.append({"target": "chain time ratio <= 1.3 (forward+backward vs plain PyTorch BF16)", "value": r["time_ratio"],
-                        "met": r["time_ratio"] <= 1.3})
+            out.append(
+                {
+                    "target": "chain time ratio <= 1.3 (forward+backward vs plain PyTorch BF16)",
+                    "value": r["time_ratio"],
+                    "met": r["time_ratio"] <= 1.3,
+                }
+            )
     return out
 
 
@@ -732,11 +962,14 @@ def print_targets(tg: list[dict], vs: str = "torch") -> None:
     """Each target MET / MISS (ABSENT where its contender cannot run here), beside the times and the roofline;
     ``vs``: the contender's name where a row does not give one (bench_cuda: cuBLAS)."""
     for t in tg:
-        if t["met"] is None:   # the contender cannot run here: reported, never replaced
+        if t["met"] is None:  # the contender cannot run here: reported, never replaced
             print(f"  target ABSENT {t['target']}: {t.get('absent', '')}")
             continue
-        roof = (f"  (ws1 {t['ws1_ms']:.4f} ms, {t.get('vs', vs)} {t['torch_ms']:.4f} ms, roofline {t['roofline_ms']:.4f} ms)"
-                if "roofline_ms" in t else "")
+        roof = (
+            f"  (ws1 {t['ws1_ms']:.4f} ms, {t.get('vs', vs)} {t['torch_ms']:.4f} ms, roofline {t['roofline_ms']:.4f} ms)"
+            if "roofline_ms" in t
+            else ""
+        )
         print(f"  target {'MET ' if t['met'] else 'MISS'} {t['target']}: {t['value']:.3f}{roof}")
 
 
@@ -763,24 +996,49 @@ def main(argv=None) -> int:
 
     from ws1_ops.triton import _gemm
 
-    host = {"python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__,
-            "device": torch.cuda.get_device_name(0) if clock.cuda else "cpu (interpreter logic check)",
-            "capability": list(torch.cuda.get_device_capability(0)) if clock.cuda else None,
-            "interpreter": INTERPRET, "quick": args.quick}
+    host = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "device": torch.cuda.get_device_name(0) if clock.cuda else "cpu (interpreter logic check)",
+        "capability": list(torch.cuda.get_device_capability(0)) if clock.cuda else None,
+        "interpreter": INTERPRET,
+        "quick": args.quick,
+    }
     host["ceilings"] = harness.use(harness.measure(dev)).to_json()
-    print(f"bench_triton on {host['device']} (torch {host['torch']}, triton {host['triton']}); rooflines at "
-          f"{harness.current().basis()}, L2 {harness.current().l2_bytes / 2 ** 20:.0f} MiB ({harness.current().source})",
-          flush=True)
+    print(
+        f"bench_triton on {host['device']} (torch {host['torch']}, triton {host['triton']}); rooflines at "
+        f"{harness.current().basis()}, L2 {harness.current().l2_bytes / 2**20:.0f} MiB ({harness.current().source})",
+        flush=True,
+    )
     from ws1_ops.triton import attention as ta
 
-    configs = {"gemm_bf16_tiers": {a: [{"max_m": t.max_m, **vars(t.cfg)} for t in tiers] for a, tiers in _gemm.BF16_TIERS.items()},
-               "gemm_small_m_candidate (measured, not used)": vars(_gemm.SMALL_M_CANDIDATE),
-               "gemm_dw": {a: vars(c) for a, c in _gemm.DW_BF16.items()}, "gemm_fp32_dy": vars(_gemm.F32_CONFIG),
-               "attention_fwd": {a: {k: vars(c) for k, c in cs.items()} for a, cs in ta.FWD.items()},
-               "attention_bwd": {a: vars(c) for a, c in ta.BWD.items()}, "attention_BN": ta.BN, "attention_KV_CHUNK": ta.KV_CHUNK}
-    path = args.json or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "evidence", "bench", "triton.json")
-    run = harness.Run(path, lambda rows, errors: {"host": host, "configs": configs, "cases": rows, "targets": targets(rows),
-                                                  "errors": {**errors, **row_errors(rows)}}, args.deadline_s)
+    configs = {
+        "gemm_bf16_tiers": {
+            a: [{"max_m": t.max_m, **vars(t.cfg)} for t in tiers] for a, tiers in _gemm.BF16_TIERS.items()
+        },
+        "gemm_small_m_candidate (measured, not used)": vars(_gemm.SMALL_M_CANDIDATE),
+        "gemm_dw": {a: vars(c) for a, c in _gemm.DW_BF16.items()},
+        "gemm_fp32_dy": vars(_gemm.F32_CONFIG),
+        "attention_fwd": {a: {k: vars(c) for k, c in cs.items()} for a, cs in ta.FWD.items()},
+        "attention_bwd": {a: vars(c) for a, c in ta.BWD.items()},
+        "attention_BN": ta.BN,
+        "attention_KV_CHUNK": ta.KV_CHUNK,
+    }
+    path = args.json or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "evidence", "bench", "triton.json"
+    )
+    run = harness.Run(
+        path,
+        lambda rows, errors: {
+            "host": host,
+            "configs": configs,
+            "cases": rows,
+            "targets": targets(rows),
+            "errors": {**errors, **row_errors(rows)},
+        },
+        args.deadline_s,
+    )
     for name in args.only.split(","):
         if name == "chain" and not args.chain:
             continue

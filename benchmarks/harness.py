@@ -54,7 +54,7 @@ class Ceilings:
 
 
 # The first H200 run's measurements (2026-12-04: cuBLAS 8192^3 BF16, a device copy): used where nothing can be measured.
-NOMINAL = Ceilings(790.0, 4.3, 60 * 2 ** 20, "nominal (the first H200 run's measurements, 2026-12-04); not measured here")
+NOMINAL = Ceilings(790.0, 4.3, 60 * 2**20, "nominal (the first H200 run's measurements, 2026-12-04); not measured here")
 _current = NOMINAL
 
 
@@ -105,24 +105,34 @@ def measure(dev: torch.device) -> Ceilings:
     props = torch.cuda.get_device_properties(dev)
     l2 = int(getattr(props, "L2_cache_size", 0) or NOMINAL.l2_bytes)
     n = 8192
-    tflops = 2 * n ** 3 / (_matmul_ms(dev, n) * 1e9)
-    tbs = 2 * 2 ** 30 / (_copy_ms(dev, 2 ** 30) * 1e9)
+    tflops = 2 * n**3 / (_matmul_ms(dev, n) * 1e9)
+    tbs = 2 * 2**30 / (_copy_ms(dev, 2**30) * 1e9)
     torch.cuda.empty_cache()
-    return Ceilings(round(tflops, 1), round(tbs, 3), l2,
-                    f"measured on {props.name} in this run: cuBLAS BF16 {n}^3 random, a 1 GiB device copy (medians of 10)")
+    return Ceilings(
+        round(tflops, 1),
+        round(tbs, 3),
+        l2,
+        f"measured on {props.name} in this run: cuBLAS BF16 {n}^3 random, a 1 GiB device copy (medians of 10)",
+    )
 
 
 def add_deadline(ap, what: str = "group") -> None:
     """The benchmarks' ``--deadline-s`` option (see :class:`Run`)."""
-    ap.add_argument("--deadline-s", type=float, default=None,
-                    help=f"start no {what} once this many seconds have passed since the first began (the JSON keeps what finished)")
+    ap.add_argument(
+        "--deadline-s",
+        type=float,
+        default=None,
+        help=f"start no {what} once this many seconds have passed since the first began (the JSON keeps what finished)",
+    )
 
 
 def refuse_unknown(prog: str, only: str, known, what: str = "group") -> bool:
     """True, after one line on stderr, when ``--only`` names something the benchmark does not have (the caller exits 2)."""
     unknown = [g for g in only.split(",") if g not in known]
     if unknown:
-        print(f"{prog}: unknown {what}(s) {', '.join(unknown)} in --only (expected {', '.join(known)})", file=sys.stderr)
+        print(
+            f"{prog}: unknown {what}(s) {', '.join(unknown)} in --only (expected {', '.join(known)})", file=sys.stderr
+        )
     return bool(unknown)
 
 
@@ -169,7 +179,10 @@ class Run:
             except Exception as exc:  # noqa: BLE001  a failed group is reported, never silently dropped
                 self.errors[name] = f"{type(exc).__name__}: {exc}"
         if name in self.errors:
-            print(f"  {name}: {'FAILED ' if not self.errors[name].startswith('not run') else ''}{self.errors[name]}", flush=True)
+            print(
+                f"  {name}: {'FAILED ' if not self.errors[name].startswith('not run') else ''}{self.errors[name]}",
+                flush=True,
+            )
         self.write(complete=False)
 
     def finish(self) -> bool:

@@ -22,11 +22,18 @@ class PlainQwen3(nn.Module):
         super().__init__()
         self.config = c = ws1_model.config
         # ws1 parameter names (HF layout), dots -> "__" for the ParameterDict
-        self.w = nn.ParameterDict({n.replace(".", "__"): nn.Parameter(p.detach().to(device=device, dtype=BF).clone())
-                                   for n, p in ws1_model.named_parameters()})
+        self.w = nn.ParameterDict(
+            {
+                n.replace(".", "__"): nn.Parameter(p.detach().to(device=device, dtype=BF).clone())
+                for n, p in ws1_model.named_parameters()
+            }
+        )
         D = c.head_dim
-        self.register_buffer("inv_freq", 1.0 / (c.rope_theta ** (torch.arange(0, D, 2, dtype=torch.float32, device=device) / D)),
-                             persistent=False)
+        self.register_buffer(
+            "inv_freq",
+            1.0 / (c.rope_theta ** (torch.arange(0, D, 2, dtype=torch.float32, device=device) / D)),
+            persistent=False,
+        )
 
     def p(self, name: str) -> torch.Tensor:
         return self.w[name.replace(".", "__")]
@@ -77,8 +84,18 @@ class PlainQwen3(nn.Module):
         Hq, Hkv, D, eps = c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rms_norm_eps
         L = f"model.layers.{i}."
         T = h.shape[0]
-        q = F.rms_norm(F.linear(h, self.p(L + "self_attn.q_proj.weight")).view(T, Hq, D), (D,), self.p(L + "self_attn.q_norm.weight"), eps)
-        k = F.rms_norm(F.linear(h, self.p(L + "self_attn.k_proj.weight")).view(T, Hkv, D), (D,), self.p(L + "self_attn.k_norm.weight"), eps)
+        q = F.rms_norm(
+            F.linear(h, self.p(L + "self_attn.q_proj.weight")).view(T, Hq, D),
+            (D,),
+            self.p(L + "self_attn.q_norm.weight"),
+            eps,
+        )
+        k = F.rms_norm(
+            F.linear(h, self.p(L + "self_attn.k_proj.weight")).view(T, Hkv, D),
+            (D,),
+            self.p(L + "self_attn.k_norm.weight"),
+            eps,
+        )
         v = F.linear(h, self.p(L + "self_attn.v_proj.weight")).view(T, Hkv, D)
         cs, sn = cos[pos][:, None, :], sin[pos][:, None, :]
         return self.rotate(q, cs, sn), self.rotate(k, cs, sn), v
@@ -104,8 +121,10 @@ class PlainQwen3(nn.Module):
             q, k, v = self._layer_qkv(i, h, pos, cos, sin)
             outs, s = [], 0
             for n in lengths:
-                qb, kb, vb = (t[s:s + n].transpose(0, 1)[None] for t in (q, k, v))
-                outs.append(F.scaled_dot_product_attention(qb, kb, vb, is_causal=True, enable_gqa=True)[0].transpose(0, 1))
+                qb, kb, vb = (t[s : s + n].transpose(0, 1)[None] for t in (q, k, v))
+                outs.append(
+                    F.scaled_dot_product_attention(qb, kb, vb, is_causal=True, enable_gqa=True)[0].transpose(0, 1)
+                )
                 s += n
             x = self._layer_rest(i, x, torch.cat(outs).reshape(-1, Hq * D))
         return F.rms_norm(x, (c.hidden_size,), self.p("model.norm.weight"), eps)
@@ -135,20 +154,27 @@ class PlainQwen3(nn.Module):
         cos, sin = self.rope(ml, dev)
         g = torch.Generator(device=dev).manual_seed(seed)
 
-        def view(t, n):          # [B * ml, Hkv, D] -> [B, Hkv, n, D], positions 0..n-1 of each slot, in place
+        def view(t, n):  # [B * ml, Hkv, D] -> [B, Hkv, n, D], positions 0..n-1 of each slot, in place
             return t.view(B, ml, Hkv, D)[:, :n].transpose(1, 2)
 
-        def step(ids, pos0, n):   # ids [B * n] at positions pos0..pos0+n-1 of every slot
+        def step(ids, pos0, n):  # ids [B * n] at positions pos0..pos0+n-1 of every slot
             x = F.embedding(ids, self.p("model.embed_tokens.weight"))
             pos = torch.arange(pos0, pos0 + n, device=dev).repeat(B)
-            rows = (torch.arange(B, device=dev)[:, None] * ml + torch.arange(pos0, pos0 + n, device=dev)[None, :]).reshape(-1)
+            rows = (
+                torch.arange(B, device=dev)[:, None] * ml + torch.arange(pos0, pos0 + n, device=dev)[None, :]
+            ).reshape(-1)
             for i in range(c.num_hidden_layers):
                 h = F.rms_norm(x, (c.hidden_size,), self.p(f"model.layers.{i}.input_layernorm.weight"), eps)
                 q, k, v = self._layer_qkv(i, h, pos, cos, sin)
                 ks[i].index_copy_(0, rows, k)
                 vs[i].index_copy_(0, rows, v)
-                a = F.scaled_dot_product_attention(q.view(B, n, Hq, D).transpose(1, 2), view(ks[i], pos0 + n),
-                                                   view(vs[i], pos0 + n), is_causal=n > 1, enable_gqa=True)
+                a = F.scaled_dot_product_attention(
+                    q.view(B, n, Hq, D).transpose(1, 2),
+                    view(ks[i], pos0 + n),
+                    view(vs[i], pos0 + n),
+                    is_causal=n > 1,
+                    enable_gqa=True,
+                )
                 x = self._layer_rest(i, x, a.transpose(1, 2).reshape(B * n, Hq * D))
             x = F.rms_norm(x.view(B, n, -1)[:, -1], (c.hidden_size,), self.p("model.norm.weight"), eps)
             return F.linear(x, self.p("lm_head.weight")).float()

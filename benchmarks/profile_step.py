@@ -45,19 +45,52 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-VIEWS = {"view", "_unsafe_view", "t", "transpose", "permute", "as_strided", "_reshape_alias", "reshape", "expand", "slice",
-         "select", "unsqueeze", "squeeze", "detach", "alias", "split", "split_with_sizes", "unbind", "lift_fresh",
-         "_to_copy_view", "view_as", "unflatten", "flatten", "narrow"}
+VIEWS = {
+    "view",
+    "_unsafe_view",
+    "t",
+    "transpose",
+    "permute",
+    "as_strided",
+    "_reshape_alias",
+    "reshape",
+    "expand",
+    "slice",
+    "select",
+    "unsqueeze",
+    "squeeze",
+    "detach",
+    "alias",
+    "split",
+    "split_with_sizes",
+    "unbind",
+    "lift_fresh",
+    "_to_copy_view",
+    "view_as",
+    "unflatten",
+    "flatten",
+    "narrow",
+}
 ALLOCS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 COPIES = {"clone", "copy_", "cat", "index_select", "contiguous", "_to_copy", "stack", "gather"}
-SYNCS = {"_local_scalar_dense", "nonzero", "_unique2", "unique_dim", "unique_consecutive", "_unique", "equal", "is_nonzero",
-         "masked_select", "repeat_interleave"}
+SYNCS = {
+    "_local_scalar_dense",
+    "nonzero",
+    "_unique2",
+    "unique_dim",
+    "unique_consecutive",
+    "_unique",
+    "equal",
+    "is_nonzero",
+    "masked_select",
+    "repeat_interleave",
+}
 
 
 class Counts:
     def __init__(self):
-        self.by = collections.defaultdict(collections.Counter)   # label -> field -> n
-        self.time = collections.Counter()                         # label -> host seconds (exclusive)
+        self.by = collections.defaultdict(collections.Counter)  # label -> field -> n
+        self.time = collections.Counter()  # label -> host seconds (exclusive)
         self.ops = collections.defaultdict(collections.Counter)  # label -> aten op -> n
 
 
@@ -117,7 +150,7 @@ class _Dispatch(TorchDispatchMode):
         kwargs = kwargs or {}
         ns = func.namespace
         name = func._opname
-        if ns != "aten" and name == "calls":     # the profiler's own read of the package's self-count
+        if ns != "aten" and name == "calls":  # the profiler's own read of the package's self-count
             return func(*args, **kwargs)
         lab = _label()
         by = self.c.by[lab]
@@ -139,7 +172,7 @@ class _Dispatch(TorchDispatchMode):
                 if dst_dtype is not None and dst_dtype != src.dtype:
                     by["casts"] += 1
                 if dst_dev is not None and torch.device(dst_dev).type == "cpu" and src.device.type != "cpu":
-                    by["host_syncs"] += 1          # a device -> host copy
+                    by["host_syncs"] += 1  # a device -> host copy
                 elif dst_dev is not None and torch.device(dst_dev).type != src.device.type:
                     by["host_to_device"] += 1
             if name in COPIES:
@@ -159,13 +192,15 @@ def _patch(obj, attr, wrap):
 
 
 @contextlib.contextmanager
-def instrument(counts: Counts, on_device: str, python_calls: bool = True, family: str | None = None, count: bool = True):
+def instrument(
+    counts: Counts, on_device: str, python_calls: bool = True, family: str | None = None, count: bool = True
+):
     """Label every node's forward, backward and parameter gradient; with ``count``, count ops, syncs, Python
     calls and the kernel package's calls (``family``'s self-report); without, only host time per label."""
     import ws1_ops
     from ws1_ops import grads, registry
 
-    def package():   # the package's self-count, less its own counter reads (ws1_cpu::calls counts itself)
+    def package():  # the package's self-count, less its own counter reads (ws1_cpu::calls counts itself)
         return {k: v for k, v in (registry._package_counts(family) or {}).items() if not k[0].endswith("::calls")}
 
     package = package if count and family else None
@@ -179,18 +214,25 @@ def instrument(counts: Counts, on_device: str, python_calls: bool = True, family
             def run(*a, **k):
                 with _scope(node, timer):
                     return old(*a, **k)
+
             return run
 
         undo.append(_patch(ws1_ops, node, fwd))
         undo.append(_patch(mod, node, fwd))
-        for cls in [v for v in vars(mod).values() if isinstance(v, type) and issubclass(v, torch.autograd.Function)
-                    and "backward" in vars(v)]:
+        for cls in [
+            v
+            for v in vars(mod).values()
+            if isinstance(v, type) and issubclass(v, torch.autograd.Function) and "backward" in vars(v)
+        ]:
+
             def bwd(old, node=node):
                 def run(ctx, *a):
                     op = getattr(getattr(ctx, "k", None), "op", None) or getattr(ctx, "op", None) or node
                     with _scope(f"{op}.bwd", timer):
                         return old(ctx, *a)
+
                 return staticmethod(run)
+
             undo.append(_patch(cls, "backward", lambda old, b=bwd: b(old)))
 
     def finalize(old):
@@ -202,7 +244,8 @@ def instrument(counts: Counts, on_device: str, python_calls: bool = True, family
                 return old(self)
             finally:
                 timer.switch()
-                del _stack[depth - 1:]
+                del _stack[depth - 1 :]
+
         return run
 
     def note(old):
@@ -214,24 +257,31 @@ def instrument(counts: Counts, on_device: str, python_calls: bool = True, family
                     _stack.pop()
                 _stack.append(f"{k.op}.dW")
             return old(k, direction, dev)
+
         return run
 
     undo.append(_patch(grads.CanonicalGrads, "finalize", finalize))
     undo.append(_patch(grads, "note", note))
     for meth in ("tolist", "numpy", "item"):
+
         def host(old, meth=meth):
             def run(self, *a, **k):
-                if meth != "item":             # item() dispatches _local_scalar_dense (counted there)
+                if meth != "item":  # item() dispatches _local_scalar_dense (counted there)
                     counts.by[_label()]["host_syncs"] += 1
                     counts.ops[_label()][f"Tensor.{meth}"] += 1
                 return old(self, *a, **k)
+
             return run
+
         if count:
             undo.append(_patch(torch.Tensor, meth, host))
     # the glue outside the nodes: the sampler, the engine's per-step work, the KV cache's bookkeeping
-    for modname, fn, label in (("ws1_qwen3.sampling", "sample", "sampling"), ("ws1_qwen3.generate", "sample_token", "sampling"),
-                               ("ws1_qwen3.engine", "Engine.sample", "sampling"),
-                               *[("ws1_kv.base", f"KVCache.{m}", "kv_cache") for m in ("reserve", "write", "gather", "commit")]):
+    for modname, fn, label in (
+        ("ws1_qwen3.sampling", "sample", "sampling"),
+        ("ws1_qwen3.generate", "sample_token", "sampling"),
+        ("ws1_qwen3.engine", "Engine.sample", "sampling"),
+        *[("ws1_kv.base", f"KVCache.{m}", "kv_cache") for m in ("reserve", "write", "gather", "commit")],
+    ):
         try:
             mod = importlib.import_module(modname)
         except ImportError:
@@ -239,11 +289,14 @@ def instrument(counts: Counts, on_device: str, python_calls: bool = True, family
         owner, _, fn = fn.rpartition(".")
         mod = getattr(mod, owner, None) if owner else mod
         if mod is not None and fn in vars(mod):
+
             def lab(old, label=label):
                 def run(*a, **k):
                     with _scope(label, timer):
                         return old(*a, **k)
+
                 return run
+
             undo.append(_patch(mod, fn, lab))
 
     def prof(frame, event, arg):
@@ -277,8 +330,10 @@ def _samples(n: int, length: int, vocab: int, seed: int = 0):
     import ws1_qwen3
 
     g = torch.Generator(device="cpu").manual_seed(seed)
-    return [ws1_qwen3.Sample(i, tuple(torch.randint(vocab, (length,), generator=g, device="cpu").tolist()), 1)
-            for i in range(n)]
+    return [
+        ws1_qwen3.Sample(i, tuple(torch.randint(vocab, (length,), generator=g, device="cpu").tolist()), 1)
+        for i in range(n)
+    ]
 
 
 def train_step(model, samples):
@@ -290,6 +345,7 @@ def train_step(model, samples):
         tf = ws1_qwen3.teacher_forcing(model, samples, layout="packed", grad=True)
         with ws1_ops.canonical_grads():
             tf.loss.backward()
+
     return run
 
 
@@ -297,12 +353,20 @@ def decode_run(model, batch: int, prompt: int, new: int, **kw):
     import ws1_qwen3
 
     g = torch.Generator(device="cpu").manual_seed(1)
-    reqs = [ws1_qwen3.Request(prompt=tuple(torch.randint(model.config.vocab_size, (prompt,), generator=g,
-                                                         device="cpu").tolist()),
-                              max_new_tokens=new, temperature=1.0, seed=i, request_id=f"r{i}") for i in range(batch)]
+    reqs = [
+        ws1_qwen3.Request(
+            prompt=tuple(torch.randint(model.config.vocab_size, (prompt,), generator=g, device="cpu").tolist()),
+            max_new_tokens=new,
+            temperature=1.0,
+            seed=i,
+            request_id=f"r{i}",
+        )
+        for i in range(batch)
+    ]
 
     def run():
         ws1_qwen3.generate(model, reqs, max_batch=batch, **kw)
+
     return run
 
 
@@ -324,7 +388,7 @@ def _sync(dev):
 def profile(fn, dev, family, python_calls=True) -> Counts:
     """Counts from one instrumented run; host times per label from another run with only the label timers
     (the counting itself, sys.setprofile above all, would dwarf the times)."""
-    fn()                                  # warm-up (first-call compilation, caches)
+    fn()  # warm-up (first-call compilation, caches)
     _sync(dev)
     c = Counts()
     with instrument(c, dev.type, python_calls, family, count=True):
@@ -378,7 +442,7 @@ def device_time(fn, dev) -> dict[str, float]:
 
     def walk(ev, label):
         if ev.name.startswith("ws1node:"):
-            label = ev.name[len("ws1node:"):]
+            label = ev.name[len("ws1node:") :]
         for k in getattr(ev, "kernels", []):
             out[label] += k.duration / 1e6
         if ev.name in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx"):
@@ -392,8 +456,18 @@ def device_time(fn, dev) -> dict[str, float]:
     return {"device_s": dict(out), "launches": dict(launches)}
 
 
-FIELDS = ("python_calls", "launch_like", "kernel_package_calls", "casts", "copies", "host_syncs", "host_reads",
-          "host_to_device", "views", "allocs")
+FIELDS = (
+    "python_calls",
+    "launch_like",
+    "kernel_package_calls",
+    "casts",
+    "copies",
+    "host_syncs",
+    "host_reads",
+    "host_to_device",
+    "views",
+    "allocs",
+)
 
 
 def table(name: str, c: Counts, per: int | None = None, per_what: str = "") -> dict:
@@ -407,8 +481,10 @@ def table(name: str, c: Counts, per: int | None = None, per_what: str = "") -> d
     for lab in rows:
         print(f"  {lab:<26}" + "".join(f"{c.by[lab][f]:>12}" for f in FIELDS) + f"{c.time[lab] * 1e3:>10.2f}")
     print(f"  {'TOTAL':<26}" + "".join(f"{tot[f]:>12}" for f in FIELDS) + f"{sum(c.time.values()) * 1e3:>10.2f}")
-    out = {"nodes": {lab: {**dict(c.by[lab]), "host_s": c.time[lab], "ops": dict(c.ops[lab])} for lab in rows},
-           "total": {**dict(tot), "host_s": sum(c.time.values())}}
+    out = {
+        "nodes": {lab: {**dict(c.by[lab]), "host_s": c.time[lab], "ops": dict(c.ops[lab])} for lab in rows},
+        "total": {**dict(tot), "host_s": sum(c.time.values())},
+    }
     if per:
         print(f"  per {per_what}: " + ", ".join(f"{f.replace('_', ' ')} {tot[f] / per:.2f}" for f in FIELDS if tot[f]))
         out["per"] = {"unit": per_what, "n": per, **{f: tot[f] / per for f in FIELDS}}
@@ -425,8 +501,12 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--prompt", type=int, default=16)
     ap.add_argument("--new", type=int, default=16)
-    ap.add_argument("--no-python-calls", dest="python_calls", action="store_false",
-                    help="skip the Python call count (sys.setprofile slows the host a lot)")
+    ap.add_argument(
+        "--no-python-calls",
+        dest="python_calls",
+        action="store_false",
+        help="skip the Python call count (sys.setprofile slows the host a lot)",
+    )
     ap.add_argument("--torch-profiler", action="store_true", help="GPU: CUDA time and launches per node")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -442,13 +522,21 @@ def main(argv=None) -> int:
         print(f"profile_step: {args.profile}: {why}", file=sys.stderr)
         return 2
     if args.model.startswith("qwen3-8b-L") and args.model not in ws1_qwen3.PRESETS:
-        cfg = ws1_qwen3.preset("qwen3-8b").replace(num_hidden_layers=int(args.model[len("qwen3-8b-L"):]), name=args.model)
+        cfg = ws1_qwen3.preset("qwen3-8b").replace(
+            num_hidden_layers=int(args.model[len("qwen3-8b-L") :]), name=args.model
+        )
     else:
         cfg = ws1_qwen3.preset(args.model)
     model = ws1_qwen3.synthetic(cfg, args.profile)
     dev = model.device
-    result = {"profile": args.profile, "model": cfg.name, "device": str(dev), "torch": torch.__version__,
-              "git": os.popen("git rev-parse --short HEAD 2>/dev/null").read().strip(), "phases": {}}
+    result = {
+        "profile": args.profile,
+        "model": cfg.name,
+        "device": str(dev),
+        "torch": torch.__version__,
+        "git": os.popen("git rev-parse --short HEAD 2>/dev/null").read().strip(),
+        "phases": {},
+    }
     print(f"profile_step: {args.profile} on {dev}, model {cfg.name}, torch {torch.__version__}, {result['git']}")
     for phase in args.phase.split(","):
         if phase == "train":
@@ -456,13 +544,19 @@ def main(argv=None) -> int:
             name, per, what = f"train: {args.seqs} x {args.len} tokens, packed, fwd+bwd", args.seqs * args.len, "token"
         elif phase == "decode":
             fn = decode_run(model, args.batch, args.prompt, args.new)
-            name, per, what = (f"decode: generate() {args.batch} requests, prompt {args.prompt}, {args.new} new tokens",
-                               args.batch * args.new, "generated token")
+            name, per, what = (
+                f"decode: generate() {args.batch} requests, prompt {args.prompt}, {args.new} new tokens",
+                args.batch * args.new,
+                "generated token",
+            )
         elif phase == "decode_static":
             fn = decode_run(model, args.batch, args.prompt, args.new, cache="contiguous", graphs=True)
-            name, per, what = (f"decode_static: generate(cache='contiguous', graphs=True) {args.batch} requests, prompt "
-                               f"{args.prompt}, {args.new} new tokens (the CUDA-graph step, run directly here)",
-                               args.batch * args.new, "generated token")
+            name, per, what = (
+                f"decode_static: generate(cache='contiguous', graphs=True) {args.batch} requests, prompt "
+                f"{args.prompt}, {args.new} new tokens (the CUDA-graph step, run directly here)",
+                args.batch * args.new,
+                "generated token",
+            )
         elif phase == "chain":
             fn = chain_run(model, dev)
             name, per, what = "chain: fixture 4 x 20 right-padded, fwd+bwd", None, ""

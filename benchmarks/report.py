@@ -19,6 +19,7 @@ Prints, for people:
 speed, roofline, roofline / ws1 and the target's verdict, headed by the device, the software and the run folder.
 Exit 2 with one line when RUN_DIR holds no benchmark JSON or a file is not a benchmark's JSON.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,10 @@ BEGIN, END = "<!-- measured:begin -->", "<!-- measured:end -->"
 # bench_cuda's " vs SDPA flash" suffix (the two scripts name attention rows differently).
 GEMM = "det_gemm M{M} K4096 N{N}"
 ISSUE_ROWS = [
-    ("det_gemm vs cuBLAS, K 4096, N 4096, M = 1 / 59 / 256 / 4096", [GEMM.format(M=m, N=4096) for m in (1, 59, 256, 4096)]),
+    (
+        "det_gemm vs cuBLAS, K 4096, N 4096, M = 1 / 59 / 256 / 4096",
+        [GEMM.format(M=m, N=4096) for m in (1, 59, 256, 4096)],
+    ),
     ("the same at N 12288", [GEMM.format(M=m, N=12288) for m in (1, 59, 256, 4096)]),
     ("attention prefill B1 S2048 vs SDPA", ["attention prefill B1 S2048"]),
     ("attention decode B32 Skv2048 vs SDPA", ["attention decode B32 Skv2048"]),
@@ -45,8 +49,13 @@ ISSUE_ROWS = [
     ("batch_invariant_logp T2048", ["batch_invariant_logp T2048 V151936"]),
     # rows the issue's targets add (not in its table: they were not measured, or did not exist, in the first run)
     ("lm_head M256 / M4096 vs cuBLAS BF16 -> FP32", ["lm_head M256 K4096 V151936", "lm_head M4096 K4096 V151936"]),
-    ("lm_head backward dx / dW M2048 vs cuBLAS FP32", ["lm_head backward dx FP32 M2048 V151936 K4096 vs cuBLAS FP32",
-                                                       "lm_head backward dW FP32 M2048 V151936 K4096 vs cuBLAS FP32"]),
+    (
+        "lm_head backward dx / dW M2048 vs cuBLAS FP32",
+        [
+            "lm_head backward dx FP32 M2048 V151936 K4096 vs cuBLAS FP32",
+            "lm_head backward dW FP32 M2048 V151936 K4096 vs cuBLAS FP32",
+        ],
+    ),
     ("attention decode B1 Skv32768 vs SDPA", ["attention decode B1 Skv32768"]),
     ("attention backward B1 S2048 vs SDPA", ["attention backward B1 S2048"]),
 ]
@@ -72,9 +81,15 @@ def load_run(folder: Path) -> dict:
             if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
                 raise ReportError(f"{path}: no 'cases' list: not a benchmark's JSON")
             if not merged:
-                merged = {"host": data.get("host", {}), "cases": [], "targets": [], "errors": {}, "files": [],
-                          "incomplete": []}
-            if data.get("complete") is False:      # cut short by its time limit (harness.Run); absent in older runs
+                merged = {
+                    "host": data.get("host", {}),
+                    "cases": [],
+                    "targets": [],
+                    "errors": {},
+                    "files": [],
+                    "incomplete": [],
+                }
+            if data.get("complete") is False:  # cut short by its time limit (harness.Run); absent in older runs
                 merged["incomplete"].append(path.name)
             seen = {(r.get("case"), r.get("mode")): i for i, r in enumerate(merged["cases"])}
             for r in data["cases"]:
@@ -100,7 +115,7 @@ def basis(host: dict) -> str:
     c = host.get("ceilings")
     if not c:
         return "max(FLOPs / 790 TFLOP/s, bytes / 4.3 TB/s) (the first H200 run's ceilings; this run recorded none)"
-    return (f"max(FLOPs / {c['bf16_tflops']:.0f} TFLOP/s, bytes / {c['hbm_tbs']:.2f} TB/s) ({c.get('source', 'source not recorded')})")
+    return f"max(FLOPs / {c['bf16_tflops']:.0f} TFLOP/s, bytes / {c['hbm_tbs']:.2f} TB/s) ({c.get('source', 'source not recorded')})"
 
 
 def devices(now: dict, before: dict) -> list[str]:
@@ -110,7 +125,9 @@ def devices(now: dict, before: dict) -> list[str]:
     for prof in PROFILES:
         a, b = before.get(prof, {}).get("host", {}).get("device"), now.get(prof, {}).get("host", {}).get("device")
         if a and b and a != b:
-            out.append(f"  {prof}: before ran on {a}, now on {b}: each speed is a ratio on its own card; times differ by card")
+            out.append(
+                f"  {prof}: before ran on {a}, now on {b}: each speed is a ratio on its own card; times differ by card"
+            )
     return out
 
 
@@ -140,9 +157,11 @@ def issue_table(now: dict, before: dict) -> list[dict]:
             for when, run in (("before", before), ("now", now)):
                 rows = run.get(prof, {}).get("cases", [])
                 found = [find(rows, c) for c in cases]
-                cells[when] = {"text": " / ".join(_fmt(r) for r in found),
-                               "speeds": [None if r is None else r["speed"] for r in found],
-                               "modes": [None if r is None else r["mode"] for r in found]}
+                cells[when] = {
+                    "text": " / ".join(_fmt(r) for r in found),
+                    "speeds": [None if r is None else r["speed"] for r in found],
+                    "modes": [None if r is None else r["mode"] for r in found],
+                }
             row[prof] = cells
         out.append(row)
     return out
@@ -167,10 +186,23 @@ def candidates(run: dict) -> list[dict]:
         for case in dict.fromkeys(r["case"] for r in rows):
             r = find(rows, case)
             bits = r.get("candidate_bits_equal_narrow", r.get("candidate_bits_equal_fixed"))
-            out.append({"benchmark": prof, "case": case, "mode": r["mode"], "speed": r["speed"], "bits_equal": bits,
-                        "speed_vs_cublas": r.get("speed_vs_cublas"),
-                        "evidence": ("not adoptable" if bits is False else
-                                     "faster" + (", same bits" if bits else "") if r["speed"] > 1 else "not faster")})
+            out.append(
+                {
+                    "benchmark": prof,
+                    "case": case,
+                    "mode": r["mode"],
+                    "speed": r["speed"],
+                    "bits_equal": bits,
+                    "speed_vs_cublas": r.get("speed_vs_cublas"),
+                    "evidence": (
+                        "not adoptable"
+                        if bits is False
+                        else "faster" + (", same bits" if bits else "")
+                        if r["speed"] > 1
+                        else "not faster"
+                    ),
+                }
+            )
     return out
 
 
@@ -182,13 +214,20 @@ def measured_block(data: dict, folder: str, tg: list[dict]) -> str:
     """The generated Markdown of one profile's run: every row with a roofline, then the benchmark's errors."""
     host = data.get("host", {})
     soft = ", ".join(f"{k} {host[k]}" for k in ("torch", "triton", "flash_attn") if host.get(k))
-    cut = f" **Incomplete**: {', '.join(data['incomplete'])} stopped by the time limit." if data.get("incomplete") else ""
-    head = (f"Run: `{folder}` ({', '.join(data.get('files', []))}) — {host.get('device', '?')} (capability "
-            f"{host.get('capability')}), {soft or 'versions not recorded'}; speed = contender time / ws1 time (medians), "
-            f"roofline = {basis(host)}.{cut}")
-    lines = [head, "",
-             "| case | mode | ws1 ms | contender | contender ms | speed | roofline ms | roofline / ws1 | target |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    cut = (
+        f" **Incomplete**: {', '.join(data['incomplete'])} stopped by the time limit." if data.get("incomplete") else ""
+    )
+    head = (
+        f"Run: `{folder}` ({', '.join(data.get('files', []))}) — {host.get('device', '?')} (capability "
+        f"{host.get('capability')}), {soft or 'versions not recorded'}; speed = contender time / ws1 time (medians), "
+        f"roofline = {basis(host)}.{cut}"
+    )
+    lines = [
+        head,
+        "",
+        "| case | mode | ws1 ms | contender | contender ms | speed | roofline ms | roofline / ws1 | target |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     verdicts = {}  # (case, mode) -> verdict: a target names its mode last, "(graph)" or "(eager)"
     for t in tg:
         m = re.match(r"(.*?): speed >=.*\((graph|eager)\)\s*$", t.get("target", ""))
@@ -199,8 +238,10 @@ def measured_block(data: dict, folder: str, tg: list[dict]) -> str:
             continue
         verdict = verdicts.get((r["case"], r.get("mode")), "")
         ratio = r.get("ws1_over_roofline") or r["roofline_ms"] / r["ws1_ms"]
-        lines.append(f"| {r['case']} | {r['mode']} | {r['ws1_ms']:.4f} | {r.get('vs', 'torch')} | {r['torch_ms']:.4f} | "
-                     f"{r['speed']:.3f} | {r['roofline_ms']:.4f} | {ratio:.2f} | {verdict} |")
+        lines.append(
+            f"| {r['case']} | {r['mode']} | {r['ws1_ms']:.4f} | {r.get('vs', 'torch')} | {r['torch_ms']:.4f} | "
+            f"{r['speed']:.3f} | {r['roofline_ms']:.4f} | {ratio:.2f} | {verdict} |"
+        )
     for group, err in (data.get("errors") or {}).items():
         lines.append(f"\nBenchmark group `{group}` failed in this run: {err}")
     return "\n".join(lines)
@@ -213,29 +254,52 @@ def replace_block(text: str, block: str, path: Path) -> str:
     return text[:a] + "\n" + block + "\n" + text[b:]
 
 
-def render(table: list[dict], tg: list[dict], now_dir: str, before_dir: str, errors: dict,
-           cands: list[dict] | None = None, notes: list[str] | None = None) -> str:
-    lines = [f"Issue 24's table: speed = contender time / ws1 time, graph mode (e: eager), before ({before_dir}) -> now ({now_dir})",
-             *(notes or []), "", "| case | cuda_bf16 | triton_cuda_bf16 |", "|---|---|---|"]
+def render(
+    table: list[dict],
+    tg: list[dict],
+    now_dir: str,
+    before_dir: str,
+    errors: dict,
+    cands: list[dict] | None = None,
+    notes: list[str] | None = None,
+) -> str:
+    lines = [
+        f"Issue 24's table: speed = contender time / ws1 time, graph mode (e: eager), before ({before_dir}) -> now ({now_dir})",
+        *(notes or []),
+        "",
+        "| case | cuda_bf16 | triton_cuda_bf16 |",
+        "|---|---|---|",
+    ]
     for row in table:
         cells = [f"{row[p]['before']['text']} -> {row[p]['now']['text']}" for p in PROFILES]
         lines.append(f"| {row['case']} | {cells[0]} | {cells[1]} |")
     for prof, err in errors.items():
         for group, why in err.items():
             lines.append(f"  {prof}: benchmark group '{group}' failed: {why}")
-    lines += ["", f"Targets ({sum(1 for t in tg if t.get('met'))} MET, {sum(1 for t in tg if t.get('met') is False)} MISS, "
-                  f"{sum(1 for t in tg if t.get('met') is None)} ABSENT):"]
+    lines += [
+        "",
+        f"Targets ({sum(1 for t in tg if t.get('met'))} MET, {sum(1 for t in tg if t.get('met') is False)} MISS, "
+        f"{sum(1 for t in tg if t.get('met') is None)} ABSENT):",
+    ]
     for t in tg:
-        times = f"  (ws1 {t['ws1_ms']:.4f} ms, contender {t['torch_ms']:.4f} ms, roofline {t['roofline_ms']:.4f} ms)" if "ws1_ms" in t else ""
+        times = (
+            f"  (ws1 {t['ws1_ms']:.4f} ms, contender {t['torch_ms']:.4f} ms, roofline {t['roofline_ms']:.4f} ms)"
+            if "ws1_ms" in t
+            else ""
+        )
         value = "" if t.get("value") is None else f" = {t['value']:.3f}"
-        lines.append(f"  {_verdict(t):<6} [{t['benchmark']}{'/' + t['profile'] if t.get('profile') else ''}] {t['target']}{value}{times}")
+        lines.append(
+            f"  {_verdict(t):<6} [{t['benchmark']}{'/' + t['profile'] if t.get('profile') else ''}] {t['target']}{value}{times}"
+        )
     if cands:
         lines += ["", "Candidates (not used by the kernels; speed = time of what runs today / the candidate's):"]
         for c in cands:
             extra = "" if c["speed_vs_cublas"] is None else f", {c['speed_vs_cublas']:.2f}x cuBLAS"
             bits = "n/a" if c["bits_equal"] is None else "equal" if c["bits_equal"] else "DIFFER"
-            lines.append(f"  [{c['benchmark']}] {c['case']} ({c['mode']}): speed {c['speed']:.2f}{extra}, bits {bits}: "
-                         f"{c['evidence']}")
+            lines.append(
+                f"  [{c['benchmark']}] {c['case']} ({c['mode']}): speed {c['speed']:.2f}{extra}, bits {bits}: "
+                f"{c['evidence']}"
+            )
     return "\n".join(lines)
 
 
@@ -243,7 +307,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("run", type=Path, help="the run's folder (the benchmarks' JSON files)")
     ap.add_argument("--before", type=Path, default=FIRST_RUN, help="the earlier run (default: the first H200 run)")
-    ap.add_argument("--docs", action="store_true", help="rewrite the Measured blocks of docs/cuda.md and docs/triton.md")
+    ap.add_argument(
+        "--docs", action="store_true", help="rewrite the Measured blocks of docs/cuda.md and docs/triton.md"
+    )
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the text")
     args = ap.parse_args(argv)
     try:
@@ -251,12 +317,19 @@ def main(argv=None) -> int:
         before = load_run(args.before) if args.before.is_dir() else {}
         table, tg, cands = issue_table(now, before), targets(now), candidates(now)
         errors = {p: now[p].get("errors") or {} for p in PROFILES if p in now and now[p].get("errors")}
-        notes = devices(now, before) + [f"  {k}: incomplete run ({', '.join(v['incomplete'])}: stopped by its time limit; "
-                                        "the groups it did not finish are in its errors)" for k, v in now.items() if v.get("incomplete")]
+        notes = devices(now, before) + [
+            f"  {k}: incomplete run ({', '.join(v['incomplete'])}: stopped by its time limit; "
+            "the groups it did not finish are in its errors)"
+            for k, v in now.items()
+            if v.get("incomplete")
+        ]
         if args.docs:
             for prof, path in DOCS.items():
                 if prof not in now:
-                    print(f"report: {prof}: no {PROFILES[prof]} JSON in {args.run}; {path.name} left as it is", file=sys.stderr)
+                    print(
+                        f"report: {prof}: no {PROFILES[prof]} JSON in {args.run}; {path.name} left as it is",
+                        file=sys.stderr,
+                    )
                     continue
                 block = measured_block(now[prof], str(args.run), [t for t in tg if t["benchmark"] == prof])
                 path.write_text(replace_block(path.read_text(), block, path))
@@ -265,9 +338,21 @@ def main(argv=None) -> int:
         print(f"report: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"run": str(args.run), "before": str(args.before), "issue_table": table, "targets": tg,
-                          "candidates": cands, "errors": errors, "notes": [n.strip() for n in notes],
-                          "ceilings": {k: v.get("host", {}).get("ceilings") for k, v in now.items()}}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "run": str(args.run),
+                    "before": str(args.before),
+                    "issue_table": table,
+                    "targets": tg,
+                    "candidates": cands,
+                    "errors": errors,
+                    "notes": [n.strip() for n in notes],
+                    "ceilings": {k: v.get("host", {}).get("ceilings") for k, v in now.items()},
+                },
+                indent=1,
+            )
+        )
     else:
         print(render(table, tg, str(args.run), str(args.before), errors, cands, notes))
     return 0

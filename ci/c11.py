@@ -62,18 +62,20 @@ C6_MODELS = "tiny,qwen3-8b-L2"
 
 @dataclass
 class Step:
-    key: str                       # the cell id in c11_ci.json, and the log's name
+    key: str  # the cell id in c11_ci.json, and the log's name
     title: str
-    cmd: list[str] | None = None   # a gate process; None: an in-process check
-    evidence: str | None = None    # the gate's evidence file name
-    expect_red: bool = False       # the negative control
-    suites_record: str | None = None  # the test step on a CPU host: the record nox's test session writes (which suites ran)
+    cmd: list[str] | None = None  # a gate process; None: an in-process check
+    evidence: str | None = None  # the gate's evidence file name
+    expect_red: bool = False  # the negative control
+    suites_record: str | None = (
+        None  # the test step on a CPU host: the record nox's test session writes (which suites ran)
+    )
 
 
 @dataclass
 class Outcome:
     step: Step
-    status: str                    # green / red / skipped
+    status: str  # green / red / skipped
     detail: str
     seconds: float
     extra: dict = field(default_factory=dict)
@@ -93,10 +95,15 @@ def steps_for(profile: str, args) -> tuple[list[Step], list[Step]]:
     # gates' own tests); on a GPU/NPU host the tests that use its device. The other profiles' CPU-side checks and the
     # device-independent rest are CI's full run (nox -s tests), which closure requires from the same commit.
     if ws1_accel.family_of(profile) == "cpu":
-        tests = Step("tests", "tests (nox -s tests_cpu)", m + ["nox", "-s", "tests_cpu"], suites_record="tests_cpu.json")
+        tests = Step(
+            "tests", "tests (nox -s tests_cpu)", m + ["nox", "-s", "tests_cpu"], suites_record="tests_cpu.json"
+        )
     else:
-        tests = Step("tests", f"tests on the device (nox -s tests_device -- {profile})",
-                     m + ["nox", "-s", "tests_device", "--", profile])
+        tests = Step(
+            "tests",
+            f"tests on the device (nox -s tests_device -- {profile})",
+            m + ["nox", "-s", "tests_device", "--", profile],
+        )
     device = [
         Step("build", "build: the kernel package imports"),
         Step("linkage", "linkage: every required node registered"),
@@ -105,16 +112,28 @@ def steps_for(profile: str, args) -> tuple[list[Step], list[Step]]:
         Step("c3_forward", "C3 forward", m + ["ws1_matrix", "c3", profile] + ev, "c3_forward.json"),
         Step("c4_gradient", "C4 gradient", m + ["ws1_matrix", "c4", profile] + ev, "c4_gradient.json"),
         Step("c5_inventory", "C5 inventory", m + ["ws1_matrix", "c5", profile] + ev, "c5_inventory.json"),
-        Step("c6_decode_prefill", "C6 decode vs prefill", m + ["ws1_matrix", "c6", profile, "--models", args.c6_models] + ev,
-             "c6_decode_prefill.json"),
+        Step(
+            "c6_decode_prefill",
+            "C6 decode vs prefill",
+            m + ["ws1_matrix", "c6", profile, "--models", args.c6_models] + ev,
+            "c6_decode_prefill.json",
+        ),
         Step("c7_stateful_kv", "C7 stateful KV", m + ["ws1_matrix", "c7", profile] + ev, "c7_stateful_kv.json"),
         Step("c9_model", "C9 model on its device", m + ["ws1_matrix", "c9", profile] + ev, "c9_model.json"),
         Step("c8_matrix", "C8 four-judgment matrix", m + ["ws1_matrix", "c8", profile] + ev, "c8_matrix.json"),
-        Step("c10_chain_gate", f"C10 chain gate ({args.model})", m + ["ws1_matrix", "c10", profile, "--model", args.model] + ev,
-             "c10_chain_gate.json"),
-        Step("c10_negative_control", f"C10 negative control ({NEGATIVE_CONTROL})",
-             m + ["ws1_matrix", "c10", profile, "--model", args.model, "--candidate", NEGATIVE_CONTROL] + ev,
-             "c10_negative_control.json", expect_red=True),
+        Step(
+            "c10_chain_gate",
+            f"C10 chain gate ({args.model})",
+            m + ["ws1_matrix", "c10", profile, "--model", args.model] + ev,
+            "c10_chain_gate.json",
+        ),
+        Step(
+            "c10_negative_control",
+            f"C10 negative control ({NEGATIVE_CONTROL})",
+            m + ["ws1_matrix", "c10", profile, "--model", args.model, "--candidate", NEGATIVE_CONTROL] + ev,
+            "c10_negative_control.json",
+            expect_red=True,
+        ),
     ]
     if args.skip_tests:
         device = [s for s in device if s.key != "tests"]
@@ -124,9 +143,15 @@ def steps_for(profile: str, args) -> tuple[list[Step], list[Step]]:
 def _show(line: str, step: Step) -> bool:
     """Which lines of a gate's output reach the terminal (all of them go to its log)."""
     s = line.strip()
-    if step.key == "tests":   # pytest's progress dots and its result lines
+    if step.key == "tests":  # pytest's progress dots and its result lines
         return s[:1] in (".", "F", "E", "s", "x") or any(w in s for w in ("passed", "failed", "error"))
-    return s.startswith("·") or ": PASS" in s or ": FAIL" in s or s.startswith(("ws1 ", "exit 2", "Traceback")) or "Error" in s
+    return (
+        s.startswith("·")
+        or ": PASS" in s
+        or ": FAIL" in s
+        or s.startswith(("ws1 ", "exit 2", "Traceback"))
+        or "Error" in s
+    )
 
 
 def new_run_id() -> str:
@@ -146,20 +171,24 @@ def run_process(step: Step, log: Path) -> tuple[int, float]:
     t = time.perf_counter()
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if step.key == "tests":   # records the test suite writes are not this run's evidence
+    if step.key == "tests":  # records the test suite writes are not this run's evidence
         env.pop("WS1_RUN_ID", None)
-        if step.suites_record:   # the session's record of which suites ran, bound to this run by its id
+        if step.suites_record:  # the session's record of which suites ran, bound to this run by its id
             env["WS1_TESTS_RECORD"] = str(log.parent / step.suites_record)
             env["WS1_TESTS_RECORD_ID"] = os.environ.get("WS1_RUN_ID", "")
-    with open(log, "w") as f, subprocess.Popen(step.cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                               text=True, env=env, bufsize=1) as p:
+    with (
+        open(log, "w") as f,
+        subprocess.Popen(
+            step.cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1
+        ) as p,
+    ):
         try:
             for line in p.stdout:
                 f.write(line)
                 if _show(line, step):
                     print(f"      {line.rstrip()[:150]}", flush=True)
         except Stopped:
-            p.terminate()            # `timeout` signals the whole group; a self-sent SIGTERM reaches only us
+            p.terminate()  # `timeout` signals the whole group; a self-sent SIGTERM reaches only us
             raise
         rc = p.wait()
     return rc, time.perf_counter() - t
@@ -188,12 +217,18 @@ def run_gate(step: Step, profile: str, args) -> Outcome:
     else:
         counts = "no evidence record"
     bound = {"exit_code": rc, "log": str(log)}
-    if rec is not None:   # the record this step is judged by, and what wrote it
+    if rec is not None:  # the record this step is judged by, and what wrote it
         bound["record"] = {k: rec[k] for k in ("run_id", "created_at", "git_sha", "dirty")}
     if step.expect_red:
         ok = rc == 1 and rec is not None and not rec["passed"] and rec.get("first_drift") is not None
-        why = (f"red as required ({counts}); first drift {rec['first_drift']['cell']} layer {rec['first_drift']['layer']} "
-               f"{rec['first_drift']['node']}") if ok else f"the negative control did not come out red with a first_drift (exit {rc}; {counts})"
+        why = (
+            (
+                f"red as required ({counts}); first drift {rec['first_drift']['cell']} layer {rec['first_drift']['layer']} "
+                f"{rec['first_drift']['node']}"
+            )
+            if ok
+            else f"the negative control did not come out red with a first_drift (exit {rc}; {counts})"
+        )
         return Outcome(step, "green" if ok else "red", why, secs, bound)
     if rc == 2:
         return Outcome(step, "red", f"exit 2: device or arguments (see {log})", secs, bound)
@@ -216,11 +251,15 @@ def _suites_outcome(step: Step, rc: int, secs: float, bound: dict, path: Path, r
     except (OSError, ValueError):
         rec = None
     if rec is None or rec.get("record_id") != run_id:
-        return Outcome(step, "red", f"exit {rc}; no record of this run's suites at {path} (log: {bound['log']})", secs, bound)
+        return Outcome(
+            step, "red", f"exit {rc}; no record of this run's suites at {path} (log: {bound['log']})", secs, bound
+        )
     n = {k: sum(p["counts"].get(k, 0) for p in rec["processes"]) for k in ("tests", "failures", "errors", "skipped")}
     bound = {**bound, "suites": rec["suites"], "tests_record": str(path), "counts": n}
-    detail = (f"{'passed' if rc == 0 and rec['passed'] else f'exit {rc}'}: suites {', '.join(rec['suites'])} — {n['tests']} tests, "
-              f"{n['failures'] + n['errors']} failed, {n['skipped']} skipped (the other profiles' suites: CI's nox -s tests)")
+    detail = (
+        f"{'passed' if rc == 0 and rec['passed'] else f'exit {rc}'}: suites {', '.join(rec['suites'])} — {n['tests']} tests, "
+        f"{n['failures'] + n['errors']} failed, {n['skipped']} skipped (the other profiles' suites: CI's nox -s tests)"
+    )
     ok = rc == 0 and rec["passed"]
     return Outcome(step, "green" if ok else "red", detail + ("" if ok else f" (log: {bound['log']})"), secs, bound)
 
@@ -269,8 +308,12 @@ def linkage_check(profile: str) -> Outcome:
     step = Step("linkage", "linkage")
     if problems:
         return Outcome(step, "red", "; ".join(problems), time.perf_counter() - t)
-    return Outcome(step, "green", f"{len(m.required_nodes)} required nodes registered with their declared {family} kernel ids",
-                   time.perf_counter() - t)
+    return Outcome(
+        step,
+        "green",
+        f"{len(m.required_nodes)} required nodes registered with their declared {family} kernel ids",
+        time.perf_counter() - t,
+    )
 
 
 def summary_lines(profile: str, outcomes: list[Outcome], root: Path, run_id: str) -> list[str]:
@@ -281,18 +324,24 @@ def summary_lines(profile: str, outcomes: list[Outcome], root: Path, run_id: str
     if c10:
         ti, gi = c10.get("train_infer") or {}, c10.get("gradient_invariance") or {}
         if ti:
-            lines.append(f"  train/infer    max |Δlogp| {ti['max_abs_dlogp']:.3e} — {'bitwise' if ti['bitwise'] else 'NOT bitwise'} "
-                         f"(teacher forcing vs prefill + decode, B=4 and B=1; model {c10.get('model')}, {c10.get('mode')})")
+            lines.append(
+                f"  train/infer    max |Δlogp| {ti['max_abs_dlogp']:.3e} — {'bitwise' if ti['bitwise'] else 'NOT bitwise'} "
+                f"(teacher forcing vs prefill + decode, B=4 and B=1; model {c10.get('model')}, {c10.get('mode')})"
+            )
         if gi:
-            lines.append(f"  gradients      {gi['min_bitwise']} of {gi['of']} parameters bitwise in every one of {gi['cells']} cells "
-                         f"(compared as {c10.get('grad_compare')})")
+            lines.append(
+                f"  gradients      {gi['min_bitwise']} of {gi['of']} parameters bitwise in every one of {gi['cells']} cells "
+                f"(compared as {c10.get('grad_compare')})"
+            )
         lines.append(f"  first_drift    {c10.get('first_drift') or 'null'}")
     if neg:
         ti = neg.get("train_infer") or {}
         fd = neg.get("first_drift") or {}
-        lines.append(f"  neg. control   {NEGATIVE_CONTROL}: {'red as required' if not neg['passed'] else 'GREEN (the gate could not fail!)'}"
-                     f" — train/infer max |Δlogp| {ti.get('max_abs_dlogp', float('nan')):.3e}; first drift "
-                     f"{fd.get('cell')} layer {fd.get('layer')} {fd.get('node')} ({fd.get('tokens_differ')} tokens)")
+        lines.append(
+            f"  neg. control   {NEGATIVE_CONTROL}: {'red as required' if not neg['passed'] else 'GREEN (the gate could not fail!)'}"
+            f" — train/infer max |Δlogp| {ti.get('max_abs_dlogp', float('nan')):.3e}; first drift "
+            f"{fd.get('cell')} layer {fd.get('layer')} {fd.get('node')} ({fd.get('tokens_differ')} tokens)"
+        )
     return lines
 
 
@@ -306,15 +355,20 @@ def _guarded(step: Step, check, announce=None) -> Outcome:
             announce()
         return check()
     except Stopped as exc:
-        return Outcome(step, "red", f"{exc} during this step; the steps after it were not run", time.perf_counter() - t,
-                       {"stopped": True})
+        return Outcome(
+            step,
+            "red",
+            f"{exc} during this step; the steps after it were not run",
+            time.perf_counter() - t,
+            {"stopped": True},
+        )
 
 
 def flow(profile: str, args, tests_done: dict, outcomes: list[Outcome] | None = None) -> tuple[int, list[Outcome]]:
     import ws1_accel
 
     static, device = steps_for(profile, args)
-    outcomes = [] if outcomes is None else outcomes   # the caller's list: what finished survives a SIGTERM between steps
+    outcomes = [] if outcomes is None else outcomes  # the caller's list: what finished survives a SIGTERM between steps
     total = len(static) + len(device)
     n = 0
 
@@ -324,9 +378,12 @@ def flow(profile: str, args, tests_done: dict, outcomes: list[Outcome] | None = 
         print(f"\n[{profile} {n}/{total}] {title}", flush=True)
 
     def tail(o: Outcome) -> None:
-        print(f"   → {o.status.upper() if o.status == 'red' else o.status}  {o.detail[:200]}  ({o.seconds:.1f}s)", flush=True)
+        print(
+            f"   → {o.status.upper() if o.status == 'red' else o.status}  {o.detail[:200]}  ({o.seconds:.1f}s)",
+            flush=True,
+        )
 
-    for s in static:          # both static gates run: they need no device, and each red is reported
+    for s in static:  # both static gates run: they need no device, and each red is reported
         o = _guarded(s, lambda s=s: run_gate(s, profile, args), lambda s=s: head(s.title))
         outcomes.append(o)
         tail(o)
@@ -336,14 +393,23 @@ def flow(profile: str, args, tests_done: dict, outcomes: list[Outcome] | None = 
     why = ws1_accel.unavailable_reason(profile)
     if why is not None:
         reds = f"; static gates red: {', '.join(static_red)}" if static_red else "; static gates green"
-        print(f"\nws1 c11_ci: {profile} needs a {ws1_accel.device_type_of(profile)} device: {why}{reds} — "
-              "the rest of the flow must run on the profile's own host", file=sys.stderr, flush=True)
+        print(
+            f"\nws1 c11_ci: {profile} needs a {ws1_accel.device_type_of(profile)} device: {why}{reds} — "
+            "the rest of the flow must run on the profile's own host",
+            file=sys.stderr,
+            flush=True,
+        )
         outcomes.append(Outcome(Step("device", "device"), "red", f"not executed on this host: {why}", 0.0))
-        return (1 if static_red else 2), outcomes   # a red static gate wins over the absent device
+        return (1 if static_red else 2), outcomes  # a red static gate wins over the absent device
     if static_red and not args.keep_going:
-        print(f"\nws1 c11_ci: {profile}: stopped after the static gates: {', '.join(static_red)} red", file=sys.stderr, flush=True)
+        print(
+            f"\nws1 c11_ci: {profile}: stopped after the static gates: {', '.join(static_red)} red",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1, outcomes
     for s in device:
+
         def announce(s=s) -> None:
             head(s.title)
 
@@ -351,9 +417,11 @@ def flow(profile: str, args, tests_done: dict, outcomes: list[Outcome] | None = 
             o = _guarded(s, lambda: build_check(profile), announce)
         elif s.key == "linkage":
             o = _guarded(s, lambda: linkage_check(profile), announce)
-        elif s.key == "tests" and tuple(s.cmd) in tests_done:   # one suite per run (the device suites per profile)
+        elif s.key == "tests" and tuple(s.cmd) in tests_done:  # one suite per run (the device suites per profile)
             announce()
-            o = Outcome(s, tests_done[tuple(s.cmd)].status, "ran once for this run: " + tests_done[tuple(s.cmd)].detail, 0.0)
+            o = Outcome(
+                s, tests_done[tuple(s.cmd)].status, "ran once for this run: " + tests_done[tuple(s.cmd)].detail, 0.0
+            )
         else:
             o = _guarded(s, lambda s=s: run_gate(s, profile, args), announce)
             if s.key == "tests":
@@ -365,7 +433,7 @@ def flow(profile: str, args, tests_done: dict, outcomes: list[Outcome] | None = 
             print(f"\nws1 c11_ci: {profile}: stopped at {s.title}: {o.detail}", file=sys.stderr, flush=True)
             return 1, outcomes
     red = [o.step.title for o in outcomes if o.status != "green"]
-    if red:   # --keep-going: every step ran; the flow is red from its first red step on
+    if red:  # --keep-going: every step ran; the flow is red from its first red step on
         print(f"\nws1 c11_ci: {profile}: red (kept going): {', '.join(red)}", file=sys.stderr, flush=True)
     return (1 if red else 0), outcomes
 
@@ -386,24 +454,52 @@ def write_c11(profile: str, outcomes: list[Outcome], args, code: int, t0: float)
 
     c = load_contract()
     m = load_manifest(contract=c)
-    cells = [Cell(id=o.step.key, judgment="ci_step", status="red" if o.status != "green" else "green", detail=o.detail,
-                  extra={"title": o.step.title, "seconds": round(o.seconds, 1), **o.extra}) for o in outcomes]
+    cells = [
+        Cell(
+            id=o.step.key,
+            judgment="ci_step",
+            status="red" if o.status != "green" else "green",
+            detail=o.detail,
+            extra={"title": o.step.title, "seconds": round(o.seconds, 1), **o.extra},
+        )
+        for o in outcomes
+    ]
     sha, dirty = git_state()
-    return write_evidence("c11_ci", profile, cells, host_provenance(profile), contract_fingerprint=c.fingerprint,
-                          fixture_hash=m.fixture_identity_sha256, git_sha=sha, dirty=dirty, root=args.evidence_root,
-                          extra={"exit_code": code, "wall_time_s": round(time.perf_counter() - t0, 1), "model": args.model,
-                                 "stopped_at": next((o.step.key for o in outcomes if o.status != "green"), None)})
+    return write_evidence(
+        "c11_ci",
+        profile,
+        cells,
+        host_provenance(profile),
+        contract_fingerprint=c.fingerprint,
+        fixture_hash=m.fixture_identity_sha256,
+        git_sha=sha,
+        dirty=dirty,
+        root=args.evidence_root,
+        extra={
+            "exit_code": code,
+            "wall_time_s": round(time.perf_counter() - t0, 1),
+            "model": args.model,
+            "stopped_at": next((o.step.key for o in outcomes if o.status != "green"), None),
+        },
+    )
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="c11_ci", description="C11: the per-host flow, in order, stopping at the first red gate")
+    ap = argparse.ArgumentParser(
+        prog="c11_ci", description="C11: the per-host flow, in order, stopping at the first red gate"
+    )
     ap.add_argument("profiles", nargs="+", help="the profiles this host proves (explicit: no default)")
     ap.add_argument("--model", default=DEFAULT_MODEL, help=f"C10's model preset (default {DEFAULT_MODEL})")
     ap.add_argument("--c6-models", default=C6_MODELS, help=f"C6's model-level presets (default {C6_MODELS})")
-    ap.add_argument("--skip-tests", action="store_true", help="skip the test step (developer iterations; CI never skips)")
-    ap.add_argument("--keep-going", action="store_true",
-                    help="run every step after a red one too (the verdict stays red from the first red step): a device "
-                         "host's scarce minutes then return the verdict of every gate (ci/gpu_check.sh)")
+    ap.add_argument(
+        "--skip-tests", action="store_true", help="skip the test step (developer iterations; CI never skips)"
+    )
+    ap.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="run every step after a red one too (the verdict stays red from the first red step): a device "
+        "host's scarce minutes then return the verdict of every gate (ci/gpu_check.sh)",
+    )
     ap.add_argument("--evidence-dir", default=None, help="evidence root (default $WS1_EVIDENCE_DIR or ./evidence)")
     ap.add_argument("--json", action="store_true", help="print the C11 records as JSON at the end")
     args = ap.parse_args(argv)
@@ -414,7 +510,10 @@ def main(argv=None) -> int:
     args.evidence_root = Path(args.evidence_dir) if args.evidence_dir else evidence_root()
     unknown = [p for p in args.profiles if p not in ws1_accel.PROFILE_FAMILY]
     if unknown:
-        print(f"ws1 c11_ci: unknown profile(s) {unknown}; expected some of {sorted(ws1_accel.PROFILE_FAMILY)}", file=sys.stderr)
+        print(
+            f"ws1 c11_ci: unknown profile(s) {unknown}; expected some of {sorted(ws1_accel.PROFILE_FAMILY)}",
+            file=sys.stderr,
+        )
         return 2
     # always a fresh id: every gate process inherits it and writes it into its record
     args.run_id = os.environ["WS1_RUN_ID"] = new_run_id()
@@ -423,28 +522,49 @@ def main(argv=None) -> int:
     stopped = False
     for profile in args.profiles:
         t0 = time.perf_counter()
-        if stopped:   # a profile the stopped run never reached: a red record that says so, not a missing one
-            rc, outcomes = 1, [Outcome(Step("stopped", "stopped"), "red",
-                                       "not run: the flow was stopped by SIGTERM (the caller's time limit) before it", 0.0)]
+        if stopped:  # a profile the stopped run never reached: a red record that says so, not a missing one
+            rc, outcomes = (
+                1,
+                [
+                    Outcome(
+                        Step("stopped", "stopped"),
+                        "red",
+                        "not run: the flow was stopped by SIGTERM (the caller's time limit) before it",
+                        0.0,
+                    )
+                ],
+            )
         else:
             outcomes = []
             try:
                 rc, outcomes = flow(profile, args, tests_done, outcomes)
-            except Stopped as exc:   # arrived between two steps (outside a step's guard): the steps done are kept
+            except Stopped as exc:  # arrived between two steps (outside a step's guard): the steps done are kept
                 rc = 1
-                outcomes.append(Outcome(Step("stopped", "stopped"), "red", f"{exc} between steps; the steps after were not run",
-                                        0.0, {"stopped": True}))
+                outcomes.append(
+                    Outcome(
+                        Step("stopped", "stopped"),
+                        "red",
+                        f"{exc} between steps; the steps after were not run",
+                        0.0,
+                        {"stopped": True},
+                    )
+                )
             stopped = any(o.extra.get("stopped") for o in outcomes)
         path = write_c11(profile, outcomes, args, rc, t0)
         md, hp = write_report(args.evidence_root / profile, run_id=args.run_id)
         records.append(json.loads(path.read_text()))
         verdict = {0: "PASS", 1: "FAIL", 2: "NOT EXECUTED (device absent)"}[rc]
-        screen = [f"\n══ WS1 C11 · {profile} — {verdict} in {time.perf_counter() - t0:.0f}s ══",
-                  f"  {'step':<40} {'status':<7} {'time':>7}  detail"]
+        screen = [
+            f"\n══ WS1 C11 · {profile} — {verdict} in {time.perf_counter() - t0:.0f}s ══",
+            f"  {'step':<40} {'status':<7} {'time':>7}  detail",
+        ]
         for o in outcomes:
             screen.append(f"  {o.step.title[:40]:<40} {o.status:<7} {o.seconds:>6.1f}s  {o.detail[:70]}")
         screen += summary_lines(profile, outcomes, args.evidence_root, args.run_id)
-        screen += [f"  evidence       {args.evidence_root / profile}/ (run {args.run_id})", f"  report         {md}  ·  {hp}"]
+        screen += [
+            f"  evidence       {args.evidence_root / profile}/ (run {args.run_id})",
+            f"  report         {md}  ·  {hp}",
+        ]
         screens.append("\n".join(screen))
         code = 1 if 1 in (code, rc) else max(code, rc)
     signal.signal(signal.SIGTERM, old_sigterm)

@@ -73,11 +73,22 @@ def wheel_meta(whl: Path) -> tuple[str, Version, list[Requirement]]:
     return canonicalize_name(name), ver, reqs
 
 
-def select(resolved: dict[str, tuple[Version, list[Requirement]]], inventory: dict[str, Version | None],
-           wanted: list[str], python: str) -> dict[str, str]:
+def select(
+    resolved: dict[str, tuple[Version, list[Requirement]]],
+    inventory: dict[str, Version | None],
+    wanted: list[str],
+    python: str,
+) -> dict[str, str]:
     """project -> why it is carried (absent from the dict: the host's own copy serves)."""
-    env = {"python_version": python, "python_full_version": python + ".0", "sys_platform": "linux",
-           "platform_system": "Linux", "platform_machine": "x86_64", "implementation_name": "cpython", "extra": ""}
+    env = {
+        "python_version": python,
+        "python_full_version": python + ".0",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "implementation_name": "cpython",
+        "extra": "",
+    }
     specs: dict[str, list] = {}
     for top in wanted:
         r = Requirement(top)
@@ -117,31 +128,73 @@ def main(argv=None) -> int:
     wanted = top_level(Path(args.needs), ROOT / "requirements" / "cpu.txt")
     inventory = read_inventory(Path(args.host))
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--only-binary=:all:",
-               "--python-version", args.python, "--implementation", "cp", *[a for p in PLATFORMS for a in ("--platform", p)],
-               "-d", tmp, *wanted]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--disable-pip-version-check",
+            "--only-binary=:all:",
+            "--python-version",
+            args.python,
+            "--implementation",
+            "cp",
+            *[a for p in PLATFORMS for a in ("--platform", p)],
+            "-d",
+            tmp,
+            *wanted,
+        ]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
-            print(f"gpu_wheels: pip could not resolve {wanted} for Python {args.python}: {r.stderr.strip().splitlines()[-1:]}",
-                  file=sys.stderr)
+            print(
+                f"gpu_wheels: pip could not resolve {wanted} for Python {args.python}: {r.stderr.strip().splitlines()[-1:]}",
+                file=sys.stderr,
+            )
             return 1
         wheels = {wheel_meta(w)[0]: (w, *wheel_meta(w)[1:]) for w in sorted(Path(tmp).glob("*.whl"))}
         keep = select({n: (v, reqs) for n, (_w, v, reqs) in wheels.items()}, inventory, wanted, args.python)
         # headers-only projects (requirements/cutlass.txt: CUTLASS for kernels-cuda's sm_90a GEMM build): the wheel
         # alone, --no-deps (its Python side is never imported), carried unless the host has that very version
         hdr = Path(tmp) / "headers"
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-                            "-d", str(hdr), "-r", str(ROOT / "requirements" / "cutlass.txt")], capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "-d",
+                str(hdr),
+                "-r",
+                str(ROOT / "requirements" / "cutlass.txt"),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode != 0:
-            print(f"gpu_wheels: pip could not fetch requirements/cutlass.txt: {r.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+            print(
+                f"gpu_wheels: pip could not fetch requirements/cutlass.txt: {r.stderr.strip().splitlines()[-1:]}",
+                file=sys.stderr,
+            )
             return 1
         for w in sorted(hdr.glob("*.whl")):
             name, ver, _reqs = wheel_meta(w)
             wheels[name] = (w, ver, [])
             if inventory.get(name) != ver:
                 keep[name] = "headers for the kernels-cuda build (--no-deps)"
-        rows = [{"project": n, "version": str(wheels[n][1]), "wheel": wheels[n][0].name, "carried": n in keep,
-                 "why": keep.get(n, "the host has it")} for n in sorted(wheels)]
+        rows = [
+            {
+                "project": n,
+                "version": str(wheels[n][1]),
+                "wheel": wheels[n][0].name,
+                "carried": n in keep,
+                "why": keep.get(n, "the host has it"),
+            }
+            for n in sorted(wheels)
+        ]
         if not args.dry_run:
             dest = Path(args.dest)
             if dest.exists():
@@ -152,10 +205,14 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps({"wanted": wanted, "python": args.python, "wheels": rows}, indent=1))
     else:
-        print(f"gpu_wheels: {len(keep)} of {len(rows)} resolved projects carried into {args.dest}"
-              f"{' (dry run)' if args.dry_run else ''}  (needs: {', '.join(wanted)}; host: {Path(args.host).name})")
+        print(
+            f"gpu_wheels: {len(keep)} of {len(rows)} resolved projects carried into {args.dest}"
+            f"{' (dry run)' if args.dry_run else ''}  (needs: {', '.join(wanted)}; host: {Path(args.host).name})"
+        )
         for row in rows:
-            print(f"  {'carry' if row['carried'] else 'skip ':<5} {row['project']:<20} {row['version']:<12} {row['why']}")
+            print(
+                f"  {'carry' if row['carried'] else 'skip ':<5} {row['project']:<20} {row['version']:<12} {row['why']}"
+            )
     return 0
 
 

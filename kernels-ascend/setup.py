@@ -17,6 +17,7 @@ Fail closed: without CANN (ASCEND_HOME_PATH / bisheng) or torch_npu the build pr
 is missing and how to set it, and exits with status 2 — never a CPU build under the ascend name. The host
 emulator build (CI, no CANN) is a separate package: kernels-ascend/emu.
 """
+
 import glob
 import os
 import shutil
@@ -31,8 +32,10 @@ LIBS = ("ascendcl", "runtime")
 # the extension (register_npu.cpp) reads the SoC's core counts through PlatformAscendCManager, which needs CANN's
 # tiling_api and platform libraries (asc-devkit docs/zh/api/Utils-API/平台信息获取/PlatformAscendCManager.md)
 PLATFORM_LIBS = ("tiling_api", "platform")
-HOW = ("run `source /usr/local/Ascend/ascend-toolkit/set_env.sh` (or export ASCEND_HOME_PATH=<CANN toolkit>/latest); "
-       "WS1_NPU_ARCH selects the target (default dav-2201 = Atlas A2/A3)")
+HOW = (
+    "run `source /usr/local/Ascend/ascend-toolkit/set_env.sh` (or export ASCEND_HOME_PATH=<CANN toolkit>/latest); "
+    "WS1_NPU_ARCH selects the target (default dav-2201 = Atlas A2/A3)"
+)
 
 
 def _fail(what: str) -> None:
@@ -55,8 +58,10 @@ def _cann() -> tuple[str, str]:
             _fail(f"lib{lib}.so not found in {home}/lib64 (the CANN runtime the kernel launches link against)")
     for lib in PLATFORM_LIBS:
         if not any(os.path.isfile(os.path.join(home, "lib64", f"lib{lib}.{x}")) for x in ("so", "a")):
-            _fail(f"lib{lib}.so / .a not found in {home}/lib64 (PlatformAscendCManager, which sizes the launches from the "
-                  "SoC's core counts)")
+            _fail(
+                f"lib{lib}.so / .a not found in {home}/lib64 (PlatformAscendCManager, which sizes the launches from the "
+                "SoC's core counts)"
+            )
     return home, bisheng
 
 
@@ -77,13 +82,35 @@ def _extension():
             lib = os.path.join(lib_dir, "libws1_ascend_kernels.so")
             sources = sorted(glob.glob(os.path.join(HERE, "csrc", "*.asc")))
             lib64 = os.path.join(home, "lib64")
-            cmd = [bisheng, "-x", "asc", f"--npu-arch={ARCH}", "--cce-auto-sync=on", "-O2", "-std=c++17", "-fPIC",
-                   "-shared", "-I", os.path.join(HERE, "csrc"), "-I", os.path.join(home, "include"), *sources,
-                   "-L", lib64, f"-Wl,-rpath,{lib64}", *(f"-l{x}" for x in LIBS), "-o", lib]
+            cmd = [
+                bisheng,
+                "-x",
+                "asc",
+                f"--npu-arch={ARCH}",
+                "--cce-auto-sync=on",
+                "-O2",
+                "-std=c++17",
+                "-fPIC",
+                "-shared",
+                "-I",
+                os.path.join(HERE, "csrc"),
+                "-I",
+                os.path.join(home, "include"),
+                *sources,
+                "-L",
+                lib64,
+                f"-Wl,-rpath,{lib64}",
+                *(f"-l{x}" for x in LIBS),
+                "-o",
+                lib,
+            ]
             print(" ".join(cmd))
             if subprocess.call(cmd) != 0:
-                print(f"ws1-kernels-ascend: bisheng failed compiling csrc/*.asc for {ARCH} (needs CANN >= 8.3.RC1: "
-                      "an 8.0-era bisheng knows -xcce --cce-soc-version, not -x asc --npu-arch)", file=sys.stderr)
+                print(
+                    f"ws1-kernels-ascend: bisheng failed compiling csrc/*.asc for {ARCH} (needs CANN >= 8.3.RC1: "
+                    "an 8.0-era bisheng knows -xcce --cce-soc-version, not -x asc --npu-arch)",
+                    file=sys.stderr,
+                )
                 sys.exit(1)
             super().run()
             for ext in self.extensions:  # the kernel library next to the extension that loads it ($ORIGIN)

@@ -18,6 +18,7 @@ Build time is mostly the headers each unit parses: kernel files include the few 
 ws1_cpu.h names (never <torch/extension.h>), files that touch no tensor include none, and pybind11 is
 only in module.cpp (README.md, "Build time").
 """
+
 import glob
 import os
 

@@ -21,6 +21,7 @@ Numerics-critical flags (docs/cuda.md):
   ``WS1_CUDA_WERROR=0`` drops the two ``-Werror`` (warnings stay visible): only for a host whose torch
   headers warn under this nvcc (ci/gpu_check.sh retries with it and keeps the strict build's failure red).
 """
+
 import glob
 import os
 import sys
@@ -37,10 +38,14 @@ try:
     import torch
     from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CUDAExtension
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    _fail(f"torch is not importable here ({exc}); install a CUDA build of torch first and build with --no-build-isolation")
+    _fail(
+        f"torch is not importable here ({exc}); install a CUDA build of torch first and build with --no-build-isolation"
+    )
 
 if torch.version.cuda is None:
-    _fail(f"torch {torch.__version__} is a CPU-only build; a CUDA build of torch is needed (bash ci/setup_cuda_build.sh)")
+    _fail(
+        f"torch {torch.__version__} is a CPU-only build; a CUDA build of torch is needed (bash ci/setup_cuda_build.sh)"
+    )
 if CUDA_HOME is None or not os.path.isfile(os.path.join(CUDA_HOME, "bin", "nvcc")):
     _fail("no nvcc: set CUDA_HOME to a CUDA toolkit (e.g. /usr/local/cuda-13.0) or put nvcc on PATH")
 
@@ -52,10 +57,14 @@ SUPPORTED = {"80", "90a"}  # the archs the kernels are written and resource-chec
 def _archs(spec: str) -> list[str]:
     """``WS1_CUDA_ARCHS`` ("80,90a", "90a", "sm_90a"): the -gencode list. A GPU host builds for its own arch
     alone (half the compile time); the default stays both. No PTX is embedded for any arch."""
-    want = [a.strip().lower().removeprefix("sm_").removeprefix("sm") for a in spec.replace(" ", ",").split(",") if a.strip()]
+    want = [
+        a.strip().lower().removeprefix("sm_").removeprefix("sm") for a in spec.replace(" ", ",").split(",") if a.strip()
+    ]
     bad = [a for a in want if a not in SUPPORTED]
     if not want or bad:
-        _fail(f"WS1_CUDA_ARCHS={spec!r}: expected a comma list of {sorted(SUPPORTED)} (e.g. 90a), got {bad or 'nothing'}")
+        _fail(
+            f"WS1_CUDA_ARCHS={spec!r}: expected a comma list of {sorted(SUPPORTED)} (e.g. 90a), got {bad or 'nothing'}"
+        )
     return [f for a in dict.fromkeys(want) for f in ("-gencode", f"arch=compute_{a},code=sm_{a}")]
 
 
@@ -79,7 +88,9 @@ ARCHS = _archs(os.environ.get("WS1_CUDA_ARCHS", DEFAULT_ARCHS))
 SM90 = "arch=compute_90a,code=sm_90a" in ARCHS
 CUTLASS = cutlass_include()
 if SM90 and CUTLASS is None:
-    _fail("no CUTLASS headers for the sm_90a GEMM: pip install --no-deps nvidia-cutlass==4.2.0.0 (or set WS1_CUTLASS_INCLUDE)")
+    _fail(
+        "no CUTLASS headers for the sm_90a GEMM: pip install --no-deps nvidia-cutlass==4.2.0.0 (or set WS1_CUTLASS_INCLUDE)"
+    )
 GEMM_FLAGS = ["-isystem", CUTLASS, "-DNDEBUG"] if SM90 else ["-DWS1_NO_SM90_GEMM"]
 STRICT = os.environ.get("WS1_CUDA_WERROR", "1") != "0"
 sources = sorted(glob.glob(os.path.join("csrc", "*.cu"))) + [os.path.join("csrc", "ws1_cuda.cpp")]
@@ -92,8 +103,14 @@ setup(
             include_dirs=[os.path.join(here, "csrc")],
             extra_compile_args={
                 "cxx": ["-O3", "-std=c++20", "-Wall", *(["-Werror"] if STRICT else [])],
-                "nvcc": ["-O3", "-std=c++20", "-fmad=false", *(["-Werror", "all-warnings"] if STRICT else []), *GEMM_FLAGS,
-                         *ARCHS],
+                "nvcc": [
+                    "-O3",
+                    "-std=c++20",
+                    "-fmad=false",
+                    *(["-Werror", "all-warnings"] if STRICT else []),
+                    *GEMM_FLAGS,
+                    *ARCHS,
+                ],
             },
         )
     ],

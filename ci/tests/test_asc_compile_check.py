@@ -34,11 +34,13 @@ def fake_checkout(root: Path) -> Path:
     for d in ("include/basic_api", "include/adv_api", "impl/utils", "impl/basic_api/utils", "impl/basic_api/dav_c220"):
         (asc / d).mkdir(parents=True, exist_ok=True)
     (asc / "include/kernel_operator.h").write_text(
-        "#pragma once\n#define KERNEL_TASK_TYPE_DEFAULT(x)\nnamespace AscendC { inline int Twice(int x) { return 2 * x; } }\n")
+        "#pragma once\n#define KERNEL_TASK_TYPE_DEFAULT(x)\nnamespace AscendC { inline int Twice(int x) { return 2 * x; } }\n"
+    )
     (asc / "include/basic_api/kernel_tpipe.h").write_text("#pragma once\n")
     (asc / "impl/utils/sys_macros.h").write_text("#pragma once\n")
     (asc / "impl/basic_api/utils/kernel_utils_macros.h").write_text(
-        "enum KernelMetaType : unsigned char { KERNEL_TYPE_AIV_ONLY, KERNEL_TYPE_AIC_ONLY };\n")
+        "enum KernelMetaType : unsigned char { KERNEL_TYPE_AIV_ONLY, KERNEL_TYPE_AIC_ONLY };\n"
+    )
     return asc
 
 
@@ -52,12 +54,16 @@ def fake_kernels(root: Path, units: dict[str, str]) -> Path:
     return k
 
 
-GOOD = ('#include "kernel_operator.h"\n'
-        'extern "C" __global__ __aicore__ void good(int x) {\n'
-        '  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);\n  (void)AscendC::Twice(x);\n}\n')
-BAD = ('#include "kernel_operator.h"\n'
-       'extern "C" __global__ __aicore__ void bad(int x) {\n'
-       '  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);\n  (void)AscendC::Thrice(x);\n}\n')
+GOOD = (
+    '#include "kernel_operator.h"\n'
+    'extern "C" __global__ __aicore__ void good(int x) {\n'
+    "  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);\n  (void)AscendC::Twice(x);\n}\n"
+)
+BAD = (
+    '#include "kernel_operator.h"\n'
+    'extern "C" __global__ __aicore__ void bad(int x) {\n'
+    "  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);\n  (void)AscendC::Thrice(x);\n}\n"
+)
 
 
 def test_missing_path_fails_closed(tmp_path):

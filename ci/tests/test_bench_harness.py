@@ -1,5 +1,6 @@
 """benchmarks/harness.py: the rooflines' ceilings and a benchmark run that keeps what it measured when its time runs
 out. CPU only: the GPU measurement itself runs on a device host (bench_cuda / bench_triton record it)."""
+
 import json
 import os
 import signal
@@ -15,7 +16,7 @@ import harness  # noqa: E402
 
 
 def test_roofline_is_the_slower_of_the_two_ceilings():
-    c = harness.Ceilings(800.0, 3.0, 50 * 2 ** 20, "test")
+    c = harness.Ceilings(800.0, 3.0, 50 * 2**20, "test")
     # 2 GFLOP at 800 TFLOP/s = 2.5 us; 30 MB at 3 TB/s = 10 us: bandwidth-bound
     assert c.roofline_ms(2e9, 30e6) == pytest.approx(0.010)
     # three BF16 GEMMs per product (the FP32 split): 3 x 8 GFLOP = 30 us > 10 us
@@ -38,13 +39,13 @@ def test_the_file_is_rewritten_after_every_group_and_a_spent_deadline_starts_not
     seen = []
 
     def second():
-        seen.append(json.loads(path.read_text()))      # the first group is on disk before the second starts
+        seen.append(json.loads(path.read_text()))  # the first group is on disk before the second starts
         raise ValueError("boom")
 
     run.group("first", lambda: [{"case": "a"}])
     run.group("second", second)
     assert seen[0]["cases"] == [{"case": "a"}] and seen[0]["complete"] is False
-    run.t_end = 0.0                                     # the deadline has passed
+    run.t_end = 0.0  # the deadline has passed
     run.group("third", lambda: pytest.fail("started after its deadline"))
     assert run.finish() is False
     data = json.loads(path.read_text())
@@ -86,14 +87,20 @@ def test_a_run_that_finishes_is_complete(tmp_path):
     path = tmp_path / "b.json"
     run = harness.Run(str(path), _payload, deadline_s=3600)
     run.group("one", lambda: [{"case": "a"}])
-    run.group("two", lambda: (_ for _ in ()).throw(RuntimeError("x")))   # a failed group still ran to its end
+    run.group("two", lambda: (_ for _ in ()).throw(RuntimeError("x")))  # a failed group still ran to its end
     assert run.finish() is True and json.loads(path.read_text())["complete"] is True
 
 
 def test_an_unknown_group_is_one_line_and_exit_2():
     import subprocess
+
     for script, what in (("bench_rl.py", "phase"), ("bench_cuda.py", "group"), ("bench_triton.py", "group")):
-        r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--only", "chain,nope"], capture_output=True,
-                           text=True, timeout=300)
+        r = subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / script), "--only", "chain,nope"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 2 and r.stderr.strip().splitlines() == [
-            f"{script[:-3]}: unknown {what}(s) nope in --only (expected " + r.stderr.split("(expected ")[1].strip()]
+            f"{script[:-3]}: unknown {what}(s) nope in --only (expected " + r.stderr.split("(expected ")[1].strip()
+        ]

@@ -15,21 +15,29 @@ sys.path.insert(0, str(ROOT / "ci"))
 import c11  # noqa: E402
 
 
-@pytest.mark.parametrize("profile,device,code,static", [
-    ("triton_cuda_bf16", "cuda", 2, "static gates green"),
-    # kernels-ascend/ exists and every .asc defines its entry point: C2 green, then the absent NPU -> exit 2
-    ("ascend_bf16", "npu", 2, "static gates green"),
-])
+@pytest.mark.parametrize(
+    "profile,device,code,static",
+    [
+        ("triton_cuda_bf16", "cuda", 2, "static gates green"),
+        # kernels-ascend/ exists and every .asc defines its entry point: C2 green, then the absent NPU -> exit 2
+        ("ascend_bf16", "npu", 2, "static gates green"),
+    ],
+)
 def test_absent_device_after_the_static_gates(tmp_path, profile, device, code, static):
-    p = subprocess.run([sys.executable, str(ROOT / "ci" / "c11.py"), profile, "--evidence-dir", str(tmp_path)],
-                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "ci" / "c11.py"), profile, "--evidence-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert p.returncode == code, p.stderr[-2000:]
     line = [x for x in p.stderr.splitlines() if x.startswith("ws1 c11_ci:")]
     assert len(line) == 1 and f"{profile} needs a {device} device" in line[0] and static in line[0]
     rec = json.loads((tmp_path / profile / "c11_ci.json").read_text())
     assert [c["id"] for c in rec["cells"]] == ["c1_contract", "c2_manifest", "device"]
     assert rec["cells"][-1]["status"] == "red" and "not executed on this host" in rec["cells"][-1]["detail"]
-    assert rec["run_id"].startswith("c11-") and rec["provenance"] is None      # no device: no device provenance
+    assert rec["run_id"].startswith("c11-") and rec["provenance"] is None  # no device: no device provenance
     assert all(c["record"]["run_id"] == rec["run_id"] for c in rec["cells"][:2])  # static steps bound to this run
     assert (tmp_path / profile / "report.md").exists()
 
@@ -65,14 +73,22 @@ sys.exit({0 if passed else 1})
     return [sys.executable, "-c", code]
 
 
-@pytest.mark.parametrize("passed,first_drift,want", [
-    (False, {"cell": "BN/chunked", "layer": 0, "node": "attention", "tokens_differ": 3}, "green"),
-    (True, None, "red"),          # the negative control came out green: the gate could not fail
-    (False, None, "red"),         # red, but with no first_drift: the drift locator did not work
-])
+@pytest.mark.parametrize(
+    "passed,first_drift,want",
+    [
+        (False, {"cell": "BN/chunked", "layer": 0, "node": "attention", "tokens_differ": 3}, "green"),
+        (True, None, "red"),  # the negative control came out green: the gate could not fail
+        (False, None, "red"),  # red, but with no first_drift: the drift locator did not work
+    ],
+)
 def test_negative_control_step_must_be_red_with_a_drift(tmp_path, this_run, passed, first_drift, want):
-    step = c11.Step("c10_negative_control", "neg", _fake_gate(tmp_path, passed, first_drift), "c10_negative_control.json",
-                    expect_red=True)
+    step = c11.Step(
+        "c10_negative_control",
+        "neg",
+        _fake_gate(tmp_path, passed, first_drift),
+        "c10_negative_control.json",
+        expect_red=True,
+    )
     out = c11.run_gate(step, "cpu_bf16", _Args(tmp_path))
     assert out.status == want, out.detail
 
@@ -85,8 +101,11 @@ write_evidence("c7_stateful_kv", "cpu_bf16", [Cell(id="b2/warm", judgment="state
                None, contract_fingerprint="f", fixture_hash="h", git_sha="s", dirty=False, root={str(tmp_path)!r})
 sys.exit(1)
 """
-    out = c11.run_gate(c11.Step("c7_stateful_kv", "C7", [sys.executable, "-c", code], "c7_stateful_kv.json"), "cpu_bf16",
-                       _Args(tmp_path))
+    out = c11.run_gate(
+        c11.Step("c7_stateful_kv", "C7", [sys.executable, "-c", code], "c7_stateful_kv.json"),
+        "cpu_bf16",
+        _Args(tmp_path),
+    )
     assert out.status == "red" and "first red: b2/warm: differs" in out.detail
 
 
@@ -95,13 +114,23 @@ def _old_record(tmp_path, monkeypatch, gate, passed, extra=None):
     from ws1_contract import Cell, write_evidence
 
     monkeypatch.setenv("WS1_RUN_ID", "an-earlier-run")
-    write_evidence(gate, "cpu_bf16", [Cell(id="x", judgment="j", status="green" if passed else "red", detail="old")], None,
-                   contract_fingerprint="f", fixture_hash="h", git_sha="s", dirty=False, root=tmp_path, extra=extra)
+    write_evidence(
+        gate,
+        "cpu_bf16",
+        [Cell(id="x", judgment="j", status="green" if passed else "red", detail="old")],
+        None,
+        contract_fingerprint="f",
+        fixture_hash="h",
+        git_sha="s",
+        dirty=False,
+        root=tmp_path,
+        extra=extra,
+    )
     monkeypatch.setenv("WS1_RUN_ID", _Args.run_id)
 
 
-CRASH = [sys.executable, "-c", "raise SystemExit('boom: crashed before writing its record')"]   # exit 1, no record
-SILENT = [sys.executable, "-c", "pass"]                                                          # exit 0, no record
+CRASH = [sys.executable, "-c", "raise SystemExit('boom: crashed before writing its record')"]  # exit 1, no record
+SILENT = [sys.executable, "-c", "pass"]  # exit 0, no record
 
 
 def test_a_crashed_negative_control_is_red_despite_an_old_red_record(tmp_path, monkeypatch):
@@ -126,8 +155,11 @@ from ws1_contract import Cell, write_evidence
 write_evidence("c7_stateful_kv", "cpu_bf16", [Cell(id="ok", judgment="j", status="green", detail="fine")], None,
                contract_fingerprint="f", fixture_hash="h", git_sha="s", dirty=False, root={str(tmp_path)!r})
 """
-    out = c11.run_gate(c11.Step("c7_stateful_kv", "C7", [sys.executable, "-c", code], "c7_stateful_kv.json"), "cpu_bf16",
-                       _Args(tmp_path))
+    out = c11.run_gate(
+        c11.Step("c7_stateful_kv", "C7", [sys.executable, "-c", code], "c7_stateful_kv.json"),
+        "cpu_bf16",
+        _Args(tmp_path),
+    )
     assert out.status == "green" and out.extra["record"]["run_id"] == "this-run"
     assert read_evidence(tmp_path / "cpu_bf16" / "c7_stateful_kv.json")["run_id"] == "this-run"
 
@@ -140,7 +172,8 @@ def test_red_static_gate_wins_over_the_absent_device(tmp_path, monkeypatch):
 
     class A(_Args):
         skip_tests, model, c6_models = False, "tiny", "tiny"
-    rc, outcomes = c11.flow("ascend_bf16", A(tmp_path), {})     # no NPU here: before, this was exit 2
+
+    rc, outcomes = c11.flow("ascend_bf16", A(tmp_path), {})  # no NPU here: before, this was exit 2
     assert rc == 1 and [o.step.key for o in outcomes] == ["c1_contract", "c2_manifest", "device"]
 
 
@@ -149,23 +182,27 @@ def test_closure_requires_exactly_the_flows_steps():
 
     class A(_Args):
         skip_tests, model, c6_models = False, "tiny", "tiny"
+
     static, device = c11.steps_for("cpu_bf16", A(Path(".")))
     assert tuple(s.key for s in static + device) == REQUIRED_STEPS
 
 
-@pytest.mark.parametrize("profile,cmd_tail", [
-    ("cpu_bf16", ["nox", "-s", "tests_cpu"]),
-    ("cuda_bf16", ["nox", "-s", "tests_device", "--", "cuda_bf16"]),
-    ("triton_cuda_bf16", ["nox", "-s", "tests_device", "--", "triton_cuda_bf16"]),
-    ("ascend_bf16", ["nox", "-s", "tests_device", "--", "ascend_bf16"]),
-])
+@pytest.mark.parametrize(
+    "profile,cmd_tail",
+    [
+        ("cpu_bf16", ["nox", "-s", "tests_cpu"]),
+        ("cuda_bf16", ["nox", "-s", "tests_device", "--", "cuda_bf16"]),
+        ("triton_cuda_bf16", ["nox", "-s", "tests_device", "--", "triton_cuda_bf16"]),
+        ("ascend_bf16", ["nox", "-s", "tests_device", "--", "ascend_bf16"]),
+    ],
+)
 def test_the_test_step_is_cpu_bf16s_suites_on_cpu_and_the_device_tests_elsewhere(tmp_path, profile, cmd_tail):
     class A:
         evidence_root, model, c6_models, skip_tests = tmp_path, "tiny", "tiny", False
 
     _static, device = c11.steps_for(profile, A)
     tests = [s for s in device if s.key == "tests"]
-    assert len(tests) == 1 and tests[0].cmd[-len(cmd_tail):] == cmd_tail
+    assert len(tests) == 1 and tests[0].cmd[-len(cmd_tail) :] == cmd_tail
 
 
 def test_tests_device_refuses_a_cpu_profile_and_exits_2_without_the_device():
@@ -183,13 +220,18 @@ def test_sigterm_mid_flow_keeps_a_red_record_of_every_profile(tmp_path):
     import os
     import signal
 
-    p = subprocess.Popen([sys.executable, str(ROOT / "ci" / "c11.py"), "cpu_bf16", "triton_cuda_bf16", "--evidence-dir",
-                          str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, str(ROOT / "ci" / "c11.py"), "cpu_bf16", "triton_cuda_bf16", "--evidence-dir", str(tmp_path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     seen = []
     for line in p.stdout:
         seen.append(line)
-        if "C1 contract" in line:         # the first gate process has started
+        if "C1 contract" in line:  # the first gate process has started
             os.killpg(p.pid, signal.SIGTERM)
             break
     rest = p.communicate(timeout=120)[0]
@@ -206,6 +248,7 @@ def test_sigterm_mid_flow_keeps_a_red_record_of_every_profile(tmp_path):
 def test_keep_going_runs_every_step_after_a_red_one_and_stays_red(tmp_path, monkeypatch, keep_going):
     """ci/gpu_check.sh runs C11 with --keep-going: a red step (here C3) no longer costs the verdicts of the gates after
     it, and the flow is red all the same; without it the flow stops there (CPU CI: fail fast)."""
+
     def gate(step, profile, args):
         return c11.Outcome(step, "red" if step.key == "c3_forward" else "green", "deliberately red", 0.0)
 
@@ -213,6 +256,7 @@ def test_keep_going_runs_every_step_after_a_red_one_and_stays_red(tmp_path, monk
 
     class A(_Args):
         skip_tests, model, c6_models = True, "tiny", "tiny"
+
     A.keep_going = keep_going
     rc, outcomes = c11.flow("cpu_bf16", A(tmp_path), {})
     keys = [o.step.key for o in outcomes]

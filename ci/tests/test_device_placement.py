@@ -10,10 +10,31 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-FACTORIES = {"tensor", "as_tensor", "arange", "linspace", "zeros", "ones", "full", "empty", "empty_strided", "eye", "rand",
-             "randn", "randint", "randperm"}
-WHERE = ["packages/ws1-accel/src", "packages/ws1-contract/src", "packages/ws1-ops/src", "packages/ws1-kv/src",
-         "packages/ws1-qwen3/src", "packages/ws1-matrix/src", "benchmarks"]
+FACTORIES = {
+    "tensor",
+    "as_tensor",
+    "arange",
+    "linspace",
+    "zeros",
+    "ones",
+    "full",
+    "empty",
+    "empty_strided",
+    "eye",
+    "rand",
+    "randn",
+    "randint",
+    "randperm",
+}
+WHERE = [
+    "packages/ws1-accel/src",
+    "packages/ws1-contract/src",
+    "packages/ws1-ops/src",
+    "packages/ws1-kv/src",
+    "packages/ws1-qwen3/src",
+    "packages/ws1-matrix/src",
+    "benchmarks",
+]
 
 
 def unplaced(root: Path) -> list[str]:
@@ -21,10 +42,15 @@ def unplaced(root: Path) -> list[str]:
     for f in sorted(root.rglob("*.py")):
         src = f.read_text()
         for n in ast.walk(ast.parse(src)):
-            if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in FACTORIES
-                    and isinstance(n.func.value, ast.Name) and n.func.value.id == "torch"):
+            if not (
+                isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute)
+                and n.func.attr in FACTORIES
+                and isinstance(n.func.value, ast.Name)
+                and n.func.value.id == "torch"
+            ):
                 continue
-            if any(k.arg in ("device", None) for k in n.keywords):   # None: **kwargs
+            if any(k.arg in ("device", None) for k in n.keywords):  # None: **kwargs
                 continue
             out.append(f"{f.relative_to(root)}:{n.lineno}: {ast.get_source_segment(src, n)[:100]}")
     return out
@@ -36,5 +62,7 @@ def test_every_factory_call_names_its_device():
 
 
 def test_the_check_sees_an_unplaced_call(tmp_path):
-    (tmp_path / "m.py").write_text("import torch\na = torch.arange(3)\nb = torch.ones(2, device='cpu')\nc = torch.empty(1, **kw)\n")
+    (tmp_path / "m.py").write_text(
+        "import torch\na = torch.arange(3)\nb = torch.ones(2, device='cpu')\nc = torch.empty(1, **kw)\n"
+    )
     assert [x.split(": ", 1)[1] for x in unplaced(tmp_path)] == ["torch.arange(3)"]

@@ -1,4 +1,5 @@
 """ci/gpu_wheels.py's choice of what a GPU host lacks (no network: the resolution is given)."""
+
 import sys
 from pathlib import Path
 
@@ -14,17 +15,25 @@ def R(*reqs):
 
 
 def test_carried_are_the_absent_the_too_old_and_the_unprovable():
-    resolved = {"nox": (Version("2026.10.20"), R("attrs>=24.1", "packaging>=22", "colorlog<7,>=6.6", "tomli>=1; python_version < '3.11'")),
-                "attrs": (Version("26.1.0"), []), "packaging": (Version("26.4"), []), "colorlog": (Version("6.12"), []),
-                "numpy": (Version("2.5.2"), []), "tomli": (Version("2.0"), [])}
+    resolved = {
+        "nox": (
+            Version("2026.10.20"),
+            R("attrs>=24.1", "packaging>=22", "colorlog<7,>=6.6", "tomli>=1; python_version < '3.11'"),
+        ),
+        "attrs": (Version("26.1.0"), []),
+        "packaging": (Version("26.4"), []),
+        "colorlog": (Version("6.12"), []),
+        "numpy": (Version("2.5.2"), []),
+        "tomli": (Version("2.0"), []),
+    }
     inventory = {"attrs": None, "packaging": Version("21.0"), "numpy": Version("2.5.2"), "colorlog": None}
     keep = gpu_wheels.select(resolved, inventory, ["nox==2026.10.20", "numpy"], "3.12")
     assert keep["nox"] == "absent from the host"
     assert keep["attrs"].startswith("host version unknown; required >=24.1")
     assert keep["packaging"].startswith("host has 21.0")
-    assert keep["colorlog"].startswith("host version unknown")          # <7,>=6.6 has a lower bound
-    assert "numpy" not in keep                                          # the host's 2.5.2 serves
-    assert "tomli" in keep                                              # resolved and absent from the host: carried
+    assert keep["colorlog"].startswith("host version unknown")  # <7,>=6.6 has a lower bound
+    assert "numpy" not in keep  # the host's 2.5.2 serves
+    assert "tomli" in keep  # resolved and absent from the host: carried
 
 
 def test_inventory_and_pins(tmp_path):

@@ -9,13 +9,35 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-LIBRARIES = {"ws1_ops": "packages/ws1-ops/src/ws1_ops", "ws1_kv": "packages/ws1-kv/src/ws1_kv",
-             "ws1_qwen3": "packages/ws1-qwen3/src/ws1_qwen3"}
+LIBRARIES = {
+    "ws1_ops": "packages/ws1-ops/src/ws1_ops",
+    "ws1_kv": "packages/ws1-kv/src/ws1_kv",
+    "ws1_qwen3": "packages/ws1-qwen3/src/ws1_qwen3",
+}
 # the contract half of ws1_contract a library may read; the rest is the evidence/gate machinery
-CONTRACT_MODULES = {"ws1_contract.contract", "ws1_contract.manifest", "ws1_contract.compare", "ws1_contract.errors",
-                    "ws1_contract.locate", "ws1_contract._strict"}
-CONTRACT_NAMES = {"AggregateResult", "Comparison", "aggregates", "bitwise", "within_tolerance", "Contract", "Threshold",
-                  "load_contract", "ContractError", "EvidenceError", "Manifest", "Node", "load_manifest"}
+CONTRACT_MODULES = {
+    "ws1_contract.contract",
+    "ws1_contract.manifest",
+    "ws1_contract.compare",
+    "ws1_contract.errors",
+    "ws1_contract.locate",
+    "ws1_contract._strict",
+}
+CONTRACT_NAMES = {
+    "AggregateResult",
+    "Comparison",
+    "aggregates",
+    "bitwise",
+    "within_tolerance",
+    "Contract",
+    "Threshold",
+    "load_contract",
+    "ContractError",
+    "EvidenceError",
+    "Manifest",
+    "Node",
+    "load_manifest",
+}
 ORDER = ["ws1_accel", "ws1_contract", "ws1_ops", "ws1_kv", "ws1_qwen3", "ws1_matrix"]
 
 
@@ -61,10 +83,12 @@ def test_libraries_import_no_gate_machinery_and_depend_one_way():
 
 
 def test_importing_the_libraries_loads_no_gate_module():
-    code = ("import sys, ws1_ops, ws1_kv, ws1_qwen3\n"
-            "import ws1_ops\n"
-            "with ws1_ops.use_profile('cpu_bf16'): pass\n"
-            "print(' '.join(sorted(m for m in sys.modules if m.startswith(('ws1_matrix', 'ws1_contract')))))")
+    code = (
+        "import sys, ws1_ops, ws1_kv, ws1_qwen3\n"
+        "import ws1_ops\n"
+        "with ws1_ops.use_profile('cpu_bf16'): pass\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith(('ws1_matrix', 'ws1_contract')))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     allowed = CONTRACT_MODULES | {"ws1_contract"}
     assert set(out) <= allowed, sorted(set(out) - allowed)
@@ -74,7 +98,11 @@ def test_the_check_sees_a_gate_import(tmp_path):
     """The static check can fail: a library module importing the gate machinery is named."""
     pkg = tmp_path / "ws1_ops"
     pkg.mkdir()
-    (pkg / "bad.py").write_text("from ws1_contract import Cell, bitwise\nfrom ws1_contract.gate import gate_main\nimport ws1_matrix\n")
-    assert _violations("ws1_ops", pkg) == ["bad.py:1: imports ['Cell'] from ws1_contract (evidence/gate machinery)",
-                                          "bad.py:2: imports ws1_contract.gate (evidence/gate machinery)",
-                                          "bad.py:3: ws1_ops imports ws1_matrix (a package above it)"]
+    (pkg / "bad.py").write_text(
+        "from ws1_contract import Cell, bitwise\nfrom ws1_contract.gate import gate_main\nimport ws1_matrix\n"
+    )
+    assert _violations("ws1_ops", pkg) == [
+        "bad.py:1: imports ['Cell'] from ws1_contract (evidence/gate machinery)",
+        "bad.py:2: imports ws1_contract.gate (evidence/gate machinery)",
+        "bad.py:3: ws1_ops imports ws1_matrix (a package above it)",
+    ]

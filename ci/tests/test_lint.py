@@ -8,14 +8,33 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_ruff_is_clean():
-    r = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "."],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
 
 
 def test_ruff_catches_a_planted_unused_import(tmp_path):
     """The check above can fail: the repository's own rules on a file with an unused import."""
     (tmp_path / "planted.py").write_text("import math\n")
-    r = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--config", str(ROOT / "ruff.toml"),
-                        str(tmp_path / "planted.py")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "check",
+            "--no-cache",
+            "--config",
+            str(ROOT / "ruff.toml"),
+            str(tmp_path / "planted.py"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 1 and "F401" in r.stdout, r.stdout + r.stderr

@@ -41,8 +41,11 @@ def _coverage(suites: dict, device_tests: dict) -> tuple[dict, list[str]]:
     """(files in two suites, test files no suite runs) of a SUITES table."""
     device = {str(f.relative_to(ROOT)) for pats in device_tests.values() for pat in pats for f in ROOT.glob(pat)}
     device |= _files([p for pats in device_tests.values() for p in pats if (ROOT / p).is_dir()])
-    every = {str(f.relative_to(ROOT)) for f in ROOT.rglob("test_*.py")
-             if not any(part.startswith(".") or part in ("build", "node_modules") for part in f.relative_to(ROOT).parts)}
+    every = {
+        str(f.relative_to(ROOT))
+        for f in ROOT.rglob("test_*.py")
+        if not any(part.startswith(".") or part in ("build", "node_modules") for part in f.relative_to(ROOT).parts)
+    }
     seen: dict[str, list[str]] = {}
     for name, s in suites.items():
         for f in _files(s["paths"], s.get("ignore", [])):
@@ -76,7 +79,12 @@ def test_the_cpu_step_runs_cpu_bf16s_suites_and_no_other_profiles():
     others = set().union(*(_files(s["paths"]) for n, s in nf.SUITES.items() if n != "cpu"))
     assert files and not files & others
     # every profile's CPU-side checks are some suite's
-    assert {p for s in nf.SUITES.values() for p in s["profiles"]} == {"cpu_bf16", "cuda_bf16", "ascend_bf16", "triton_cuda_bf16"}
+    assert {p for s in nf.SUITES.values() for p in s["profiles"]} == {
+        "cpu_bf16",
+        "cuda_bf16",
+        "ascend_bf16",
+        "triton_cuda_bf16",
+    }
 
 
 class _Args:
@@ -94,14 +102,24 @@ def _step(tmp_path, record: dict | None, rc: int):
 
 
 def _rec(**over):
-    return {"suites": ["cpu"], "passed": True, "record_id": "this-run",
-            "processes": [{"suites": ["cpu"], "exit_code": 0, "counts": {"tests": 700, "failures": 0, "errors": 0, "skipped": 3}}],
-            **over}
+    return {
+        "suites": ["cpu"],
+        "passed": True,
+        "record_id": "this-run",
+        "processes": [
+            {"suites": ["cpu"], "exit_code": 0, "counts": {"tests": 700, "failures": 0, "errors": 0, "skipped": 3}}
+        ],
+        **over,
+    }
 
 
 def test_the_cpu_test_step_names_its_suites_and_is_bound_to_this_runs_record(tmp_path):
     o = _step(tmp_path, _rec(), 0)
-    assert o.status == "green" and o.extra["suites"] == ["cpu"] and "suites cpu — 700 tests, 0 failed, 3 skipped" in o.detail
-    assert _step(tmp_path, None, 0).status == "red"                            # exit 0 but no record: red
-    assert _step(tmp_path, _rec(record_id="an-older-run"), 0).status == "red"   # another run's record never stands in
+    assert (
+        o.status == "green"
+        and o.extra["suites"] == ["cpu"]
+        and "suites cpu — 700 tests, 0 failed, 3 skipped" in o.detail
+    )
+    assert _step(tmp_path, None, 0).status == "red"  # exit 0 but no record: red
+    assert _step(tmp_path, _rec(record_id="an-older-run"), 0).status == "red"  # another run's record never stands in
     assert _step(tmp_path, _rec(passed=False), 1).status == "red"

@@ -5,6 +5,7 @@ One translation unit (csrc/register_emu.cpp includes every .asc). Numerics flags
 ``-ffp-contract=off`` (no FMA the source does not write: the emulated vector instructions are one IEEE op
 each) and no ``-ffast-math``. ``-O2``: the emulator is about logic, not speed (build ~1 min on 2 cores).
 """
+
 import os
 
 from setuptools import setup

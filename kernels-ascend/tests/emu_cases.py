@@ -23,10 +23,10 @@ EPS = 1e-6
 @dataclass
 class Case:
     op: str
-    rows: list[torch.Tensor]       # row inputs [n, ...]
-    params: list[torch.Tensor]     # shared inputs
-    fwd: Callable                  # (*rows, *params) -> output tensor [n, ...]
-    ref: Callable                  # (*rows, *params) -> FP32 reference
+    rows: list[torch.Tensor]  # row inputs [n, ...]
+    params: list[torch.Tensor]  # shared inputs
+    fwd: Callable  # (*rows, *params) -> output tensor [n, ...]
+    ref: Callable  # (*rows, *params) -> FP32 reference
 
 
 def make(op: str, n: int, seed: int = 0) -> Case:
@@ -40,30 +40,51 @@ def make(op: str, n: int, seed: int = 0) -> Case:
         ids = torch.randint(0, V, (n,), generator=g)
         return Case(op, [ids], [r(V, H)], lambda i, w: E.embedding(i, w), reference.embedding)
     if op == "rms_norm":
-        return Case(op, [r(n, 4200, scale=3, dtype=F32)], [r(4200)], lambda x, w: E.rms_norm(x, w, EPS)[0],
-                    lambda x, w: reference.rms_norm(x, w, EPS))
+        return Case(
+            op,
+            [r(n, 4200, scale=3, dtype=F32)],
+            [r(4200)],
+            lambda x, w: E.rms_norm(x, w, EPS)[0],
+            lambda x, w: reference.rms_norm(x, w, EPS),
+        )
     if op == "qk_norm":
-        return Case(op, [r(n, 4, 128, scale=2)], [r(128)], lambda x, w: E.qk_norm(x, w, EPS)[0],
-                    lambda x, w: reference.qk_norm(x, w, EPS))
+        return Case(
+            op,
+            [r(n, 4, 128, scale=2)],
+            [r(128)],
+            lambda x, w: E.qk_norm(x, w, EPS)[0],
+            lambda x, w: reference.qk_norm(x, w, EPS),
+        )
     if op == "det_gemm":
         return Case(op, [r(n, 200)], [r(150, 200, scale=0.07)], lambda x, w: E.det_gemm(x, w), reference.det_gemm)
     if op == "lm_head":
         return Case(op, [r(n, 136)], [r(260, 136, scale=0.09)], lambda x, w: E.lm_head(x, w), reference.lm_head)
     if op == "rope":
         pos = torch.randint(0, 40960, (n,), generator=g)
-        return Case(op, [r(n, 2, 128), pos], [], lambda x, p: E.rope(x, p, 1e6, False),
-                    lambda x, p: reference.rope(x, p, 1e6))
+        return Case(
+            op, [r(n, 2, 128), pos], [], lambda x, p: E.rope(x, p, 1e6, False), lambda x, p: reference.rope(x, p, 1e6)
+        )
     if op == "silu":
         return Case(op, [r(n, 4200, scale=3)], [], lambda x: E.silu(x), reference.silu)
     if op == "swiglu":
         return Case(op, [r(n, 4200, scale=3), r(n, 4200, scale=2)], [], lambda a, b: E.swiglu(a, b), reference.swiglu)
     if op == "logprob":
         V = 5000
-        return Case(op, [r(n, V, scale=4, dtype=F32), torch.randint(0, V, (n,), generator=g)], [],
-                    lambda lg, t: E.logprob(lg, t)[0], reference.logprob)
+        return Case(
+            op,
+            [r(n, V, scale=4, dtype=F32), torch.randint(0, V, (n,), generator=g)],
+            [],
+            lambda lg, t: E.logprob(lg, t)[0],
+            reference.logprob,
+        )
     if op == "batch_invariant_logp":
-        return Case(op, [r(n, 5000, scale=4, dtype=F32)], [], lambda lg: E.batch_invariant_logp(lg)[0],
-                    reference.batch_invariant_logp)
+        return Case(
+            op,
+            [r(n, 5000, scale=4, dtype=F32)],
+            [],
+            lambda lg: E.batch_invariant_logp(lg)[0],
+            reference.batch_invariant_logp,
+        )
     raise KeyError(op)
 
 

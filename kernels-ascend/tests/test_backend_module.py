@@ -39,6 +39,7 @@ def test_backend_module_matches_the_node_table():
 
 
 def test_backend_module_import_fails_without_the_package():
-    p = subprocess.run([sys.executable, "-c", "import ws1_ops.backends.ascend"], capture_output=True, text=True,
-                       timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-c", "import ws1_ops.backends.ascend"], capture_output=True, text=True, timeout=300
+    )
     assert p.returncode != 0 and "ws1_kernels_ascend" in p.stderr

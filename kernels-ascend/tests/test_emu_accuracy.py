@@ -165,7 +165,9 @@ def test_logprob_backward(contract):
     logp, _ = E.batch_invariant_logp(lg)
     gg = torch.randn(6, 5000, generator=torch.Generator().manual_seed(6))
     d2 = E.batch_invariant_logp_bwd(gg, logp)
-    _check(contract, "batch_invariant_logp", d2, _grad_ref(reference.batch_invariant_logp, lg, dy=gg)[0], "bilp dlogits")
+    _check(
+        contract, "batch_invariant_logp", d2, _grad_ref(reference.batch_invariant_logp, lg, dy=gg)[0], "bilp dlogits"
+    )
 
 
 def test_silu_equals_swiglu_with_ones_bitwise():

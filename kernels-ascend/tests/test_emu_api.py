@@ -37,19 +37,35 @@ def test_reduce_sum_order_is_the_documented_method_2():
     seq = torch.tensor(0.0)
     for v in sq:
         seq = seq + v
-    assert not same_bits((torch.tensor(1.0) / torch.sqrt(seq / H + torch.tensor(EPS, dtype=torch.float32))).reshape(1), got)
+    assert not same_bits(
+        (torch.tensor(1.0) / torch.sqrt(seq / H + torch.tensor(EPS, dtype=torch.float32))).reshape(1), got
+    )
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: E.rms_norm(torch.randn(3, 8).double(), torch.ones(8), EPS), "x must be bfloat16 or float32"),
-    (lambda: E.rms_norm(torch.randn(3, 8), torch.ones(7), EPS), "weight must be [8]"),
-    (lambda: E.det_gemm(torch.randn(3, 8).bfloat16(), torch.randn(4, 9).bfloat16()), "need x [M, K] and weight [N, K]"),
-    (lambda: E.embedding(torch.tensor([0, 5]), torch.randn(5, 4)), "ids out of range [0, 5)"),
-    (lambda: E.logprob(torch.randn(2, 6), torch.tensor([1, 6])), "targets out of range [0, 6)"),
-    (lambda: E.attention(*[torch.randn(2, 4, 8).bfloat16()] * 3, torch.tensor([0, 2]), torch.tensor([0, 2]),
-                         torch.tensor([0, 2]), 0.1), "q_pos[1] = 2 outside its sequence's 2 keys"),
-    (lambda: E.silu(torch.randn(4, 4)[:, :2]), "must be contiguous"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: E.rms_norm(torch.randn(3, 8).double(), torch.ones(8), EPS), "x must be bfloat16 or float32"),
+        (lambda: E.rms_norm(torch.randn(3, 8), torch.ones(7), EPS), "weight must be [8]"),
+        (
+            lambda: E.det_gemm(torch.randn(3, 8).bfloat16(), torch.randn(4, 9).bfloat16()),
+            "need x [M, K] and weight [N, K]",
+        ),
+        (lambda: E.embedding(torch.tensor([0, 5]), torch.randn(5, 4)), "ids out of range [0, 5)"),
+        (lambda: E.logprob(torch.randn(2, 6), torch.tensor([1, 6])), "targets out of range [0, 6)"),
+        (
+            lambda: E.attention(
+                *[torch.randn(2, 4, 8).bfloat16()] * 3,
+                torch.tensor([0, 2]),
+                torch.tensor([0, 2]),
+                torch.tensor([0, 2]),
+                0.1,
+            ),
+            "q_pos[1] = 2 outside its sequence's 2 keys",
+        ),
+        (lambda: E.silu(torch.randn(4, 4)[:, :2]), "must be contiguous"),
+    ],
+)
 def test_bad_input_is_one_line_naming_the_problem(call, message):
     with pytest.raises(RuntimeError) as e:
         call()

@@ -18,8 +18,11 @@ def test_gemm_matches_the_single_buffered_kernel(M, N, K, soc):
     g = torch.Generator().manual_seed(M * 7 + N)
     a, b = torch.randn(M, K, generator=g), torch.randn(N, K, generator=g) * 0.05
     x, w = a.bfloat16(), b.bfloat16()
-    cases = [("det_gemm", lambda: E.det_gemm(x, w), 0), ("lm_head", lambda: E.lm_head(x, w), 1),
-             ("gemm_fp32", lambda: E.gemm(a, b, True), 2)]
+    cases = [
+        ("det_gemm", lambda: E.det_gemm(x, w), 0),
+        ("lm_head", lambda: E.lm_head(x, w), 1),
+        ("gemm_fp32", lambda: E.gemm(a, b, True), 2),
+    ]
     for aic, aiv in ((20, 40), (1, 1), (7, 3)):
         soc(aic, aiv)
         for name, new, kind in cases:

@@ -54,7 +54,10 @@ def test_a_missing_cross_core_flag_names_both_cores():
     # its CrossCoreSetFlag; the corrected protocol runs clean (the probes' other plants: a set on the wrong pipe, a
     # slot overwritten before it was given back, a wait nobody answers — a deadlock —, a set nobody waits for)
     m = _message("mix_no_wait")
-    assert "AIV0 PIPE_MTE2 DataCopy GM->UB (hazard_probes.h:" in m and "AIC PIPE_FIX Fixpipe L0C->GM (hazard_probes.h:" in m, m
+    assert (
+        "AIV0 PIPE_MTE2 DataCopy GM->UB (hazard_probes.h:" in m
+        and "AIC PIPE_FIX Fixpipe L0C->GM (hazard_probes.h:" in m
+    ), m
     assert "(block 0, AIV0)" in m and "CrossCoreSetFlag/CrossCoreWaitFlag orders AIC PIPE_FIX -> AIV0 PIPE_MTE2" in m, m
     emu.hazard_probe("mix_ok")
 

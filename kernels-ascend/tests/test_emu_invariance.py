@@ -106,8 +106,9 @@ def test_attention_packing_chunking_decode():
         assert same_bits(o2, out[s + a : s + e]) and same_bits(l2, lse[s + a : s + e]), f"chunk [{a}, {e}) differs"
     # decode: single tokens alone against their cached keys (in the first tile, at its last key, in the second tile)
     for p in (39, 127, 128, 149):
-        o3, l3 = E.attention(q[s + p : s + p + 1], k[s : s + p + 1], v[s : s + p + 1], _cu(1), _cu(p + 1),
-                             qp[s + p : s + p + 1], SCALE)
+        o3, l3 = E.attention(
+            q[s + p : s + p + 1], k[s : s + p + 1], v[s : s + p + 1], _cu(1), _cu(p + 1), qp[s + p : s + p + 1], SCALE
+        )
         assert same_bits(o3, out[s + p : s + p + 1]) and same_bits(l3, lse[s + p : s + p + 1]), f"decode at {p}"
     # batched decode: the last tokens of three sequences in one call == their rows of the prefill
     rows = [int(cu[1]) - 1, int(cu[3]) - 1, int(cu[5]) - 1]
@@ -154,8 +155,18 @@ def test_attention_backward_decode_step_and_pad_rows():
         dout = torch.zeros(out.shape, dtype=torch.bfloat16)
         dout[p] = torch.randn(out.shape[1:], generator=torch.Generator().manual_seed(p)).bfloat16()
         full = E.attention_bwd(dout, q, k, v, out, lse, cu, cu, qp, SCALE)
-        step = E.attention_bwd(dout[p : p + 1], q[p : p + 1], k[: p + 1], v[: p + 1], out[p : p + 1], lse[p : p + 1],
-                               _cu(1), _cu(p + 1), qp[p : p + 1], SCALE)
+        step = E.attention_bwd(
+            dout[p : p + 1],
+            q[p : p + 1],
+            k[: p + 1],
+            v[: p + 1],
+            out[p : p + 1],
+            lse[p : p + 1],
+            _cu(1),
+            _cu(p + 1),
+            qp[p : p + 1],
+            SCALE,
+        )
         assert same_bits(step[0], full[0][p : p + 1]), f"decode-step dq at {p}"
         for name, a, r in (("dk", step[1], full[1]), ("dv", step[2], full[2])):
             assert same_bits(a, r[: p + 1]), f"decode-step {name} at {p}"

@@ -31,7 +31,9 @@ def test_rms_norm_with_tile_chosen_by_rows_is_caught():
     c = make("rms_norm", n=N)  # H = 4200 > 2048: the small tile cuts the row's sum of squares elsewhere
     x, w = c.rows[0], c.params[0]
     # judged on rstd (FP32): y's BF16 rounding would hide most of the different roundings
-    verdicts = {v.layout: v for v in check(lambda a, b, row_keys: E.variant_rms_norm_small_tile(a, b, EPS)[1], [x], [w])}
+    verdicts = {
+        v.layout: v for v in check(lambda a, b, row_keys: E.variant_rms_norm_small_tile(a, b, EPS)[1], [x], [w])
+    }
     # M16 and M59 (<= 64 rows: the 4096 tile) against the canonical 70 rows (the 2048 tile); one row alone may
     # round to the same rstd by chance, 16 rows do not (fixed inputs, the same IEEE ops on every host)
     assert not verdicts["M16"].passed and not verdicts["M59"].passed, "the tile-by-rows variant was not caught"
@@ -51,7 +53,9 @@ def test_attention_with_key_tiles_aligned_to_the_buffer_is_caught():
     alone = E.variant_attention_buffer_tiles(q[s:e], k[s:e], v[s:e], one, one, qp[s:e], 0.125)
     assert not same_bits(alone[1], packed[1][s:e]), "the buffer-aligned key tiles were not caught (lse, FP32)"
     # sequence 0 sits at row 0: the same tiles either way, the same bits; and the real kernel is invariant
-    first = E.variant_attention_buffer_tiles(q[:5], k[:5], v[:5], torch.tensor([0, 5]), torch.tensor([0, 5]), qp[:5], 0.125)
+    first = E.variant_attention_buffer_tiles(
+        q[:5], k[:5], v[:5], torch.tensor([0, 5]), torch.tensor([0, 5]), qp[:5], 0.125
+    )
     assert same_bits(first[1], packed[1][:5])
     real_alone = E.attention(q[s:e], k[s:e], v[s:e], one, one, qp[s:e], 0.125)
     assert same_bits(real_alone[1], E.attention(q, k, v, cu, cu, qp, 0.125)[1][s:e])
@@ -76,8 +80,9 @@ def test_ws1_attention_controls_stay_red_on_the_cube_kernel(name):
             packed = fwd(q, k, v, cu, cu, qp, 0.125)[0][s:e]
             alone = fwd(q[s:e], k[s:e], v[s:e], _cu(150), _cu(150), qp[s:e], 0.125)[0]
         elif name == "variant_attn_chunk_tiles":  # a chunk [70, 131) vs the full prefill
-            alone = fwd(q[s + 70 : s + 131], k[s : s + 131], v[s : s + 131], _cu(61), _cu(131), qp[s + 70 : s + 131],
-                        0.125)[0]
+            alone = fwd(
+                q[s + 70 : s + 131], k[s : s + 131], v[s : s + 131], _cu(61), _cu(131), qp[s + 70 : s + 131], 0.125
+            )[0]
             packed = fwd(q[s:e], k[s:e], v[s:e], _cu(150), _cu(150), qp[s:e], 0.125)[0][70:131]
         else:  # decode at 149 vs the prefill's row
             alone = fwd(q[e - 1 : e], k[s:e], v[s:e], _cu(1), _cu(150), qp[e - 1 : e], 0.125)[0]

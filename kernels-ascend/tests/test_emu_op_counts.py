@@ -19,7 +19,11 @@ def test_cost_model_matches_the_emulator(name):
     assert got["FIX"] == model.fix, ("FIX bytes", got["FIX"], model.fix)
     # the vector estimate (Exp / Ln counted twice for their half rate) stays within 1x-1.5x of what the emulator issued
     if model.vec:
-        assert got["vec_elems"] <= model.vec <= 1.5 * got["vec_elems"], ("vector element-ops", got["vec_elems"], model.vec)
+        assert got["vec_elems"] <= model.vec <= 1.5 * got["vec_elems"], (
+            "vector element-ops",
+            got["vec_elems"],
+            model.vec,
+        )
     else:
         assert got["vec_elems"] == 0
 

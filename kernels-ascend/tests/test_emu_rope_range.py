@@ -1,6 +1,7 @@
 """rope on Ascend refuses positions beyond the vector unit's Sin/Cos input range (asc-devkit Sin.md / Cos.md: inputs
 in [-65504, 65504] on A2/A3; the angle is position * inv_freq_i with inv_freq_0 = 1): one line naming the range,
 never an undefined rotation. Qwen3's context (40960) is inside it."""
+
 import pytest
 import torch
 from emu_cases import E

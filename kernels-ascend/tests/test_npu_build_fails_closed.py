@@ -13,8 +13,14 @@ PKG = os.path.dirname(HERE)
 def test_build_without_cann_is_one_line_and_nonzero():
     env = {k: v for k, v in os.environ.items() if k not in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")}
     env["PATH"] = "/usr/bin:/bin"  # no bisheng
-    p = subprocess.run([sys.executable, os.path.join(PKG, "setup.py"), "build_ext"], cwd=PKG, env=env,
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, os.path.join(PKG, "setup.py"), "build_ext"],
+        cwd=PKG,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2, (p.returncode, p.stderr)
     lines = [ln for ln in (p.stdout + p.stderr).splitlines() if ln.strip()]
     assert len(lines) == 1, lines
@@ -24,8 +30,14 @@ def test_build_without_cann_is_one_line_and_nonzero():
 
 def test_build_with_a_bogus_cann_names_the_missing_compiler(tmp_path):
     env = dict(os.environ, ASCEND_HOME_PATH=str(tmp_path), PATH="/usr/bin:/bin")
-    p = subprocess.run([sys.executable, os.path.join(PKG, "setup.py"), "build_ext"], cwd=PKG, env=env,
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, os.path.join(PKG, "setup.py"), "build_ext"],
+        cwd=PKG,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2 and "bisheng" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
@@ -35,8 +47,14 @@ def test_build_without_the_cann_runtime_libraries_names_them(tmp_path):
     (bindir / "bisheng").write_text("#!/bin/sh\nexit 1\n")
     (bindir / "bisheng").chmod(0o755)
     env = dict(os.environ, ASCEND_HOME_PATH=str(tmp_path), PATH="/usr/bin:/bin")
-    p = subprocess.run([sys.executable, os.path.join(PKG, "setup.py"), "build_ext"], cwd=PKG, env=env,
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, os.path.join(PKG, "setup.py"), "build_ext"],
+        cwd=PKG,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "libascendcl.so" in p.stderr and "lib64" in p.stderr, p.stderr
 
@@ -51,8 +69,14 @@ def test_build_without_the_platform_libraries_names_them(tmp_path):
     for lib in ("ascendcl", "runtime"):
         (tmp_path / "lib64" / f"lib{lib}.so").write_text("")
     env = dict(os.environ, ASCEND_HOME_PATH=str(tmp_path), PATH="/usr/bin:/bin")
-    p = subprocess.run([sys.executable, os.path.join(PKG, "setup.py"), "build_ext"], cwd=PKG, env=env,
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, os.path.join(PKG, "setup.py"), "build_ext"],
+        cwd=PKG,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "libtiling_api" in p.stderr and "PlatformAscendCManager" in p.stderr, p.stderr
 

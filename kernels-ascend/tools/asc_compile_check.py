@@ -69,18 +69,36 @@ ARCHS = {
     },
 }
 # asc-devkit's tikcfw_headers include directories (impl/basic_api/CMakeLists.txt), relative to the checkout
-INCLUDE_DIRS = [".", "impl", "impl/basic_api", "impl/basic_api/reg_compute", "impl/simt_api", "impl/c_api", "include",
-                "include/basic_api", "include/simt_api", "include/simt_api/cpp", "include/basic_api/reg_compute",
-                "include/c_api"]
+INCLUDE_DIRS = [
+    ".",
+    "impl",
+    "impl/basic_api",
+    "impl/basic_api/reg_compute",
+    "impl/simt_api",
+    "impl/c_api",
+    "include",
+    "include/basic_api",
+    "include/simt_api",
+    "include/simt_api/cpp",
+    "include/basic_api/reg_compute",
+    "include/c_api",
+]
 # what makes a directory an asc-devkit checkout for this tool
-MARKERS = ["include/kernel_operator.h", "include/basic_api/kernel_tpipe.h", "impl/utils/sys_macros.h",
-           "impl/basic_api/utils/kernel_utils_macros.h", "include/adv_api"]
+MARKERS = [
+    "include/kernel_operator.h",
+    "include/basic_api/kernel_tpipe.h",
+    "impl/utils/sys_macros.h",
+    "impl/basic_api/utils/kernel_utils_macros.h",
+    "include/adv_api",
+]
 
 SHIM_BF16 = {
     "name": "AscendC::bfloat16_t -> ::bfloat16_t",
     "code": "namespace AscendC { using ::bfloat16_t; }",
-    "trigger": re.compile(r"bfloat16_t.{0,3} is not a member of .{0,3}AscendC|no (?:type|member) named "
-                          r"'bfloat16_t' in namespace 'AscendC'"),
+    "trigger": re.compile(
+        r"bfloat16_t.{0,3} is not a member of .{0,3}AscendC|no (?:type|member) named "
+        r"'bfloat16_t' in namespace 'AscendC'"
+    ),
 }
 
 PRELUDE = """\
@@ -102,10 +120,14 @@ def die(msg: str) -> None:
 
 
 # ---- diagnostics -------------------------------------------------------------------------------------------
-_DIAG = re.compile(r"^(?P<file>[^\s:]+):(?P<line>\d+):(?:(?P<col>\d+):)? (?:(?P<kind>fatal error|error|warning|note): )?"
-                   r"(?P<msg>.*)$")
-_UNDECLARED = re.compile(r"was not declared in this scope|there are no arguments to|has not been declared|"
-                         r"does not name a type|use of undeclared identifier|unknown type name")
+_DIAG = re.compile(
+    r"^(?P<file>[^\s:]+):(?P<line>\d+):(?:(?P<col>\d+):)? (?:(?P<kind>fatal error|error|warning|note): )?"
+    r"(?P<msg>.*)$"
+)
+_UNDECLARED = re.compile(
+    r"was not declared in this scope|there are no arguments to|has not been declared|"
+    r"does not name a type|use of undeclared identifier|unknown type name"
+)
 _NARROWING = re.compile(r"narrowing conversion|cannot be narrowed|-Wc\+\+11-narrowing|-Wnarrowing")
 
 
@@ -120,8 +142,14 @@ class Diag:
     site: str = ""  # the nearest location in our files of the chain that led here
 
     def as_dict(self) -> dict:
-        return {"file": self.file, "line": self.line, "kind": self.kind, "message": self.msg, "class": self.cls,
-                "our_site": self.site}
+        return {
+            "file": self.file,
+            "line": self.line,
+            "kind": self.kind,
+            "message": self.msg,
+            "class": self.cls,
+            "our_site": self.site,
+        }
 
 
 def parse_diags(text: str) -> list[Diag]:
@@ -134,8 +162,9 @@ def parse_diags(text: str) -> list[Diag]:
         kind = m["kind"]
         loc = (m["file"], int(m["line"]), m["msg"].strip())
         if kind in ("error", "fatal error", "warning"):
-            out.append(Diag(m["file"], int(m["line"]), "error" if kind == "fatal error" else kind, m["msg"].strip(),
-                            pending))
+            out.append(
+                Diag(m["file"], int(m["line"]), "error" if kind == "fatal error" else kind, m["msg"].strip(), pending)
+            )
             pending = []
         elif kind == "note" and out:
             out[-1].context.append(loc)  # clang's instantiation notes follow the error; gcc's candidates too
@@ -183,7 +212,7 @@ def short(f: str) -> str:
     p = os.path.realpath(f)
     for prefix, name in _SHORT.items():
         if p.startswith(prefix + os.sep):
-            return name + p[len(prefix):]
+            return name + p[len(prefix) :]
     return p
 
 
@@ -210,10 +239,19 @@ class Unit:
             if d.kind == "warning" and d.cls == "api" and d.site and (os.path.realpath(d.file), d.line) not in seen:
                 seen.add((os.path.realpath(d.file), d.line))
                 api_warns.append(d.as_dict())
-        return {"unit": self.name, "kind": self.kind, "core": self.core, "status": self.status,
-                "n_errors": len(errs), "errors_by_class": count_by(errs), "errors": [e.as_dict() for e in errs[:first]],
-                "warnings_ours": [w.as_dict() for w in warns[:first]], "warnings_api": api_warns[:first],
-                "with_shim": self.shim, "note": self.note}
+        return {
+            "unit": self.name,
+            "kind": self.kind,
+            "core": self.core,
+            "status": self.status,
+            "n_errors": len(errs),
+            "errors_by_class": count_by(errs),
+            "errors": [e.as_dict() for e in errs[:first]],
+            "warnings_ours": [w.as_dict() for w in warns[:first]],
+            "warnings_api": api_warns[:first],
+            "with_shim": self.shim,
+            "note": self.note,
+        }
 
 
 def count_by(diags) -> dict:
@@ -230,8 +268,18 @@ class Builder:
         self.stub = work / "stub"
 
     def real_flags(self, core: str) -> list[str]:
-        flags = ["-x", "c++", "-std=c++17", f"-D__NPU_ARCH__={self.arch['npu_arch']}", "-DASCENDC_CPU_DEBUG=1",
-                 *self.arch["cores"][core], "-I", str(self.stub), "-I", str(self.csrc)]
+        flags = [
+            "-x",
+            "c++",
+            "-std=c++17",
+            f"-D__NPU_ARCH__={self.arch['npu_arch']}",
+            "-DASCENDC_CPU_DEBUG=1",
+            *self.arch["cores"][core],
+            "-I",
+            str(self.stub),
+            "-I",
+            str(self.csrc),
+        ]
         for d in INCLUDE_DIRS:
             flags += ["-I", str(self.asc / d)]
         return flags + self.limit(50)
@@ -260,8 +308,12 @@ class Builder:
             shim = self.work / "prelude_bf16.h"
             out2 = self.run([self.cxx, *self.real_flags(u.core), "-include", str(shim), *mode, str(src)])
             d2 = [d for d in self.diags(out2) if d.kind == "error"]
-            u.shim = {"shim": SHIM_BF16["name"], "status": "failed" if d2 else "compiled",
-                      "errors": [d.as_dict() for d in d2[:5]], "errors_by_class": count_by(d2)}
+            u.shim = {
+                "shim": SHIM_BF16["name"],
+                "status": "failed" if d2 else "compiled",
+                "errors": [d.as_dict() for d in d2[:5]],
+                "errors_by_class": count_by(d2),
+            }
 
     def diags(self, text: str) -> list[Diag]:
         ds = parse_diags(text)
@@ -271,8 +323,9 @@ class Builder:
 
     def macro_origins(self, src: Path, core: str) -> dict:
         """name -> defining file of every macro visible at the end of the TU (the -E -dD output)."""
-        out = self.run([self.cxx, *self.real_flags(core), "-include", str(self.work / "prelude.h"), "-E", "-dD",
-                        str(src)])
+        out = self.run(
+            [self.cxx, *self.real_flags(core), "-include", str(self.work / "prelude.h"), "-E", "-dD", str(src)]
+        )
         where, cur = {}, ""
         for line in out.splitlines():
             if line.startswith("# ") and '"' in line:
@@ -328,8 +381,9 @@ def probe_entries() -> list[dict]:
         if m:
             if entries:
                 entries[-1]["last"] = i - 1
-            entries.append({"id": m[1], "api": m[2], "form": m[3], "core": m[4], "token": m[5], "first": i,
-                            "last": 10**9})
+            entries.append(
+                {"id": m[1], "api": m[2], "form": m[3], "core": m[4], "token": m[5], "first": i, "last": 10**9}
+            )
     return entries
 
 
@@ -352,8 +406,11 @@ def attribute(entries: list[dict], diags: list[Diag], probe: str) -> dict:
 
 def run_probes(b: Builder, emu_include: Path) -> dict:
     entries = probe_entries()
-    kernel_text = "\n".join(p.read_text(errors="replace") for p in sorted(b.csrc.iterdir())
-                            if p.suffix in (".asc", ".h") and not _HOST_ONLY.search(p.read_text(errors="replace")))
+    kernel_text = "\n".join(
+        p.read_text(errors="replace")
+        for p in sorted(b.csrc.iterdir())
+        if p.suffix in (".asc", ".h") and not _HOST_ONLY.search(p.read_text(errors="replace"))
+    )
     probe = os.path.realpath(PROBE_CALLS)
     real = {}
     for core in ("aiv", "aic"):
@@ -365,10 +422,19 @@ def run_probes(b: Builder, emu_include: Path) -> dict:
     rows = []
     for e in entries:
         r, m = real[e["core"]].get(e["id"], []), emu.get(e["id"], [])
-        rows.append({"id": e["id"], "api": e["api"], "form": e["form"], "core": e["core"],
-                     "used_by_kernels": re.search(r"(?<![\w:])" + e["token"] + r"(?!\w)", kernel_text) is not None,
-                     "real": "failed" if r else "ok", "emulator": "failed" if m else "ok",
-                     "real_errors": [d.as_dict() for d in r[:3]], "emulator_errors": [d.as_dict() for d in m[:3]]})
+        rows.append(
+            {
+                "id": e["id"],
+                "api": e["api"],
+                "form": e["form"],
+                "core": e["core"],
+                "used_by_kernels": re.search(r"(?<![\w:])" + e["token"] + r"(?!\w)", kernel_text) is not None,
+                "real": "failed" if r else "ok",
+                "emulator": "failed" if m else "ok",
+                "real_errors": [d.as_dict() for d in r[:3]],
+                "emulator_errors": [d.as_dict() for d in m[:3]],
+            }
+        )
     params = run_params(b, emu_flags)
     return {"probes": rows, "params": params}
 
@@ -392,10 +458,14 @@ def run_params(b: Builder, emu_flags: list[str]) -> dict:
         for key in sorted(set(rv) | set(ev), key=lambda k: (k.split(".")[0], k)):
             if rv.get(key) != ev.get(key):
                 struct = key.split(".")[0]
-                rows.append({"field": key, "real": rv.get(key), "emulator": ev.get(key),
-                             "positional": not struct.endswith("0")})  # x0: a default-constructed struct
-    return {"sides": {s: {k: v for k, v in d.items() if k != "values"} for s, d in res.items()},
-            "values": {s: d.get("values", {}) for s, d in res.items()}, "mismatches": rows}
+                rows.append(
+                    {"field": key, "real": rv.get(key), "emulator": ev.get(key), "positional": not struct.endswith("0")}
+                )  # x0: a default-constructed struct
+    return {
+        "sides": {s: {k: v for k, v in d.items() if k != "values"} for s, d in res.items()},
+        "values": {s: d.get("values", {}) for s, d in res.items()},
+        "mismatches": rows,
+    }
 
 
 # ---- host-resolved names ---------------------------------------------------------------------------------------
@@ -421,8 +491,10 @@ def host_names(b: Builder, units: list[Unit], asc: Path, kernels: Path) -> dict:
                 stdnames.setdefault(name, []).append(f"{p.name}:{i}")
     std_dir = asc / "include/utils/std"
     have = " ".join(f.read_text(errors="replace") for f in std_dir.glob("*.h")) if std_dir.is_dir() else ""
-    std = {n: {"used_at": at, "asc_devkit_Std": bool(re.search(rf"\bstruct\s+{n}\b|\b{n}\s*=|\b{n}\s*\(", have))}
-           for n, at in stdnames.items()}
+    std = {
+        n: {"used_at": at, "asc_devkit_Std": bool(re.search(rf"\bstruct\s+{n}\b|\b{n}\s*=|\b{n}\s*\(", have))}
+        for n, at in stdnames.items()
+    }
     return {"macros": macros, "std": std}
 
 
@@ -478,14 +550,20 @@ def main(argv: list[str] | None = None) -> int:
             text = p.read_text(errors="replace")
             if p.suffix == ".asc":
                 cores, bad = cores_of(text, known)
-                bad_types += [f"csrc/{p.name}: KERNEL_TASK_TYPE_DEFAULT({t}) is not a KernelMetaType of asc-devkit"
-                              for t in bad]
+                bad_types += [
+                    f"csrc/{p.name}: KERNEL_TASK_TYPE_DEFAULT({t}) is not a KernelMetaType of asc-devkit" for t in bad
+                ]
                 units += [Unit(f"csrc/{p.name}", "kernel", c, p) for c in cores]
             elif p.suffix == ".h" and not _HOST_ONLY.search(text):
                 units += [Unit(f"csrc/{p.name}", "header", c, p) for c in ("aiv", "aic")]
             elif p.suffix in (".h", ".cpp"):
-                skipped.append({"unit": f"csrc/{p.name}", "why": "host code against torch / torch_npu headers "
-                                "(setup.py builds it with torch_npu's NpuExtension, not bisheng): not a kernel unit"})
+                skipped.append(
+                    {
+                        "unit": f"csrc/{p.name}",
+                        "why": "host code against torch / torch_npu headers "
+                        "(setup.py builds it with torch_npu's NpuExtension, not bisheng): not a kernel unit",
+                    }
+                )
         with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
             list(pool.map(b.compile_unit, units))
             probe_fut = None if a.no_probe else pool.submit(run_probes, b, emu_include)
@@ -528,15 +606,22 @@ def build_report(a, asc, cxx, arch, units, skipped, bad_types, names, probes) ->
         for side, s in probes["params"]["sides"].items():
             if s["status"] != "ran":
                 failures.append(f"params probe against {side}: {s['status']}")
-        failures += [f"params: {m['field']} real={m['real']} emulator={m['emulator']}"
-                     for m in probes["params"]["mismatches"] if m["positional"]]
+        failures += [
+            f"params: {m['field']} real={m['real']} emulator={m['emulator']}"
+            for m in probes["params"]["mismatches"]
+            if m["positional"]
+        ]
     return {
         "tool": "kernels-ascend/tools/asc_compile_check.py",
         "asc_devkit": {"path": str(asc), "version": asc_version(asc)},
         "arch": a.arch,
         "compiler": {"path": cxx, "version": compiler_version(cxx)},
-        "mode": {"defines": [f"-D__NPU_ARCH__={arch['npu_arch']}", "-DASCENDC_CPU_DEBUG=1"], "cores": arch["cores"],
-                 "include_dirs": INCLUDE_DIRS, "std": "c++17"},
+        "mode": {
+            "defines": [f"-D__NPU_ARCH__={arch['npu_arch']}", "-DASCENDC_CPU_DEBUG=1"],
+            "cores": arch["cores"],
+            "include_dirs": INCLUDE_DIRS,
+            "std": "c++17",
+        },
         "stand_ins": [
             "tikicpulib headers (stub_def.h, stub_fun.h, kernel_fp16.h, kernel_bf16.h, simt_stub.h): WS1's stub, "
             "intrinsics accept any arguments (asc_host_stub.py)",
@@ -549,8 +634,12 @@ def build_report(a, asc, cxx, arch, units, skipped, bad_types, names, probes) ->
         "kernel_type_errors": bad_types,
         "host_resolved": names,
         "probes": probes,
-        "summary": {"units": len(units), "compiled": len(units) - len(failed_units), "failed": len(failed_units),
-                    "failures": failures},
+        "summary": {
+            "units": len(units),
+            "compiled": len(units) - len(failed_units),
+            "failed": len(failed_units),
+            "failures": failures,
+        },
         "exit": 1 if failures else 0,
     }
 
@@ -558,10 +647,14 @@ def build_report(a, asc, cxx, arch, units, skipped, bad_types, names, probes) ->
 def print_summary(r: dict) -> None:
     p = print
     api_warnings: dict = {}
-    p(f"asc-devkit compile check: {r['asc_devkit']['path']} (asc-devkit {r['asc_devkit']['version']}), {r['arch']}, "
-      f"{r['compiler']['version']}")
-    p(f"  mode: {' '.join(r['mode']['defines'])}; AIV {' '.join(r['mode']['cores']['aiv'])}; "
-      f"AIC {' '.join(r['mode']['cores']['aic'])}")
+    p(
+        f"asc-devkit compile check: {r['asc_devkit']['path']} (asc-devkit {r['asc_devkit']['version']}), {r['arch']}, "
+        f"{r['compiler']['version']}"
+    )
+    p(
+        f"  mode: {' '.join(r['mode']['defines'])}; AIV {' '.join(r['mode']['cores']['aiv'])}; "
+        f"AIC {' '.join(r['mode']['cores']['aic'])}"
+    )
     for s in r["stand_ins"]:
         p(f"  stand-in: {s}")
     p("")
@@ -580,8 +673,7 @@ def print_summary(r: dict) -> None:
             api_warnings.setdefault(key, [w["message"], []])[1].append(f"{u['unit']} [{u['core']}]")
         if u["with_shim"]:
             s = u["with_shim"]
-            p(f"      with shim ({s['shim']}): {s['status']}"
-              + (f" {s['errors_by_class']}" if s["errors"] else ""))
+            p(f"      with shim ({s['shim']}): {s['status']}" + (f" {s['errors_by_class']}" if s["errors"] else ""))
             for e in s["errors"][:3]:
                 p(f"        [{e['class']}] {short(e['file'])}:{e['line']}: {e['message'][:150]}")
     for s in r["skipped"]:
@@ -602,15 +694,17 @@ def print_summary(r: dict) -> None:
             p(f"    std::{n}: host C++ library — used at {', '.join(m['used_at'][:6])}{alt}")
     if r["probes"]:
         pr = r["probes"]["probes"]
-        p(f"\n  API probes (kernels-ascend/tools/asc_probe_calls.cpp): {len(pr)}; "
-          f"asc-devkit ok {sum(x['real'] == 'ok' for x in pr)}, emulator ok {sum(x['emulator'] == 'ok' for x in pr)}")
+        p(
+            f"\n  API probes (kernels-ascend/tools/asc_probe_calls.cpp): {len(pr)}; "
+            f"asc-devkit ok {sum(x['real'] == 'ok' for x in pr)}, emulator ok {sum(x['emulator'] == 'ok' for x in pr)}"
+        )
         for x in pr:
             if x["real"] != "ok" or x["emulator"] != "ok":
                 used = "" if x["used_by_kernels"] else "  (not used by the kernels: informational)"
                 if x["form"] == "sig" and x["real"] == "ok":
                     used = used or "  (emulator pin: informational)"
                 p(f"    {x['id']} {x['api']} [{x['form']}]: asc-devkit {x['real']}, emulator {x['emulator']}{used}")
-                for e in (x["real_errors"] + x["emulator_errors"])[:1 if used else 2]:
+                for e in (x["real_errors"] + x["emulator_errors"])[: 1 if used else 2]:
                     p(f"        [{e['class']}] {short(e['file'])}:{e['line']}: {e['message'][:150]}")
         par = r["probes"]["params"]
         p("  params probe (asc_probe_params.cpp): " + ", ".join(f"{s} {v['status']}" for s, v in par["sides"].items()))

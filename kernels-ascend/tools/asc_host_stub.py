@@ -27,24 +27,83 @@ import re
 from pathlib import Path
 
 QUALIFIERS = [
-    "__aicore__", "__global__", "__gm__", "__ubuf__", "__cbuf__", "__ca__", "__cb__", "__cc__", "__fbuf__",
-    "__ssbuf__", "__sync_alias__", "__sync_noalias__", "__check_sync_alias__", "__simd_callee__", "__simd_vf__",
-    "__host_aicore__", "__host__", "__disable_kernel_type_autoinfer__", "ASCENDC_HOST_AICORE", "ASCENDC_HOST",
-    "ASCENDC_AICORE", "__BLOCK_LOCAL__", "__WORKGROUP_LOCAL__",
+    "__aicore__",
+    "__global__",
+    "__gm__",
+    "__ubuf__",
+    "__cbuf__",
+    "__ca__",
+    "__cb__",
+    "__cc__",
+    "__fbuf__",
+    "__ssbuf__",
+    "__sync_alias__",
+    "__sync_noalias__",
+    "__check_sync_alias__",
+    "__simd_callee__",
+    "__simd_vf__",
+    "__host_aicore__",
+    "__host__",
+    "__disable_kernel_type_autoinfer__",
+    "ASCENDC_HOST_AICORE",
+    "ASCENDC_HOST",
+    "ASCENDC_AICORE",
+    "__BLOCK_LOCAL__",
+    "__WORKGROUP_LOCAL__",
 ]
 PIPE_ANNOTATIONS = ["__inout_pipe__", "__in_pipe__", "__out_pipe__"]
 
 # the built-in enums, enumerator names as asc-devkit's headers spell them (values invented)
 ENUMS = {
-    "enum pipe_t": ["PIPE_S", "PIPE_V", "PIPE_M", "PIPE_MTE1", "PIPE_MTE2", "PIPE_MTE3", "PIPE_ALL", "PIPE_MTE4",
-                    "PIPE_MTE5", "PIPE_V2", "PIPE_FIX"],
+    "enum pipe_t": [
+        "PIPE_S",
+        "PIPE_V",
+        "PIPE_M",
+        "PIPE_MTE1",
+        "PIPE_MTE2",
+        "PIPE_MTE3",
+        "PIPE_ALL",
+        "PIPE_MTE4",
+        "PIPE_MTE5",
+        "PIPE_V2",
+        "PIPE_FIX",
+    ],
     "enum event_t": [f"EVENT_ID{i}" for i in range(8)],
     "enum class QuantMode_t": [
-        "NoQuant", "F322F16", "F322BF16", "DEQF16", "VDEQF16", "QF322B8_PRE", "VQF322B8_PRE", "REQ8", "VREQ8",
-        "DEQS16", "VDEQS16", "QF162B8_PRE", "QF162S16_PRE", "QF162S4_PRE", "QF322BF16_PRE", "QF322F16_PRE",
-        "QF322F32_PRE", "QF322FP8_PRE", "QF322HIF8_PRE", "QF322HIF8_PRE_HYBRID", "QS322BF16_PRE", "REQ4",
-        "VQF162B8_PRE", "VQF162S16_PRE", "VQF162S4_PRE", "VQF322BF16_PRE", "VQF322F16_PRE", "VQF322F32_PRE",
-        "VQF322FP8_PRE", "VQF322HIF8_PRE", "VQF322HIF8_PRE_HYBRID", "VQS322BF16_PRE", "VREQ4"],
+        "NoQuant",
+        "F322F16",
+        "F322BF16",
+        "DEQF16",
+        "VDEQF16",
+        "QF322B8_PRE",
+        "VQF322B8_PRE",
+        "REQ8",
+        "VREQ8",
+        "DEQS16",
+        "VDEQS16",
+        "QF162B8_PRE",
+        "QF162S16_PRE",
+        "QF162S4_PRE",
+        "QF322BF16_PRE",
+        "QF322F16_PRE",
+        "QF322F32_PRE",
+        "QF322FP8_PRE",
+        "QF322HIF8_PRE",
+        "QF322HIF8_PRE_HYBRID",
+        "QS322BF16_PRE",
+        "REQ4",
+        "VQF162B8_PRE",
+        "VQF162S16_PRE",
+        "VQF162S4_PRE",
+        "VQF322BF16_PRE",
+        "VQF322F16_PRE",
+        "VQF322F32_PRE",
+        "VQF322FP8_PRE",
+        "VQF322HIF8_PRE",
+        "VQF322HIF8_PRE_HYBRID",
+        "VQS322BF16_PRE",
+        "VREQ4",
+    ],
     "enum class dcci_dst_t": ["CACHELINE_ALL", "CACHELINE_UB", "CACHELINE_OUT", "CACHELINE_ATOMIC"],
     "enum class cache_line_t": ["SINGLE_CACHE_LINE", "ENTIRE_DATA_CACHE"],
     "enum class Order_t": ["VALUE_INDEX", "INDEX_VALUE", "ONLY_VALUE", "ONLY_INDEX"],
@@ -58,8 +117,15 @@ ENUMS = {
     "enum ws1_stub_vld_half_t": ["L128", "H128"],
 }
 # register / vector types of the built-in language (only named by dav-c310 code paths the headers parse)
-OPAQUE_TYPES = ["MaskReg", "AddrReg", "UnalignRegForLoad", "UnalignRegForStore", "vector_bool", "vector_align",
-                "vector_address"]
+OPAQUE_TYPES = [
+    "MaskReg",
+    "AddrReg",
+    "UnalignRegForLoad",
+    "UnalignRegForStore",
+    "vector_bool",
+    "vector_align",
+    "vector_address",
+]
 SMALL_FLOAT_TYPES = {"fp4x2_e1m2_t": 8, "fp4x2_e2m1_t": 8, "fp8_e4m3fn_t": 8, "fp8_e5m2_t": 8, "fp8_e8m0_t": 8}
 
 # intrinsics: (names, what the stub returns). Any arguments are accepted.
@@ -74,25 +140,28 @@ _VCONV = (
     "s642f32r s642f32z s642s32 s82f16 u82f16"
 ).split()
 INTRINSICS_VOID = (
-    "copy_cbuf_to_bt copy_cbuf_to_fbuf copy_cbuf_to_gm copy_gm_to_cbuf copy_gm_to_cbuf_multi_nd2nz_b16 "
-    "copy_gm_to_cbuf_multi_nd2nz_b32s copy_gm_to_cbuf_multi_nd2nz_b8 copy_gm_to_ubuf copy_gm_to_ubuf_align_b16 "
-    "copy_gm_to_ubuf_align_b32 copy_matrix_cc_to_gm copy_ubuf_to_gm copy_ubuf_to_gm_align_b16 "
-    "copy_ubuf_to_gm_align_b32 copy_ubuf_to_ubuf dc_preload dcci dsb ffts_cross_core_sync hset_flag hwait_flag "
-    "img2colv2_cbuf_to_ca img2colv2_cbuf_to_ca_s4 img2colv2_cbuf_to_cb ld_dev load_cbuf_to_ca load_cbuf_to_ca_s4 "
-    "load_cbuf_to_cb load_cbuf_to_cb_s4 load_cbuf_to_cb_sp load_cbuf_to_cb_transpose_s4 mad mad_sp pipe_barrier "
-    "preload scatter_vnchwconv_b16 scatter_vnchwconv_b32 scatter_vnchwconv_b8 set_atomic_add set_atomic_bf16 "
-    "set_atomic_f16 set_atomic_f32 set_atomic_max set_atomic_min set_atomic_none set_atomic_s16 set_atomic_s32 "
-    "set_atomic_s8 set_cmpmask set_ctrl set_data_exp_0 set_data_exp_1 set_data_exp_2 set_data_exp_3 set_deqscale "
-    "set_ffts_base_addr set_flag set_fmatrix set_fmatrix_b set_fpc set_l1_3d_size set_l3d_rpt set_mask_count "
-    "set_mask_norm set_mov_pad_val set_nd_para set_padding set_quant_pre set_st_atomic_cfg set_va_reg_sb "
-    "set_vector_mask st_dev trap vabs vadd vadds vand vbrcb vcadd vcgadd vcgmax vcmax vcmin vcmpv_eq vcmpv_ge "
-    "vcmpv_gt vcmpv_le vcmpv_lt vcmpv_ne vcmpvs_eq vcmpvs_ge vcmpvs_gt vcmpvs_le vcmpvs_lt vcmpvs_ne vcopy vdiv "
-    "vector_dup vexp vgather vld_va_reg vln vmax vmaxs vmin vmins vmul vmulconv_f162s8 vmulconv_f162u8 vmuls vnot "
-    "vor vrec vreducev2 vsel vshr vsqrt vsub vtranspose wait_flag wait_flag_dev "
-    "AscendCBufEnque AscendCBufFree AscendCRecordPoolHierarchy AscendCTBufPoolInit AscendCTBufPoolResetCheck "
-    "AscendCUpdateTbufPoolStatus __ib_set_stub __ib_wait_stub __sync_all_stub"
-).split() + [f"set_aipp_spr_{i}" for i in (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 18, 19, 20, 21)] + [
-    f"vconv_{s}" for s in _VCONV]
+    (
+        "copy_cbuf_to_bt copy_cbuf_to_fbuf copy_cbuf_to_gm copy_gm_to_cbuf copy_gm_to_cbuf_multi_nd2nz_b16 "
+        "copy_gm_to_cbuf_multi_nd2nz_b32s copy_gm_to_cbuf_multi_nd2nz_b8 copy_gm_to_ubuf copy_gm_to_ubuf_align_b16 "
+        "copy_gm_to_ubuf_align_b32 copy_matrix_cc_to_gm copy_ubuf_to_gm copy_ubuf_to_gm_align_b16 "
+        "copy_ubuf_to_gm_align_b32 copy_ubuf_to_ubuf dc_preload dcci dsb ffts_cross_core_sync hset_flag hwait_flag "
+        "img2colv2_cbuf_to_ca img2colv2_cbuf_to_ca_s4 img2colv2_cbuf_to_cb ld_dev load_cbuf_to_ca load_cbuf_to_ca_s4 "
+        "load_cbuf_to_cb load_cbuf_to_cb_s4 load_cbuf_to_cb_sp load_cbuf_to_cb_transpose_s4 mad mad_sp pipe_barrier "
+        "preload scatter_vnchwconv_b16 scatter_vnchwconv_b32 scatter_vnchwconv_b8 set_atomic_add set_atomic_bf16 "
+        "set_atomic_f16 set_atomic_f32 set_atomic_max set_atomic_min set_atomic_none set_atomic_s16 set_atomic_s32 "
+        "set_atomic_s8 set_cmpmask set_ctrl set_data_exp_0 set_data_exp_1 set_data_exp_2 set_data_exp_3 set_deqscale "
+        "set_ffts_base_addr set_flag set_fmatrix set_fmatrix_b set_fpc set_l1_3d_size set_l3d_rpt set_mask_count "
+        "set_mask_norm set_mov_pad_val set_nd_para set_padding set_quant_pre set_st_atomic_cfg set_va_reg_sb "
+        "set_vector_mask st_dev trap vabs vadd vadds vand vbrcb vcadd vcgadd vcgmax vcmax vcmin vcmpv_eq vcmpv_ge "
+        "vcmpv_gt vcmpv_le vcmpv_lt vcmpv_ne vcmpvs_eq vcmpvs_ge vcmpvs_gt vcmpvs_le vcmpvs_lt vcmpvs_ne vcopy vdiv "
+        "vector_dup vexp vgather vld_va_reg vln vmax vmaxs vmin vmins vmul vmulconv_f162s8 vmulconv_f162u8 vmuls vnot "
+        "vor vrec vreducev2 vsel vshr vsqrt vsub vtranspose wait_flag wait_flag_dev "
+        "AscendCBufEnque AscendCBufFree AscendCRecordPoolHierarchy AscendCTBufPoolInit AscendCTBufPoolResetCheck "
+        "AscendCUpdateTbufPoolStatus __ib_set_stub __ib_wait_stub __sync_all_stub"
+    ).split()
+    + [f"set_aipp_spr_{i}" for i in (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 18, 19, 20, 21)]
+    + [f"vconv_{s}" for s in _VCONV]
+)
 INTRINSICS_INT = (
     "bcnt0 bcnt1 clz create_ca_matrix create_ca_matrix_bf16 create_cb_matrix create_cb_matrix_bf16 "
     "create_cbuf_matrix create_cbuf_matrix_bf16 get_acc_val get_arch_ver get_block_idx get_block_num get_ctrl "
@@ -118,8 +187,10 @@ def stub_def_h() -> str:
     out += [f"#define {q}" for q in QUALIFIERS]
     out += [f"#define {p}(...)" for p in PIPE_ANNOTATIONS]
     for name in ("half", "bfloat16_t"):
-        out.append(f"struct {name} {{ uint16_t bits; {name}() = default; {name}(float) : bits(0) {{}} "
-                   "operator float() const { return 0.0f; } float ToFloat() const { return 0.0f; } };")
+        out.append(
+            f"struct {name} {{ uint16_t bits; {name}() = default; {name}(float) : bits(0) {{}} "
+            "operator float() const { return 0.0f; } float ToFloat() const { return 0.0f; } };"
+        )
     out += [f"struct {n} {{ uint8_t bits; }};" for n in SMALL_FLOAT_TYPES]
     out += [f"struct {n} {{}};" for n in OPAQUE_TYPES]
     out += [f"{kind} {{ {', '.join(vals)} }};" for kind, vals in ENUMS.items()]
@@ -129,8 +200,9 @@ def stub_def_h() -> str:
     out.append("namespace AscendC { extern bool g_isVdeq; constexpr int32_t AIC_TYPE = 1, AIV_TYPE = 2; }")
     out += [f"template <class... A> inline void {n}(A&&...) {{}}" for n in sorted(set(INTRINSICS_VOID))]
     out += [f"template <class... A> inline int64_t {n}(A&&...) {{ return 0; }}" for n in sorted(set(INTRINSICS_INT))]
-    out += [f"template <class... A> inline ws1_stub_any {n}(A&&...) {{ return {{}}; }}"
-            for n in sorted(set(INTRINSICS_ANY))]
+    out += [
+        f"template <class... A> inline ws1_stub_any {n}(A&&...) {{ return {{}}; }}" for n in sorted(set(INTRINSICS_ANY))
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -138,7 +210,9 @@ EMPTY_HEADERS = ("stub_fun.h", "kernel_fp16.h", "kernel_bf16.h", "simt_stub.h")
 
 _TILING = re.compile(
     r"^\s*(BEGIN_TILING_DATA_DEF|TILING_DATA_FIELD_DEF_ARR|TILING_DATA_FIELD_DEF_STRUCT|TILING_DATA_FIELD_DEF|"
-    r"END_TILING_DATA_DEF)\s*(?:\(([^)]*)\))?", re.M)
+    r"END_TILING_DATA_DEF)\s*(?:\(([^)]*)\))?",
+    re.M,
+)
 
 
 def kernel_tiling_h(asc: Path) -> str:
@@ -160,10 +234,13 @@ def kernel_tiling_h(asc: Path) -> str:
                 body.append(f"  {a[0]} {a[1]} = 0;")
             else:
                 body.append("};")
-    return ("// generated by kernels-ascend/tools/asc_host_stub.py from asc-devkit's *tilingdata.h (WS1's code)\n"
-            "#pragma once\n#include <cstdint>\n#include <cstring>\nnamespace AscendC {\nnamespace tiling {\n"
-            + "\n".join(body) + "\n}  // namespace tiling\n}  // namespace AscendC\n"
-            + "".join(f"using AscendC::tiling::{n};\n" for n in names))
+    return (
+        "// generated by kernels-ascend/tools/asc_host_stub.py from asc-devkit's *tilingdata.h (WS1's code)\n"
+        "#pragma once\n#include <cstdint>\n#include <cstring>\nnamespace AscendC {\nnamespace tiling {\n"
+        + "\n".join(body)
+        + "\n}  // namespace tiling\n}  // namespace AscendC\n"
+        + "".join(f"using AscendC::tiling::{n};\n" for n in names)
+    )
 
 
 def write(dest: Path, asc: Path) -> None:

@@ -1,5 +1,6 @@
 """swiglu / silu (+ backward): bitwise row invariance, ISA/thread invariance, silu == swiglu(x, 1),
 accuracy vs an fp32 torch reference, bad inputs, NaN propagation."""
+
 import os
 import sys
 

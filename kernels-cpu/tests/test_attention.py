@@ -2,6 +2,7 @@
 (any order), prefill vs chunked prefill (chunk 7, keys from the cache) vs token-by-token decode across
 tile boundaries, thread count and ISA; backward alone vs packed. Accuracy vs an fp64 reference and
 autograd, bad inputs, NaN, and a negative control (torch SDPA prefill vs decode)."""
+
 import os
 import sys
 
@@ -17,10 +18,7 @@ LENS = [11, 16, 13, 19]
 
 def make_seqs(lens, hq=8, hkv=2, d=128, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [
-        tuple(torch.randn(n, h, d, generator=g).bfloat16() for h in (hq, hkv, hkv))
-        for n in lens
-    ]
+    return [tuple(torch.randn(n, h, d, generator=g).bfloat16() for h in (hq, hkv, hkv)) for n in lens]
 
 
 def cu(lens):
@@ -30,12 +28,19 @@ def cu(lens):
 def run_attn(qs, ks, vs, qpos_list, scale):
     """Pack sequences (queries qs[b] at positions qpos_list[b] against keys ks[b]) and run the kernel."""
     q, k, v = torch.cat(qs), torch.cat(ks), torch.cat(vs)
-    return OPS.attention(q, k, v, cu([x.shape[0] for x in qs]), cu([x.shape[0] for x in ks]), torch.cat(qpos_list), scale)
+    return OPS.attention(
+        q, k, v, cu([x.shape[0] for x in qs]), cu([x.shape[0] for x in ks]), torch.cat(qpos_list), scale
+    )
 
 
 def prefill(seqs, scale):
-    return run_attn([s[0] for s in seqs], [s[1] for s in seqs], [s[2] for s in seqs],
-                    [torch.arange(s[0].shape[0]) for s in seqs], scale)
+    return run_attn(
+        [s[0] for s in seqs],
+        [s[1] for s in seqs],
+        [s[2] for s in seqs],
+        [torch.arange(s[0].shape[0]) for s in seqs],
+        scale,
+    )
 
 
 def split_rows(t, lens):
@@ -84,8 +89,13 @@ def test_prefill_vs_chunked_vs_decode(S):
     # decode: one query at t against keys 0..t, batched with another sequence's decode step
     for t in range(S):
         u = t % 23
-        o, l = run_attn([q2[u : u + 1], q[t : t + 1]], [k2[: u + 1], k[: t + 1]], [v2[: u + 1], v[: t + 1]],
-                        [torch.tensor([u]), torch.tensor([t])], sc)
+        o, l = run_attn(
+            [q2[u : u + 1], q[t : t + 1]],
+            [k2[: u + 1], k[: t + 1]],
+            [v2[: u + 1], v[: t + 1]],
+            [torch.tensor([u]), torch.tensor([t])],
+            sc,
+        )
         assert_same(o[1:], full_o[t : t + 1], f"decode t={t}")
         assert_same(l[1:], full_l[t : t + 1], f"decode lse t={t}")
     # a decode query against a longer cache (keys past its position exist but are never touched)
@@ -149,7 +159,7 @@ def test_backward_fp32_dout_matches_bf16_upcast():
 
 
 def test_bad_inputs():
-    (q, k, v), = make_seqs([5], 4, 2, 32)
+    ((q, k, v),) = make_seqs([5], 4, 2, 32)
     c = torch.tensor([0, 5])
     pos = torch.arange(5)
     with pytest.raises(RuntimeError, match=r"attention: .*position 5"):
@@ -193,7 +203,8 @@ def test_negative_control_sdpa_prefill_vs_decode():
     S, H, D = 64, 8, 128
     q, k, v = (torch.randn(1, H, S, D, generator=g) for _ in range(3))
     full = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    dec = torch.cat([F.scaled_dot_product_attention(q[:, :, t : t + 1], k[:, :, : t + 1], v[:, :, : t + 1])
-                     for t in range(S)], 2)
+    dec = torch.cat(
+        [F.scaled_dot_product_attention(q[:, :, t : t + 1], k[:, :, : t + 1], v[:, :, : t + 1]) for t in range(S)], 2
+    )
     torch.testing.assert_close(full, dec)
     assert compare(full, dec) == "different"

@@ -1,6 +1,7 @@
 """The kernels' self-report, torch.ops.ws1_cpu.calls(): every op counts its own calls by kernel id and
 the ISA path it took; a call that raises is not counted. The path is the one that ran: under
 WS1_CPU_ISA=scalar every dispatching op reports "scalar" whatever the CPU could do."""
+
 import json
 
 import pytest
@@ -55,13 +56,32 @@ def run_every_op():
     K.embedding_bwd(r(3, 32, dtype=torch.float32), torch.tensor([1, 2, 3]), 16)
     cu = torch.tensor([0, 6])
     q, k, v = r(6, 4, 32), r(6, 2, 32), r(6, 2, 32)
-    out, lse = K.attention(q, k, v, cu, cu, torch.arange(6), 32 ** -0.5)
-    K.attention_bwd(r(6, 4, 32), q, k, v, out, lse, cu, cu, torch.arange(6), 32 ** -0.5)
+    out, lse = K.attention(q, k, v, cu, cu, torch.arange(6), 32**-0.5)
+    K.attention_bwd(r(6, 4, 32), q, k, v, out, lse, cu, cu, torch.arange(6), 32**-0.5)
 
 
-OPS = ["det_gemm", "lm_head", "gemm", "rms_norm", "qk_norm", "qk_norm_bwd", "rms_norm_bwd", "rope", "swiglu", "silu",
-       "swiglu_bwd", "silu_bwd", "logprob", "logprob_bwd", "batch_invariant_logp", "batch_invariant_logp_bwd",
-       "embedding", "embedding_bwd", "attention", "attention_bwd"]
+OPS = [
+    "det_gemm",
+    "lm_head",
+    "gemm",
+    "rms_norm",
+    "qk_norm",
+    "qk_norm_bwd",
+    "rms_norm_bwd",
+    "rope",
+    "swiglu",
+    "silu",
+    "swiglu_bwd",
+    "silu_bwd",
+    "logprob",
+    "logprob_bwd",
+    "batch_invariant_logp",
+    "batch_invariant_logp_bwd",
+    "embedding",
+    "embedding_bwd",
+    "attention",
+    "attention_bwd",
+]
 
 
 @pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512", "avx512bf16", "amx", None])

@@ -1,5 +1,6 @@
 """embedding (+ backward): exact gather, row invariance, dE given the same rows in the same canonical
 order (inside a bigger padded batch, padding removed), thread/ISA invariance, bad inputs, NaN."""
+
 import os
 import sys
 
@@ -53,7 +54,9 @@ def test_embedding_bwd_canonical_order():
     for isa_name, nt in settings():
         with setting(isa_name, nt):
             assert_same(OPS.embedding_bwd(big_dy[keep], big_ids[keep], V), ref, f"dE isa={isa_name} threads={nt}")
-            assert_same(OPS.embedding_bwd(dy.bfloat16(), ids, V), OPS.embedding_bwd(dy.bfloat16().float(), ids, V), "bf16 dy")
+            assert_same(
+                OPS.embedding_bwd(dy.bfloat16(), ids, V), OPS.embedding_bwd(dy.bfloat16().float(), ids, V), "bf16 dy"
+            )
 
 
 def test_embedding_bad_inputs():
@@ -91,7 +94,7 @@ def test_embedding_bwd_of_16_mib_and_more_keeps_its_bits():
     g = torch.Generator().manual_seed(12)
     ids = torch.randint(0, 100, (40,), generator=g)
     dy = torch.randn(40, 64, generator=g)
-    big = torch.ops.ws1_cpu.embedding_bwd(dy, ids, 1 << 16)       # 65536 x 64 fp32 = 16 MiB
+    big = torch.ops.ws1_cpu.embedding_bwd(dy, ids, 1 << 16)  # 65536 x 64 fp32 = 16 MiB
     small = torch.ops.ws1_cpu.embedding_bwd(dy, ids, 100)
     assert torch.equal(big[:100].view(torch.int32), small.view(torch.int32))
     assert not big[100:].view(torch.int32).any()

@@ -10,6 +10,7 @@ bf16 x bf16 operands follow the BF16 unit's flush rules (DAZ inputs, FTZ results
 rounding) on every path, so the avx512bf16 path (VDPBF16PS) gives the same bits as the others; data
 that never comes near FLT_MIN is unaffected, and the flush tests below pin the rules.
 """
+
 import os
 
 import pytest
@@ -106,7 +107,7 @@ def row_invariance_differs(fn, x, w, ms, rows_to_check=(0,)):
 
     Returns the list of (M, row) pairs whose bits differ (empty list == invariant)."""
     diffs = []
-    singles = {r: fn(x[r:r + 1], w)[0] for r in rows_to_check}
+    singles = {r: fn(x[r : r + 1], w)[0] for r in rows_to_check}
     for m in ms:
         y = fn(x[:m], w)
         for r in rows_to_check:
@@ -122,8 +123,18 @@ def row_invariance_differs(fn, x, w, ms, rows_to_check=(0,)):
 # carry), N not a multiple of the 32-column panel, M not a multiple of the 12/6/4-row tiles, and
 # M <= 4 (the AVX-512 streaming small-M path, identical chain), and tall M (A of a row block
 # > 1 MiB) that takes the other loop order (A packed per K block), also with several row blocks.
-EXACT_SHAPES = [(1, 1, 1), (1, 7, 3), (2, 1100, 45), (4, 333, 70), (5, 300, 40), (13, 513, 70), (30, 1000, 33), (300, 1100, 45),
-                (264, 1100, 45), (600, 1400, 70)]
+EXACT_SHAPES = [
+    (1, 1, 1),
+    (1, 7, 3),
+    (2, 1100, 45),
+    (4, 333, 70),
+    (5, 300, 40),
+    (13, 513, 70),
+    (30, 1000, 33),
+    (300, 1100, 45),
+    (264, 1100, 45),
+    (600, 1400, 70),
+]
 
 
 @pytest.mark.parametrize("isa", SUPPORTED)
@@ -170,11 +181,11 @@ def test_accuracy_vs_fp64(isa):
     # |y - ref| <= gamma_K * sum_k |x_k w_k|, gamma_K = K u / (1 - K u), u = 2^-24 (Higham, Accuracy
     # and Stability, §3.1). A blocked FP32 matmul (MKL) is typically ~5x more accurate than a serial
     # chain; the bound is what the serial order guarantees, and any reordering bug or lost term breaks it.
-    K, u = x.shape[1], 2.0 ** -24
+    K, u = x.shape[1], 2.0**-24
     gamma = K * u / (1 - K * u)
     bound = gamma * (x.double().abs() @ w.double().abs().T)
     assert ((y32.double() - ref).abs() <= bound).all()
-    assert (y32.double() - ref).abs().max() > 0           # FP32, not FP64: the check is not vacuous
+    assert (y32.double() - ref).abs().max() > 0  # FP32, not FP64: the check is not vacuous
 
 
 def test_fp32_inputs_scalar_vs_fp64_and_vector_paths_bitwise():
@@ -207,7 +218,7 @@ def test_batch_size_and_row_position_invariance(op):
     assert row_invariance_differs(fn, x, w, INV_MS, rows) == []
     # every row of the largest batch equals the same row computed alone
     full = fn(x, w)
-    singles = torch.cat([fn(x[i:i + 1], w) for i in range(0, x.shape[0], 17)])
+    singles = torch.cat([fn(x[i : i + 1], w) for i in range(0, x.shape[0], 17)])
     assert same_bits(full[::17], singles)
 
 
@@ -302,8 +313,8 @@ def test_gemm_arbitrary_strides_and_mixed_dtypes():
     g = gen(11)
     base_a = torch.randn(40, 3 * 130, generator=g)
     base_b = torch.randn(2 * 70, 130 * 2, generator=g)
-    a32 = base_a[::2, ::3]              # [20, 130], strides (780, 3)
-    b32 = base_b[::2, ::2]              # [70, 130], strides (520, 2)
+    a32 = base_a[::2, ::3]  # [20, 130], strides (780, 3)
+    b32 = base_b[::2, ::2]  # [70, 130], strides (520, 2)
     a16, b16 = a32.bfloat16(), b32.bfloat16()
     a16s = base_a.bfloat16()[::2, ::3]  # strided bf16 with the same values as a16
     b16s = base_b.bfloat16()[::2, ::2]
@@ -315,8 +326,10 @@ def test_gemm_arbitrary_strides_and_mixed_dtypes():
         # fp32 with strides == fp32 contiguous; mixed fp32 x bf16
         assert same_bits(ops.gemm(a32, b32, out_fp32), ops.gemm(a32.contiguous(), b32.contiguous(), out_fp32))
         assert same_bits(ops.gemm(a32, b16s, out_fp32), ops.gemm(a32.contiguous(), b16.contiguous(), out_fp32))
-        assert same_bits(ops.gemm(a32.t().contiguous().t(), b32.t().contiguous().t(), out_fp32),
-                         ops.gemm(a32.contiguous(), b32.contiguous(), out_fp32))
+        assert same_bits(
+            ops.gemm(a32.t().contiguous().t(), b32.t().contiguous().t(), out_fp32),
+            ops.gemm(a32.contiguous(), b32.contiguous(), out_fp32),
+        )
     # the bf16 results match the exact reference and the ISA paths agree on strided fp32 input
     assert same_bits(ops.gemm(a16s, b16s, True), exact_ref_bf16_inputs(a16, b16))
     with use_isa("scalar"):
@@ -325,8 +338,7 @@ def test_gemm_arbitrary_strides_and_mixed_dtypes():
         with use_isa(isa):
             assert same_bits(ops.gemm(a32, b32.t().contiguous().t(), True), ref32), isa
             assert same_bits(ops.gemm(a32, b32, True), ref32), isa
-            assert same_bits(ops.gemm(a16s.t().contiguous().t(), b16s, True),
-                             exact_ref_bf16_inputs(a16, b16)), isa
+            assert same_bits(ops.gemm(a16s.t().contiguous().t(), b16s, True), exact_ref_bf16_inputs(a16, b16)), isa
 
 
 def test_gemm_matches_det_gemm_and_lm_head():
@@ -359,7 +371,7 @@ def test_nan_inf_propagate(isa):
     x, w = rand_bf16(4, 64, gen=g), rand_bf16(40, 64, gen=g)
     x[1, 5] = float("inf")
     x[2, 7] = float("nan")
-    w[3, :] = 0.0            # inf * 0 -> nan in (1, 3)
+    w[3, :] = 0.0  # inf * 0 -> nan in (1, 3)
     w[9, 11] = float("-inf")  # row 0..3 get +-inf (or nan for row 1/2) in column 9
     ref = exact_ref_bf16_inputs(x, w)
     with use_isa(isa):
@@ -375,13 +387,13 @@ def test_nan_inf_propagate(isa):
 
 def test_bf16_rounding_ties_and_overflow():
     # 1 + 2^-8 is exactly halfway between bf16 neighbours 1 and 1+2^-7: ties-to-even -> 1.
-    x = torch.tensor([[1.0, 2.0 ** -8]], dtype=torch.bfloat16)
+    x = torch.tensor([[1.0, 2.0**-8]], dtype=torch.bfloat16)
     w = torch.tensor([[1.0, 1.0], [1.0, 3.0]], dtype=torch.bfloat16)
     for isa in SUPPORTED:
         with use_isa(isa):
             y = ops.det_gemm(x, w)
-            assert y[0, 0].item() == 1.0                       # 1 + 2^-8  -> tie -> even (1.0)
-            assert y[0, 1].item() == 1.0 + 2.0 ** -6           # 1 + 3*2^-8 -> tie -> even (up)
+            assert y[0, 0].item() == 1.0  # 1 + 2^-8  -> tie -> even (1.0)
+            assert y[0, 1].item() == 1.0 + 2.0**-6  # 1 + 3*2^-8 -> tie -> even (up)
             big = torch.tensor([[3.0e38, 3.0e38]], dtype=torch.bfloat16)
             assert torch.isinf(ops.det_gemm(big, torch.ones(1, 2, dtype=torch.bfloat16)))[0, 0]
 
@@ -419,6 +431,7 @@ def test_errors():
 # --------------------------------------------------------------------------------------------
 def _probe():
     import json
+
     return json.loads(ops.bf16_unit_probe(1 << 16, 1))
 
 
@@ -459,17 +472,17 @@ def test_flush_rules_every_path(isa):
     b = torch.bfloat16
     # FTZ, tininess before rounding: 2^-63 * 2^-63 = FLT_MIN, then FLT_MIN - 2^-150 rounds (tie to
     # even) back to FLT_MIN in IEEE arithmetic, but the exact sum is below FLT_MIN: flushed to +0.
-    x = torch.tensor([[2.0 ** -63, 2.0 ** -75]], dtype=b)
-    w = torch.tensor([[2.0 ** -63, -2.0 ** -75]], dtype=b)
-    ieee = (_f(2.0 ** -126) + _f(2.0 ** -75) * _f(-2.0 ** -75)).item()
-    assert ieee == 2.0 ** -126  # what plain FP32 gives: the case really is at the boundary
+    x = torch.tensor([[2.0**-63, 2.0**-75]], dtype=b)
+    w = torch.tensor([[2.0**-63, -(2.0**-75)]], dtype=b)
+    ieee = (_f(2.0**-126) + _f(2.0**-75) * _f(-(2.0**-75))).item()
+    assert ieee == 2.0**-126  # what plain FP32 gives: the case really is at the boundary
     # a result that underflows is flushed to a zero of its sign: -(2^-70)^2 -> -0
-    x2 = torch.tensor([[2.0 ** -70]], dtype=b)
-    w2 = torch.tensor([[-2.0 ** -70]], dtype=b)
+    x2 = torch.tensor([[2.0**-70]], dtype=b)
+    w2 = torch.tensor([[-(2.0**-70)]], dtype=b)
     # DAZ: a bf16 denormal input reads as zero: 2^-130 * 2^100 would be 2^-30
-    x3 = torch.tensor([[2.0 ** -130, 0.0]], dtype=b)
-    w3 = torch.tensor([[2.0 ** 100, 0.0]], dtype=b)
-    assert x3[0, 0].item() == 2.0 ** -130  # stored as a bf16 denormal, not already zero
+    x3 = torch.tensor([[2.0**-130, 0.0]], dtype=b)
+    w3 = torch.tensor([[2.0**100, 0.0]], dtype=b)
+    assert x3[0, 0].item() == 2.0**-130  # stored as a bf16 denormal, not already zero
     with use_isa(isa):
         assert bits(ops.lm_head(x, w)).item() == 0
         assert bits(ops.lm_head(x2, w2)).item() == bits(_f([[-0.0]])).item()
@@ -480,13 +493,16 @@ def test_flush_rules_every_path(isa):
 def _adversarial(m, k, n, g):
     """bf16 data whose partial sums cancel and underflow: exponents spread over the whole range
     around 2^-63 (products near FLT_MIN), some bf16 denormals, some large values."""
+
     def draw(*shape):
         e = torch.randint(-75, -52, shape, generator=g).float()
         v = torch.ldexp(1.0 + torch.rand(*shape, generator=g), e) * torch.where(
-            torch.rand(*shape, generator=g) < 0.5, -1.0, 1.0)
+            torch.rand(*shape, generator=g) < 0.5, -1.0, 1.0
+        )
         den = torch.rand(*shape, generator=g) < 0.05
         v = torch.where(den, torch.ldexp(torch.rand(*shape, generator=g), torch.full(shape, -127.0)), v)
         return v.bfloat16()
+
     return draw(m, k), draw(n, k)
 
 
@@ -498,10 +514,10 @@ def test_adversarial_flush_cases_bitwise_equal_across_paths(shape):
     with use_isa("scalar"):
         ref32, ref16 = ops.lm_head(x, w), ops.det_gemm(x, w)
         refT = ops.gemm(x, w.t().contiguous().t(), True)  # B with n contiguous (backward's layout)
-    tiny = (ref32.abs() < 2.0 ** -126) & (ref32 != 0)
-    assert not bool(tiny.any())                                 # FTZ: no denormal result
+    tiny = (ref32.abs() < 2.0**-126) & (ref32 != 0)
+    assert not bool(tiny.any())  # FTZ: no denormal result
     exact = exact_ref_bf16_inputs(x, w)
-    assert not same_bits(ref32, exact)                          # the data does reach the flush rules
+    assert not same_bits(ref32, exact)  # the data does reach the flush rules
     assert same_bits(refT, ref32)
     for isa in SUPPORTED:
         with use_isa(isa):
@@ -517,13 +533,14 @@ def test_negative_control_kstep_chosen_by_m_is_caught():
     g = gen(14)
     x, w = rand_bf16(59, 1024, gen=g), rand_bf16(128, 1024, gen=g)
     for out_fp32, ours in ((True, ops.lm_head), (False, ops.det_gemm)):
+
         def var(a, b, out_fp32=out_fp32):
             return ops.variant_gemm_kstep_by_m(a, b, out_fp32)
+
         assert same_bits(var(x[:1], w), ours(x[:1], w))
         assert not same_bits(var(x, w), ours(x, w))
         assert row_invariance_differs(var, x, w, [2, 7, 59], rows_to_check=tuple(range(0, 59, 2))) != []
         assert row_invariance_differs(ours, x, w, [2, 7, 59], rows_to_check=tuple(range(0, 59, 2))) == []
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -570,15 +587,16 @@ def test_amx_is_its_own_arithmetic_and_accurate():
     with use_isa("amx"):
         y32 = ops.lm_head(x, w)
         y16 = ops.det_gemm(x, w)
-        g32 = ops.gemm(x, w, True)      # the backward GEMM keeps the chain on the amx path
+        g32 = ops.gemm(x, w, True)  # the backward GEMM keeps the chain on the amx path
     torch.testing.assert_close(y32.double(), ref, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(y16.double(), ref, atol=5e-2, rtol=2e-2)
     with use_isa("scalar"):
         chain = ops.lm_head(x, w)
-    assert not same_bits(y32, chain)   # why it has its own arch key
+    assert not same_bits(y32, chain)  # why it has its own arch key
     assert same_bits(g32, chain)
     # and it reports itself: the calls are counted under path "amx"
     import json
+
     before = json.loads(ops.calls()).get("ws1_cpu::lm_head", {}).get("amx", 0)
     with use_isa("amx"):
         ops.lm_head(x, w)
@@ -591,12 +609,14 @@ def test_outputs_of_16_mib_and_more_keep_their_bits():
     bf16-out, fp32-out and strided backward GEMMs."""
     g = torch.Generator().manual_seed(11)
     x = torch.randn(64, 32, generator=g).bfloat16()
-    w = torch.randn(1 << 17, 32, generator=g).bfloat16()          # det_gemm out 64 x 131072 bf16 = 16 MiB
+    w = torch.randn(1 << 17, 32, generator=g).bfloat16()  # det_gemm out 64 x 131072 bf16 = 16 MiB
     big = ops.det_gemm(x, w)
     assert big.numel() * big.element_size() >= 16 << 20
     assert torch.equal(big[:, :1000].view(torch.int16), ops.det_gemm(x, w[:1000]).view(torch.int16))
-    big = ops.lm_head(x, w[: 1 << 16])                              # fp32 out 64 x 65536 = 16 MiB
-    assert torch.equal(big[:, -1000:].view(torch.int32), ops.lm_head(x, w[(1 << 16) - 1000: 1 << 16]).view(torch.int32))
+    big = ops.lm_head(x, w[: 1 << 16])  # fp32 out 64 x 65536 = 16 MiB
+    assert torch.equal(
+        big[:, -1000:].view(torch.int32), ops.lm_head(x, w[(1 << 16) - 1000 : 1 << 16]).view(torch.int32)
+    )
     dy = torch.randn(64, 1 << 17, generator=g).bfloat16()
-    big = ops.gemm(dy.t(), x.t(), True)                             # dW-shaped, strided: 131072 x 32 fp32 = 16 MiB
+    big = ops.gemm(dy.t(), x.t(), True)  # dW-shaped, strided: 131072 x 32 fp32 = 16 MiB
     assert torch.equal(big[:1000].view(torch.int32), ops.gemm(dy[:, :1000].t(), x.t(), True).view(torch.int32))

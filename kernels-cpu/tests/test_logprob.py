@@ -1,6 +1,7 @@
 """logprob / batch_invariant_logp (+ backward): bitwise row invariance, logprob == gather of the full
 log-softmax bitwise, accuracy vs fp64 log_softmax, gradients vs autograd, bad inputs, NaN, and the
 negative control showing the invariance check can fail."""
+
 import os
 import sys
 

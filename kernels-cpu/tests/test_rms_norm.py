@@ -1,6 +1,7 @@
 """rms_norm / qk_norm (+ backward): bitwise row invariance (batch size, row position, order, threads,
 ISA), dw given the same rows in the same canonical order, qk_norm == rms_norm on the flattened heads,
 accuracy vs an fp32/fp64 torch reference, bad inputs, NaN propagation."""
+
 import os
 import sys
 
@@ -108,7 +109,9 @@ def test_qk_norm_matches_rms_core_and_invariance():
     dx2, dw2 = OPS.rms_norm_bwd(dy.view(-1, 128), x.view(-1, 128), w, r.view(-1))
     assert_same(dx.view(-1, 128), dx2)
     assert_same(dw, dw2)
-    row_invariance(lambda d, xb, rb: OPS.qk_norm_bwd(d, xb, w, rb)[0], (dy, x, r), sizes=(1, 7, 59), what="qk_norm_bwd dx")
+    row_invariance(
+        lambda d, xb, rb: OPS.qk_norm_bwd(d, xb, w, rb)[0], (dy, x, r), sizes=(1, 7, 59), what="qk_norm_bwd dx"
+    )
     xr = x.float().requires_grad_()
     wr = w.float().requires_grad_()
     (xr * torch.rsqrt(xr.pow(2).mean(-1, keepdim=True) + EPS) * wr).backward(dy)

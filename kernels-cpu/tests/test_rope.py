@@ -1,5 +1,6 @@
 """rope: bitwise row invariance (a token's rotation depends only on its position), fp32/bf16, inverse =
 backward (transpose), accuracy vs an fp64 HF rotate-half reference, bad inputs, NaN."""
+
 import math
 import os
 import sys
@@ -35,7 +36,9 @@ def make(t, nh, d, dtype=torch.bfloat16, seed=0, maxpos=4096):
 def test_rope_row_invariance(d, dtype):
     x, pos = make(300, 4, d, dtype)
     row_invariance(lambda xb, pb: OPS.rope(xb, pb, THETA, False), (x, pos), what="rope")
-    row_invariance(lambda xb, pb: OPS.rope(xb, pb, THETA, True), (x.float(), pos), sizes=(1, 7, 59), what="rope inverse")
+    row_invariance(
+        lambda xb, pb: OPS.rope(xb, pb, THETA, True), (x.float(), pos), sizes=(1, 7, 59), what="rope inverse"
+    )
 
 
 def test_rope_prefill_vs_decode():

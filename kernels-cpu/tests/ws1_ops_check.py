@@ -1,5 +1,6 @@
 """Shared helpers for the non-GEMM op tests (test_activation, test_rms_norm, test_embedding, test_rope,
 test_logprob, test_attention): bitwise comparison, ISA / thread-count switching, batch sizes."""
+
 import contextlib
 import os
 

@@ -131,12 +131,12 @@ def ldsm_x4(smem, addr, trans=False):
     """ldmatrix.x4 (.trans): lane l supplies the address of row l % 8 of matrix l / 8 (element offsets; each row is 8
     consecutive BF16). Returns [..., 4, 32] uint32: register j of every lane."""
     addr = np.asarray(addr)
-    rows = addr.reshape(addr.shape[:-1] + (4, 8))                   # [..., matrix, row]
-    mat = smem[rows[..., None] + np.arange(8)]                     # [..., matrix, row, col]
+    rows = addr.reshape(addr.shape[:-1] + (4, 8))  # [..., matrix, row]
+    mat = smem[rows[..., None] + np.arange(8)]  # [..., matrix, row, col]
     if trans:
-        lo, hi = mat[..., 2 * TQ, G_], mat[..., 2 * TQ + 1, G_]     # (row 2t, col g), (row 2t+1, col g)
+        lo, hi = mat[..., 2 * TQ, G_], mat[..., 2 * TQ + 1, G_]  # (row 2t, col g), (row 2t+1, col g)
     else:
-        lo, hi = mat[..., G_, 2 * TQ], mat[..., G_, 2 * TQ + 1]     # (row g, col 2t), (row g, col 2t+1)
+        lo, hi = mat[..., G_, 2 * TQ], mat[..., G_, 2 * TQ + 1]  # (row g, col 2t), (row g, col 2t+1)
     return lo.astype(U32) | (hi.astype(U32) << 16)
 
 
@@ -252,14 +252,14 @@ def self_plan(a, bx):
     nf = np.where(live & ok, ((q1 - q0) * a.G + 15) // 16, 0)
     bad = live & ~ok
     bad[0] |= not (a.cu_q[0] == 0 and a.cu_k[0] == 0 and a.cu_q[a.B] == a.Tq and a.cu_k[a.B] == a.Tk)
-    inc = np.cumsum(nf)                      # warp_incl_scan
+    inc = np.cumsum(nf)  # warp_incl_scan
     total = int(inc[31])
-    if bad.any() or total > a.grid_x:        # __any_sync(bad), or more items than CTAs
+    if bad.any() or total > a.grid_x:  # __any_sync(bad), or more items than CTAs
         return None
     if bx >= total:
         return total, -1, 0
     item = total - 1 - bx
-    hit = np.flatnonzero(live & (inc - nf <= item) & (item < inc))   # __ballot_sync, then __ffs
+    hit = np.flatnonzero(live & (inc - nf <= item) & (item < inc))  # __ballot_sync, then __ffs
     b = int(hit[0])
     return total, b, int(item - (inc - nf)[b])
 
@@ -277,7 +277,7 @@ def fwd_cta(a, DP, NWM, MW, bx, kh, variant=None):
         for i in range(bx, a.Tq, a.grid_x):
             for g in range(a.G):
                 row = i * a.Hq + kh * a.G + g
-                a.out[row * a.D:(row + 1) * a.D] = NAN_BF16
+                a.out[row * a.D : (row + 1) * a.D] = NAN_BF16
                 a.lse[row] = np.nan
 
     if NWM == 1 and plan is None:  # self-planned
@@ -297,7 +297,7 @@ def fwd_cta(a, DP, NWM, MW, bx, kh, variant=None):
         if bx >= items:
             return
         item = items - 1 - bx  # reverse: the heaviest query blocks first
-        start = plan[(4 + B if mode else 3):]
+        start = plan[(4 + B if mode else 3) :]
         b = item_seq(start, B, item)
         qb, chunk = item - int(start[b]), 0
         if mode:
@@ -355,11 +355,19 @@ def fwd_cta(a, DP, NWM, MW, bx, kh, variant=None):
     W = []
     for w in range(NWM):
         rowi = [[w * 16 * MW + 16 * mw + G_ + 8 * h for h in range(2)] for mw in range(MW)]
-        W.append(dict(rowi=rowi, pos=[[s_pos[rowi[mw][h]] for h in range(2)] for mw in range(MW)],
-                      qaddr=Qs + (w * 16 * MW + (LANE & 7) + 8 * ((LANE >> 3) & 1)) * S + 8 * (LANE >> 4),
-                      acc=np.zeros((MW, NB, 4, 32), F32), Macc=np.zeros((MW, NB, 4, 32), F32),
-                      m=np.full((MW, 2, 32), NEG_INF), l=np.zeros((MW, 2, 32), F32),
-                      Mm=np.full((MW, 2, 32), NEG_INF), Ml=np.zeros((MW, 2, 32), F32)))
+        W.append(
+            dict(
+                rowi=rowi,
+                pos=[[s_pos[rowi[mw][h]] for h in range(2)] for mw in range(MW)],
+                qaddr=Qs + (w * 16 * MW + (LANE & 7) + 8 * ((LANE >> 3) & 1)) * S + 8 * (LANE >> 4),
+                acc=np.zeros((MW, NB, 4, 32), F32),
+                Macc=np.zeros((MW, NB, 4, 32), F32),
+                m=np.full((MW, 2, 32), NEG_INF),
+                l=np.zeros((MW, 2, 32), F32),
+                Mm=np.full((MW, 2, 32), NEG_INF),
+                Ml=np.zeros((MW, 2, 32), F32),
+            )
+        )
     sl2 = F32(a.scale_log2)
     c_cur = t_begin * KBN // csz
     for t in range(t_begin, t_end):
@@ -375,7 +383,9 @@ def fwd_cta(a, DP, NWM, MW, bx, kh, variant=None):
                 n2 = np.arange(NS // 2)[:, None]
                 for kd in range(KD):
                     qf = ldsm_x4(smem, X["qaddr"] + mw * 16 * S + kd * 16)
-                    bk = ldsm_x4(smem, Kt + (n2 * 16 + (LANE & 7) + 8 * (LANE >> 4)) * S + kd * 16 + 8 * ((LANE >> 3) & 1))
+                    bk = ldsm_x4(
+                        smem, Kt + (n2 * 16 + (LANE & 7) + 8 * (LANE >> 4)) * S + kd * 16 + 8 * ((LANE >> 3) & 1)
+                    )
                     s[0::2] = mma16816(s[0::2], qf, bk[:, 0], bk[:, 1])
                     s[1::2] = mma16816(s[1::2], qf, bk[:, 2], bk[:, 3])
                 mt = np.full((2, 32), NEG_INF)
@@ -404,8 +414,11 @@ def fwd_cta(a, DP, NWM, MW, bx, kh, variant=None):
                     X["acc"][mw, :, e] = fmul(X["acc"][mw, :, e], alpha[e >> 1])
             n2 = np.arange(NB // 2)[:, None]
             for kk in range(KBN // 16):
-                bv = ldsm_x4(smem, Vt + (kk * 16 + (LANE & 7) + 8 * ((LANE >> 3) & 1)) * S + n2 * 16 + 8 * (LANE >> 4),
-                             trans=True)
+                bv = ldsm_x4(
+                    smem,
+                    Vt + (kk * 16 + (LANE & 7) + 8 * ((LANE >> 3) & 1)) * S + n2 * 16 + 8 * (LANE >> 4),
+                    trans=True,
+                )
                 for mw in range(MW):
                     pa = np.stack([pk[mw, 2 * kk, 0], pk[mw, 2 * kk, 1], pk[mw, 2 * kk + 1, 0], pk[mw, 2 * kk + 1, 1]])
                     X["acc"][mw, 0::2] = mma16816(X["acc"][mw, 0::2], pa, bv[:, 0], bv[:, 1])
@@ -426,22 +439,24 @@ def fwd_cta(a, DP, NWM, MW, bx, kh, variant=None):
                             for j in range(2):
                                 inc = X["acc"][mw, :, 2 * h + j]
                                 mv = merge_val(X["Macc"][mw, :, 2 * h + j], a_, inc, b_)
-                                X["Macc"][mw, :, 2 * h + j] = np.where(need, inc if first else mv, X["Macc"][mw, :, 2 * h + j])
+                                X["Macc"][mw, :, 2 * h + j] = np.where(
+                                    need, inc if first else mv, X["Macc"][mw, :, 2 * h + j]
+                                )
                             ml = merge_val(X["Ml"][mw, h], a_, X["l"][mw, h], b_)
                             X["Ml"][mw, h] = np.where(need, X["l"][mw, h] if first else ml, X["Ml"][mw, h])
                             X["Mm"][mw, h] = np.where(need, X["m"][mw, h] if first else m_, X["Mm"][mw, h])
                             continue
-                        need = pr >= c_cur * csz                      # the row reaches this chunk
+                        need = pr >= c_cur * csz  # the row reaches this chunk
                         single, part = need & (pr < csz), need & (pr >= csz)
-                        d = np.arange(NB)[:, None] * 8 + 2 * TQ        # [NB, 32]
+                        d = np.arange(NB)[:, None] * 8 + 2 * TQ  # [NB, 32]
                         o = s_idx[r] * a.D
-                        okd = single & (d < a.D)                       # its only chunk: finalised here
+                        okd = single & (d < a.D)  # its only chunk: finalised here
                         il = final_inv(X["l"][mw, h])
                         a.out[(o + d)[okd]] = final_out(X["acc"][mw, :, 2 * h], il)[okd]
                         a.out[(o + d + 1)[okd]] = final_out(X["acc"][mw, :, 2 * h + 1], il)[okd]
                         ls = single & (TQ == 0)
                         a.lse[s_idx[r][ls]] = final_lse(X["m"][mw, h], X["l"][mw, h])[ls]
-                        slot = (item * a.Hkv + kh) * BM + r            # a partial for the merge kernel
+                        slot = (item * a.Hkv + kh) * BM + r  # a partial for the merge kernel
                         okp = np.broadcast_to(part, d.shape)
                         for j in range(2):
                             val = X["acc"][mw, :, 2 * h + j]
@@ -460,7 +475,7 @@ def fwd_cta(a, DP, NWM, MW, bx, kh, variant=None):
             for h in range(2):
                 pr, r = X["pos"][mw][h], X["rowi"][mw][h]
                 o = s_idx[r] * a.D
-                if not mode or chunk == 0:                                   # invalid positions: NaN rows
+                if not mode or chunk == 0:  # invalid positions: NaN rows
                     for dd in range(0, a.D, 8):
                         okn = pr == -2
                         a.out[(o + dd + 2 * TQ)[okn]] = NAN_BF16
@@ -516,8 +531,10 @@ def _u16(t):
     return t.contiguous().view(torch.int16).numpy().view(U16).reshape(-1).copy()
 
 
-FWD_SMEM_MW2 = {64: (128 * 72 + 4 * 64 * 72) * 2 + (128 * 64 + 4 * 2 * 128) * 4,
-                128: (128 * 136 + 4 * 64 * 136) * 2 + (128 * 128 + 4 * 2 * 128) * 4}  # FwdCfg<DP, 4, 2>::smem_bytes
+FWD_SMEM_MW2 = {
+    64: (128 * 72 + 4 * 64 * 72) * 2 + (128 * 64 + 4 * 2 * 128) * 4,
+    128: (128 * 136 + 4 * 64 * 136) * 2 + (128 * 128 + 4 * 2 * 128) * 4,
+}  # FwdCfg<DP, 4, 2>::smem_bytes
 
 
 def attention(q, k, v, cu_q, cu_k, q_pos, scale, sms=132, smem_optin=232448, variant=None, self_planned=None):
@@ -542,10 +559,28 @@ def attention(q, k, v, cu_q, cu_k, q_pos, scale, sms=132, smem_optin=232448, var
     rule = split and B <= 32 and Tk <= KCHUNK
     self_planned = rule if self_planned is None else (self_planned and rule)
     plan = None if self_planned else plan_kernel(cq, ck, qp, B, Tq, Tk, G, bm, split, cap, variant)
-    a = Args(q=_u16(q), k=_u16(k), v=_u16(v), cu_q=cq, cu_k=ck, q_pos=qp, plan=plan,
-             out=np.full(Tq * Hq * D, 0x5555, U16), lse=np.full(Tq * Hq, 7.0, F32),
-             ws_acc=np.full(cap * Hkv * 16 * DP, np.nan, F32), ws_ml=np.full(cap * Hkv * 16 * 2, np.nan, F32),
-             Tq=Tq, Tk=Tk, B=B, Hq=Hq, Hkv=Hkv, G=G, D=D, scale_log2=F32(scale) * LOG2E, grid_x=cap)
+    a = Args(
+        q=_u16(q),
+        k=_u16(k),
+        v=_u16(v),
+        cu_q=cq,
+        cu_k=ck,
+        q_pos=qp,
+        plan=plan,
+        out=np.full(Tq * Hq * D, 0x5555, U16),
+        lse=np.full(Tq * Hq, 7.0, F32),
+        ws_acc=np.full(cap * Hkv * 16 * DP, np.nan, F32),
+        ws_ml=np.full(cap * Hkv * 16 * 2, np.nan, F32),
+        Tq=Tq,
+        Tk=Tk,
+        B=B,
+        Hq=Hq,
+        Hkv=Hkv,
+        G=G,
+        D=D,
+        scale_log2=F32(scale) * LOG2E,
+        grid_x=cap,
+    )
     nwm, mw = (1, 1) if split else (4, 2 if mw2 else 1)
     for kh in range(Hkv):
         for bx in range(cap):
@@ -583,7 +618,7 @@ def bwd_plan_kernel(cu_q, cu_k, q_pos, B, Tq, Tk, kvplan, order=None):
     sets the status to 0; block 0 scans the 64-key blocks per sequence. ``order``: the order the query threads'
     atomics land in (the GPU's is unspecified; the result must not depend on it)."""
     status, table = 2 * B + 1, 2 * B + 2
-    for i in (range(Tq) if order is None else order):
+    for i in range(Tq) if order is None else order:
         b = seq_of(cu_q, B, i)
         q0, q1, k0, k1, p = (int(x) for x in (cu_q[b], cu_q[b + 1], cu_k[b], cu_k[b + 1], q_pos[i]))
         ok = q0 <= i < q1 and 0 <= k0 <= k1 <= Tk and 0 <= p < k1 - k0
@@ -620,7 +655,7 @@ def dq_cta(a, DP, bx, kh):
         for i in range(bx, a.Tq, a.grid_q):
             for g in range(a.G):
                 row = i * a.Hq + kh * a.G + g
-                a.dq[row * a.D:(row + 1) * a.D] = np.nan
+                a.dq[row * a.D : (row + 1) * a.D] = np.nan
         return
     if bx >= a.plan[2]:
         return
@@ -663,11 +698,18 @@ def dq_cta(a, DP, bx, kh):
     for w in range(4):
         r0 = w * 16 + G_
         off = (w * 16 + (LANE & 7) + 8 * ((LANE >> 3) & 1)) * S + 8 * (LANE >> 4)
-        W.append(dict(r0=r0, r1=r0 + 8, pos=(s_pos[r0], s_pos[r0 + 8]), l2=(s_lse2[r0], s_lse2[r0 + 8]),
-                      de=(s_delta[r0], s_delta[r0 + 8]),
-                      qf=[ldsm_x4(smem, Qs + off + kd * 16) for kd in range(KD)],
-                      of=[ldsm_x4(smem, Os + off + kd * 16) for kd in range(KD)],
-                      dqa=np.zeros((NB, 4, 32), F32)))
+        W.append(
+            dict(
+                r0=r0,
+                r1=r0 + 8,
+                pos=(s_pos[r0], s_pos[r0 + 8]),
+                l2=(s_lse2[r0], s_lse2[r0 + 8]),
+                de=(s_delta[r0], s_delta[r0 + 8]),
+                qf=[ldsm_x4(smem, Qs + off + kd * 16) for kd in range(KD)],
+                of=[ldsm_x4(smem, Os + off + kd * 16) for kd in range(KD)],
+                dqa=np.zeros((NB, 4, 32), F32),
+            )
+        )
     for t in range(n_t):
         st = t & 1
         if t + 1 < n_t:
@@ -690,15 +732,19 @@ def dq_cta(a, DP, bx, kh):
                     ds = []
                     for j in range(2):
                         key = t * KBNB + nb * 8 + 2 * TQ + j
-                        p = np.where(key <= X["pos"][h],
-                                     exp2f(fsub(fmul(s[nb, 2 * h + j], a.scale_log2), X["l2"][h])), F32(0))
+                        p = np.where(
+                            key <= X["pos"][h], exp2f(fsub(fmul(s[nb, 2 * h + j], a.scale_log2), X["l2"][h])), F32(0)
+                        )
                         ds.append(fmul(p, fsub(dp[nb, 2 * h + j], X["de"][h])))
                     dsk[nb, h] = pack_bf16(ds[0], ds[1])
             n2 = np.arange(NB // 2)[:, None]
             for kk in range(KBNB // 16):
                 da = np.stack([dsk[2 * kk, 0], dsk[2 * kk, 1], dsk[2 * kk + 1, 0], dsk[2 * kk + 1, 1]])
-                bk = ldsm_x4(smem, Kt + (kk * 16 + (LANE & 7) + 8 * ((LANE >> 3) & 1)) * S + n2 * 16 + 8 * (LANE >> 4),
-                             trans=True)
+                bk = ldsm_x4(
+                    smem,
+                    Kt + (kk * 16 + (LANE & 7) + 8 * ((LANE >> 3) & 1)) * S + n2 * 16 + 8 * (LANE >> 4),
+                    trans=True,
+                )
                 X["dqa"][0::2] = mma16816(X["dqa"][0::2], da, bk[:, 0], bk[:, 1])
                 X["dqa"][1::2] = mma16816(X["dqa"][1::2], da, bk[:, 2], bk[:, 3])
     for w in range(4):
@@ -723,8 +769,8 @@ def dkv_cta(a, DP, bx, kh, variant=None):
     if not bwd_plan_ok(a):  # bwd_fill_nan_dkv: grid-stride over the keys, this CTA's kv head
         for j in range(bx, a.Tk, a.grid_kv):
             o = (j * a.Hkv + kh) * a.D
-            a.dk[o:o + a.D] = np.nan
-            a.dv[o:o + a.D] = np.nan
+            a.dk[o : o + a.D] = np.nan
+            a.dv[o : o + a.D] = np.nan
         return
     if bx >= a.kvplan[B]:
         return
@@ -781,8 +827,14 @@ def dkv_cta(a, DP, bx, kh, variant=None):
         load_rows(rb_lo, 0)
     W = []
     for w in range(4):
-        W.append(dict(kr0=key0 + w * 16 + G_, dka=np.zeros((NB, 4, 32), F32), dva=np.zeros((NB, 4, 32), F32),
-                      aoff=(w * 16 + (LANE & 7) + 8 * ((LANE >> 3) & 1)) * S + 8 * (LANE >> 4)))
+        W.append(
+            dict(
+                kr0=key0 + w * 16 + G_,
+                dka=np.zeros((NB, 4, 32), F32),
+                dva=np.zeros((NB, 4, 32), F32),
+                aoff=(w * 16 + (LANE & 7) + 8 * ((LANE >> 3) & 1)) * S + 8 * (LANE >> 4),
+            )
+        )
     for it in range(n_rb):
         st = it & 1
         if it + 1 < n_rb:
@@ -807,8 +859,11 @@ def dkv_cta(a, DP, bx, kh, variant=None):
                     for j in range(2):
                         col = nb * 8 + 2 * TQ + j
                         key = X["kr0"] + 8 * h
-                        pj = np.where(key <= s_pos[st, col],
-                                      exp2f(fsub(fmul(sT[nb, 2 * h + j], a.scale_log2), s_lse2[st, col])), F32(0))
+                        pj = np.where(
+                            key <= s_pos[st, col],
+                            exp2f(fsub(fmul(sT[nb, 2 * h + j], a.scale_log2), s_lse2[st, col])),
+                            F32(0),
+                        )
                         p.append(pj)
                         ds.append(fmul(pj, fsub(dpT[nb, 2 * h + j], s_delta[st, col])))
                     pk[nb, h], dk2[nb, h] = pack_bf16(p[0], p[1]), pack_bf16(ds[0], ds[1])
@@ -844,15 +899,23 @@ def attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, q_pos, scale, variant=Non
     DP = 64 if D <= 64 else 128
     cq, ck, qp = cu_q.numpy(), cu_k.numpy(), q_pos.numpy()
     if not captured:  # the eager host check (check_inputs' and the repeated-position one), as one-line errors
-        if not (cq[0] == 0 and ck[0] == 0 and cq[B] == Tq and ck[B] == Tk and (np.diff(cq) >= 0).all()
-                and (np.diff(ck) >= 0).all()):
+        if not (
+            cq[0] == 0
+            and ck[0] == 0
+            and cq[B] == Tq
+            and ck[B] == Tk
+            and (np.diff(cq) >= 0).all()
+            and (np.diff(ck) >= 0).all()
+        ):
             raise ValueError("cu_seqlens must start at 0, end at Tq, Tk and be non-decreasing")
         seen = {}
         for b in range(B):
             for i in range(int(cq[b]), int(cq[b + 1])):
                 p = int(qp[i])
                 if not 0 <= p < int(ck[b + 1] - ck[b]):
-                    raise ValueError(f"query {i} at position {p} but its sequence {b} has {int(ck[b + 1] - ck[b])} keys")
+                    raise ValueError(
+                        f"query {i} at position {p} but its sequence {b} has {int(ck[b + 1] - ck[b])} keys"
+                    )
                 if (b, p) in seen:
                     raise ValueError(f"sequence {b} has two queries at position {p}")
                 seen[b, p] = i
@@ -865,10 +928,33 @@ def attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, q_pos, scale, variant=Non
     cap = -(-Tq * G // 64) + B
     plan = plan_kernel(cq, ck, qp, B, Tq, Tk, G, 64, False, cap)
     # outputs start as garbage (at::empty): every element must be written by a kernel
-    a = Args(q=_u16(q), k=_u16(k), v=_u16(v), dob=dob, lse2=lse2, delta=delta, cu_q=cq, cu_k=ck, q_pos=qp, plan=plan,
-             kvplan=kvplan, dq=np.full(Tq * Hq * D, 1234.5, F32),
-             dk=np.full(Tk * Hkv * D, 1234.5, F32), dv=np.full(Tk * Hkv * D, 1234.5, F32), Tq=Tq, Tk=Tk,
-             B=B, Hq=Hq, Hkv=Hkv, G=G, D=D, scale_log2=F32(scale) * LOG2E, scale=F32(scale), grid_q=cap, grid_kv=kv_cap)
+    a = Args(
+        q=_u16(q),
+        k=_u16(k),
+        v=_u16(v),
+        dob=dob,
+        lse2=lse2,
+        delta=delta,
+        cu_q=cq,
+        cu_k=ck,
+        q_pos=qp,
+        plan=plan,
+        kvplan=kvplan,
+        dq=np.full(Tq * Hq * D, 1234.5, F32),
+        dk=np.full(Tk * Hkv * D, 1234.5, F32),
+        dv=np.full(Tk * Hkv * D, 1234.5, F32),
+        Tq=Tq,
+        Tk=Tk,
+        B=B,
+        Hq=Hq,
+        Hkv=Hkv,
+        G=G,
+        D=D,
+        scale_log2=F32(scale) * LOG2E,
+        scale=F32(scale),
+        grid_q=cap,
+        grid_kv=kv_cap,
+    )
     for kh in range(Hkv):
         if Tq > 0:
             for bx in range(cap):
@@ -876,5 +962,8 @@ def attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, q_pos, scale, variant=Non
         if Tk > 0:
             for bx in range(kv_cap):
                 dkv_cta(a, DP, bx, kh, variant)
-    return (torch.from_numpy(a.dq).reshape(Tq, Hq, D), torch.from_numpy(a.dk).reshape(Tk, Hkv, D),
-            torch.from_numpy(a.dv).reshape(Tk, Hkv, D))
+    return (
+        torch.from_numpy(a.dq).reshape(Tq, Hq, D),
+        torch.from_numpy(a.dk).reshape(Tk, Hkv, D),
+        torch.from_numpy(a.dv).reshape(Tk, Hkv, D),
+    )

@@ -16,6 +16,7 @@ k16 sum and exp2f / logf are models — see its docstring), so these tests show,
   every host.
 
 The GPU's own bits are judged by test_gpu_attention.py on a GPU. ~1 minute on 2 cores."""
+
 import re
 import sys
 from pathlib import Path
@@ -61,10 +62,10 @@ def ref_fwd(q, k, v, lens_q, lens_k, pos, scale, grad=False):
     qd, kd, vd = (t.double().requires_grad_(grad) for t in (q, k, v))
     outs, qo, ko = [], 0, 0
     for lq, lk in zip(lens_q, lens_k):
-        s = torch.einsum("qhd,khd->hqk", qd[qo:qo + lq], kd[ko:ko + lk].repeat_interleave(G, 1)) * scale
-        mask = torch.arange(lk)[None, :] > pos[qo:qo + lq, None]
+        s = torch.einsum("qhd,khd->hqk", qd[qo : qo + lq], kd[ko : ko + lk].repeat_interleave(G, 1)) * scale
+        mask = torch.arange(lk)[None, :] > pos[qo : qo + lq, None]
         s = s.masked_fill(mask[None], float("-inf"))
-        outs.append(torch.einsum("hqk,khd->qhd", torch.softmax(s, -1), vd[ko:ko + lk].repeat_interleave(G, 1)))
+        outs.append(torch.einsum("hqk,khd->qhd", torch.softmax(s, -1), vd[ko : ko + lk].repeat_interleave(G, 1)))
         qo, ko = qo + lq, ko + lk
     return torch.cat(outs), (qd, kd, vd)
 
@@ -78,17 +79,24 @@ def test_tile_constants_and_address_expressions_are_the_cuda_sources():
     """The emulator's constants are the header's, and every ldmatrix address expression it executes appears verbatim
     (lane -> LANE) in attention.cu: the emulator cannot drift from the kernels unnoticed."""
     hdr = (PKG / "csrc" / "attention_mma.cuh").read_text()
-    for name, val in (("kBN", E.KBN), ("kChunk", E.KCHUNK), ("kBNB", E.KBNB), ("kBKV", E.KBKV), ("kBMQ", E.KBMQ),
-                      ("kPad", E.KPAD), ("kDMax", E.KDMAX)):
+    for name, val in (
+        ("kBN", E.KBN),
+        ("kChunk", E.KCHUNK),
+        ("kBNB", E.KBNB),
+        ("kBKV", E.KBKV),
+        ("kBMQ", E.KBMQ),
+        ("kPad", E.KPAD),
+        ("kDMax", E.KDMAX),
+    ):
         m = re.search(rf"constexpr int {name} = (\d+);", hdr)
         assert m and int(m.group(1)) == val, (name, m and m.group(1), val)
     cu_src = re.sub(r"\s+", "", (PKG / "csrc" / "attention.cu").read_text())
     emu_src = re.sub(r"\s+", "", Path(E.__file__).read_text()).replace("LANE", "lane")
     exprs = [
-        "(w*16*MW+(lane&7)+8*((lane>>3)&1))*S+8*(lane>>4)",               # forward Q A fragments
-        "(w*16+(lane&7)+8*((lane>>3)&1))*S+8*(lane>>4)",                  # backward A fragments (Q, dO, K, V rows)
-        "(n2*16+(lane&7)+8*(lane>>4))*S+kd*16+8*((lane>>3)&1)",           # B fragments, k = d (K, V, Q, dO rows)
-        "(kk*16+(lane&7)+8*((lane>>3)&1))*S+n2*16+8*(lane>>4)",           # B fragments, k = keys / rows (.trans)
+        "(w*16*MW+(lane&7)+8*((lane>>3)&1))*S+8*(lane>>4)",  # forward Q A fragments
+        "(w*16+(lane&7)+8*((lane>>3)&1))*S+8*(lane>>4)",  # backward A fragments (Q, dO, K, V rows)
+        "(n2*16+(lane&7)+8*(lane>>4))*S+kd*16+8*((lane>>3)&1)",  # B fragments, k = d (K, V, Q, dO rows)
+        "(kk*16+(lane&7)+8*((lane>>3)&1))*S+n2*16+8*(lane>>4)",  # B fragments, k = keys / rows (.trans)
     ]
     for e in exprs:
         assert e in cu_src, f"attention.cu lost {e}"
@@ -96,25 +104,31 @@ def test_tile_constants_and_address_expressions_are_the_cuda_sources():
 
 
 # ---- forward accuracy ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("D,Hq,Hkv,lengths,sms", [
-    (32, 4, 2, [70], 1),           # whole-row mode, DP 64
-    (32, 4, 2, [70], 132),         # chunk mode
-    (40, 5, 1, [19, 3, 33], 1),    # D not a multiple of 16 (zero-padded), G 5, packed
-    (128, 2, 2, [11, 16, 13, 19], 132),
-    (64, 2, 1, [300], 1),          # across the 256-key chunk: two chunks merged in registers
-])
+@pytest.mark.parametrize(
+    "D,Hq,Hkv,lengths,sms",
+    [
+        (32, 4, 2, [70], 1),  # whole-row mode, DP 64
+        (32, 4, 2, [70], 132),  # chunk mode
+        (40, 5, 1, [19, 3, 33], 1),  # D not a multiple of 16 (zero-padded), G 5, packed
+        (128, 2, 2, [11, 16, 13, 19], 132),
+        (64, 2, 1, [300], 1),  # across the 256-key chunk: two chunks merged in registers
+    ],
+)
 def test_forward_matches_fp64(D, Hq, Hkv, lengths, sms):
     q, k, v = qkv(D + len(lengths), lengths, Hq, Hkv, D)
     pos = positions(lengths)
-    out, lse = E.attention(q, k, v, cu(lengths), cu(lengths), pos, D ** -0.5, sms=sms)
-    ref, _ = ref_fwd(q, k, v, lengths, lengths, pos, D ** -0.5)
-    err = (out.double() - ref)
+    out, lse = E.attention(q, k, v, cu(lengths), cu(lengths), pos, D**-0.5, sms=sms)
+    ref, _ = ref_fwd(q, k, v, lengths, lengths, pos, D**-0.5)
+    err = out.double() - ref
     assert torch.isfinite(out.float()).all() and torch.isfinite(lse).all()
     assert err.norm() / ref.norm() < 5e-3 and err.abs().max() < 3e-2, (err.norm() / ref.norm(), err.abs().max())
     # lse against FP64 (natural log of sum exp(scale s))
     G, ls_ref, qo = Hq // Hkv, [], 0
     for n in lengths:
-        s = torch.einsum("qhd,khd->hqk", q[qo:qo + n].double(), k[qo:qo + n].double().repeat_interleave(G, 1)) * D ** -0.5
+        s = (
+            torch.einsum("qhd,khd->hqk", q[qo : qo + n].double(), k[qo : qo + n].double().repeat_interleave(G, 1))
+            * D**-0.5
+        )
         s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1)[None], float("-inf"))
         ls_ref.append(torch.logsumexp(s, -1).transpose(0, 1))
         qo += n
@@ -130,8 +144,8 @@ def long_case():
     D, Hq, Hkv = 32, 4, 2
     q, k, v = qkv(7, [S_LONG], Hq, Hkv, D)
     pos = positions([S_LONG])
-    out, lse = E.attention(q, k, v, cu([S_LONG]), cu([S_LONG]), pos, D ** -0.5, sms=1)  # whole-row prefill
-    return q, k, v, pos, D ** -0.5, out, lse
+    out, lse = E.attention(q, k, v, cu([S_LONG]), cu([S_LONG]), pos, D**-0.5, sms=1)  # whole-row prefill
+    return q, k, v, pos, D**-0.5, out, lse
 
 
 def chunk_diffs(case, bounds, variant=None, ref=None, sms=132):
@@ -173,10 +187,17 @@ def test_modes_and_neighbours_do_not_change_a_query(long_case):
     qq, kk, vv = (torch.cat([x[:5], y, x[:3]]) for x, y in zip(a, (q, k, v)))
     pp = torch.cat([torch.arange(5), pos, torch.arange(3)])
     o, ls = E.attention(qq, kk, vv, cu([5, S_LONG, 3]), cu([5, S_LONG, 3]), pp, sc, sms=1)
-    assert ndiff(o[5:5 + S_LONG], out) == 0 and ndiff(ls[5:5 + S_LONG], lse) == 0
+    assert ndiff(o[5 : 5 + S_LONG], out) == 0 and ndiff(ls[5 : 5 + S_LONG], lse) == 0
     # three decode steps of three sequences in one call (chunk mode) == each one's prefill row
-    o, ls = E.attention(torch.cat([q[299:300], a[0][4:5], q[100:101]]), torch.cat([k, a[1], k[:101]]),
-                        torch.cat([v, a[2], v[:101]]), cu([1, 1, 1]), cu([S_LONG, 5, 101]), torch.tensor([299, 4, 100]), sc)
+    o, ls = E.attention(
+        torch.cat([q[299:300], a[0][4:5], q[100:101]]),
+        torch.cat([k, a[1], k[:101]]),
+        torch.cat([v, a[2], v[:101]]),
+        cu([1, 1, 1]),
+        cu([S_LONG, 5, 101]),
+        torch.tensor([299, 4, 100]),
+        sc,
+    )
     assert ndiff(o[0:1], out[299:300]) == 0 and ndiff(o[2:3], out[100:101]) == 0
     assert ndiff(ls[0:1], lse[299:300]) == 0 and ndiff(ls[2:3], lse[100:101]) == 0
 
@@ -187,10 +208,12 @@ def test_three_chunks_merged_by_the_split_path_equal_registers():
     q, k, v = qkv(9, [S], Hq, Hkv, D)
     pos = positions([S])
     sel = torch.tensor([513, 559])
-    full, fl = E.attention(q[sel], k, v, cu([2]), cu([S]), pos[sel], D ** -0.5, sms=1)        # whole-row CTA
+    full, fl = E.attention(q[sel], k, v, cu([2]), cu([S]), pos[sel], D**-0.5, sms=1)  # whole-row CTA
     for j, p in enumerate(sel.tolist()):
-        o, ls = E.attention(q[p:p + 1], k[:p + 1], v[:p + 1], cu([1]), cu([p + 1]), pos[p:p + 1], D ** -0.5)  # split
-        assert ndiff(o, full[j:j + 1]) == 0 and ndiff(ls, fl[j:j + 1]) == 0, p
+        o, ls = E.attention(
+            q[p : p + 1], k[: p + 1], v[: p + 1], cu([1]), cu([p + 1]), pos[p : p + 1], D**-0.5
+        )  # split
+        assert ndiff(o, full[j : j + 1]) == 0 and ndiff(ls, fl[j : j + 1]) == 0, p
 
 
 def test_a_head_group_across_fragment_boundaries():
@@ -199,20 +222,23 @@ def test_a_head_group_across_fragment_boundaries():
     D, Hq, Hkv, S = 40, 10, 2, 270
     q, k, v = qkv(13, [S], Hq, Hkv, D)
     pos = positions([S])
-    out, lse = E.attention(q, k, v, cu([S]), cu([S]), pos, D ** -0.5, sms=1)
+    out, lse = E.attention(q, k, v, cu([S]), cu([S]), pos, D**-0.5, sms=1)
     for sms, optin in ((1, 166912), (10**6, 232448)):
-        o, ls = E.attention(q, k, v, cu([S]), cu([S]), pos, D ** -0.5, sms=sms, smem_optin=optin)
+        o, ls = E.attention(q, k, v, cu([S]), cu([S]), pos, D**-0.5, sms=sms, smem_optin=optin)
         assert ndiff(o, out) == 0 and ndiff(ls, lse) == 0, sms
     for c0, c1 in ((269, 270), (200, 270), (13, 14)):
-        o, ls = E.attention(q[c0:c1], k[:c1], v[:c1], cu([c1 - c0]), cu([c1]), pos[c0:c1], D ** -0.5)
+        o, ls = E.attention(q[c0:c1], k[:c1], v[:c1], cu([c1 - c0]), cu([c1]), pos[c0:c1], D**-0.5)
         assert ndiff(o, out[c0:c1]) == 0 and ndiff(ls, lse[c0:c1]) == 0, (c0, c1)
 
 
-@pytest.mark.parametrize("lengths_q,lengths_k,first,Hq,Hkv", [
-    ([11, 16, 13, 19], [11, 16, 13, 19], [0, 0, 0, 0], 4, 2),    # the fixture pack's lengths
-    ([1, 1, 0, 1], [100, 37, 5, 114], [99, 36, 0, 113], 10, 2),  # decode lanes, an empty sequence, G 5
-    ([1] * 32, [8] * 32, [7] * 32, 4, 4),                          # B 32: the rule's edge (one item per lane)
-])
+@pytest.mark.parametrize(
+    "lengths_q,lengths_k,first,Hq,Hkv",
+    [
+        ([11, 16, 13, 19], [11, 16, 13, 19], [0, 0, 0, 0], 4, 2),  # the fixture pack's lengths
+        ([1, 1, 0, 1], [100, 37, 5, 114], [99, 36, 0, 113], 10, 2),  # decode lanes, an empty sequence, G 5
+        ([1] * 32, [8] * 32, [7] * 32, 4, 4),  # B 32: the rule's edge (one item per lane)
+    ],
+)
 def test_self_planned_chunk_mode_gives_the_plan_kernels_bits(lengths_q, lengths_k, first, Hq, Hkv, monkeypatch):
     """Short chunk-mode calls (B <= 32, Tk <= 256) plan inside their CTAs (self_plan: one launch instead of two): the
     same rows in the same CTAs as the plan kernel's items, so the same bits, out and lse; and the same as whole-row
@@ -222,15 +248,15 @@ def test_self_planned_chunk_mode_gives_the_plan_kernels_bits(lengths_q, lengths_
     q = rnd(g, sum(lengths_q), Hq, D)
     k, v = rnd(g, sum(lengths_k), Hkv, D), rnd(g, sum(lengths_k), Hkv, D)
     pos = torch.cat([torch.arange(f, f + n) for n, f in zip(lengths_q, first)])
-    args = (q, k, v, cu(lengths_q), cu(lengths_k), pos, D ** -0.5)
+    args = (q, k, v, cu(lengths_q), cu(lengths_k), pos, D**-0.5)
     calls, real = [], E.self_plan
     monkeypatch.setattr(E, "self_plan", lambda a, bx: (calls.append(bx), real(a, bx))[1])
-    o1, l1 = E.attention(*args)                       # self-planned (the host's rule)
-    assert calls                                      # ... which this call took
+    o1, l1 = E.attention(*args)  # self-planned (the host's rule)
+    assert calls  # ... which this call took
     calls.clear()
-    o2, l2 = E.attention(*args, self_planned=False)   # the plan kernel
+    o2, l2 = E.attention(*args, self_planned=False)  # the plan kernel
     assert not calls
-    o3, l3 = E.attention(*args, sms=1)                # whole-row mode
+    o3, l3 = E.attention(*args, sms=1)  # whole-row mode
     assert (ndiff(o1, o2), ndiff(l1, l2), ndiff(o1, o3), ndiff(l1, l3)) == (0, 0, 0, 0)
     assert not torch.isnan(l1).any()
 
@@ -272,9 +298,9 @@ def bwd_case():
     q, k, v = qkv(21, [S], Hq, Hkv, D)
     pos = positions([S])
     dout = torch.randn(S, Hq, D, generator=torch.Generator().manual_seed(22))
-    out, lse = E.attention(q, k, v, cu([S]), cu([S]), pos, D ** -0.5, sms=1)
-    grads = E.attention_bwd(dout, q, k, v, out, lse, cu([S]), cu([S]), pos, D ** -0.5)
-    return q, k, v, pos, D ** -0.5, dout, out, lse, grads
+    out, lse = E.attention(q, k, v, cu([S]), cu([S]), pos, D**-0.5, sms=1)
+    grads = E.attention_bwd(dout, q, k, v, out, lse, cu([S]), cu([S]), pos, D**-0.5)
+    return q, k, v, pos, D**-0.5, dout, out, lse, grads
 
 
 def test_backward_matches_fp64_autograd(bwd_case):
@@ -301,7 +327,9 @@ def test_backward_is_bitwise_invariant(bwd_case):
     assert (ndiff(pq[5:], dq), ndiff(pk[5:], dk), ndiff(pv[5:], dv)) == (0, 0, 0)
     # pad rows inside the sequence (garbage queries and keys after its end, dO = 0 there) == unpadded
     P = 11
-    qq, kk, vv = (torch.cat([y, x]) for x, y in zip((rnd(g, P, Hq, D), rnd(g, P, Hkv, D), rnd(g, P, Hkv, D)), (q, k, v)))
+    qq, kk, vv = (
+        torch.cat([y, x]) for x, y in zip((rnd(g, P, Hq, D), rnd(g, P, Hkv, D), rnd(g, P, Hkv, D)), (q, k, v))
+    )
     pp, dd = torch.arange(S + P), torch.cat([dout, torch.zeros(P, Hq, D)])
     o, ls = E.attention(qq, kk, vv, cu([S + P]), cu([S + P]), pp, sc, sms=1)
     pq, pk, pv = E.attention_bwd(dd, qq, kk, vv, o, ls, cu([S + P]), cu([S + P]), pp, sc)
@@ -311,11 +339,12 @@ def test_backward_is_bitwise_invariant(bwd_case):
         d1 = torch.zeros_like(dout)
         d1[t] = dout[t]
         fq, fk, fv = E.attention_bwd(d1, q, k, v, out, lse, cu([S]), cu([S]), pos, sc)
-        o2, l2 = E.attention(q[t:t + 1], k[:t + 1], v[:t + 1], cu([1]), cu([t + 1]), pos[t:t + 1], sc)
-        sq, sk, sv = E.attention_bwd(dout[t:t + 1], q[t:t + 1], k[:t + 1], v[:t + 1], o2, l2, cu([1]), cu([t + 1]),
-                                     pos[t:t + 1], sc)
-        assert (ndiff(sq, fq[t:t + 1]), ndiff(sk, fk[:t + 1]), ndiff(sv, fv[:t + 1])) == (0, 0, 0), t
-        assert bool((fk[t + 1:] == 0).all() and (fv[t + 1:] == 0).all())  # keys after t: +0, no sign
+        o2, l2 = E.attention(q[t : t + 1], k[: t + 1], v[: t + 1], cu([1]), cu([t + 1]), pos[t : t + 1], sc)
+        sq, sk, sv = E.attention_bwd(
+            dout[t : t + 1], q[t : t + 1], k[: t + 1], v[: t + 1], o2, l2, cu([1]), cu([t + 1]), pos[t : t + 1], sc
+        )
+        assert (ndiff(sq, fq[t : t + 1]), ndiff(sk, fk[: t + 1]), ndiff(sv, fv[: t + 1])) == (0, 0, 0), t
+        assert bool((fk[t + 1 :] == 0).all() and (fv[t + 1 :] == 0).all())  # keys after t: +0, no sign
 
 
 def test_backward_plans_on_the_device_and_a_captured_call_guards_itself(bwd_case):
@@ -332,27 +361,32 @@ def test_backward_plans_on_the_device_and_a_captured_call_guards_itself(bwd_case
     Tq, Tk, B = sum(lq), sum(lk), len(lq)
     want = np.full(E.kvplan_size(B, Tk), -1, np.int64)
     starts = np.cumsum([0] + [-(-n // E.KBKV) for n in lk])
-    want[:B + 1] = starts
+    want[: B + 1] = starts
     for b in range(B):
         ps = [int(qp[i]) for i in range(int(cq[b]), int(cq[b + 1]))]
         want[B + 1 + b] = max(ps, default=-1)
         for i in range(int(cq[b]), int(cq[b + 1])):
             want[2 * B + 2 + int(ck[b]) + int(qp[i])] = i
     for order in (None, list(range(Tq))[::-1], list(np.random.default_rng(0).permutation(Tq))):
-        got = E.bwd_plan_kernel(cq.numpy(), ck.numpy(), qp.numpy(), B, Tq, Tk,
-                                np.full(E.kvplan_size(B, Tk), -1, np.int64), order)
+        got = E.bwd_plan_kernel(
+            cq.numpy(), ck.numpy(), qp.numpy(), B, Tq, Tk, np.full(E.kvplan_size(B, Tk), -1, np.int64), order
+        )
         assert (got == want).all(), order
     # captured, valid input: the eager bits
-    gq, gk, gv = E.attention_bwd(dout, q, k, v, out, lse, cu([S]), cu([S]), pos, sc, captured=True,
-                                 order=list(range(S))[::-1])
+    gq, gk, gv = E.attention_bwd(
+        dout, q, k, v, out, lse, cu([S]), cu([S]), pos, sc, captured=True, order=list(range(S))[::-1]
+    )
     assert (ndiff(gq, dq), ndiff(gk, dk), ndiff(gv, dv)) == (0, 0, 0)
     # what an eager call refuses with a one-line error, a captured call turns into NaN everywhere
     dup, past = pos.clone(), pos.clone()
-    dup[40] = 39          # two queries at position 39
-    past[40] = S          # a position past the sequence's keys
+    dup[40] = 39  # two queries at position 39
+    past[40] = S  # a position past the sequence's keys
     bad_cu = torch.tensor([0, S + 5])  # cu_seqlens_q past Tq
-    for name, cq_, qp_ in (("repeated position", cu([S]), dup), ("position past the keys", cu([S]), past),
-                           ("cu_seqlens past Tq", bad_cu, pos)):
+    for name, cq_, qp_ in (
+        ("repeated position", cu([S]), dup),
+        ("position past the keys", cu([S]), past),
+        ("cu_seqlens past Tq", bad_cu, pos),
+    ):
         with pytest.raises(ValueError):
             E.attention_bwd(dout, q, k, v, out, lse, cq_, cu([S]), qp_, sc)
         grads = E.attention_bwd(dout, q, k, v, out, lse, cq_, cu([S]), qp_, sc, captured=True)

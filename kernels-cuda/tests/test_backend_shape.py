@@ -5,6 +5,7 @@ No CUDA library can load on a CPU host, so the check runs in a subprocess agains
 schemas are read from the real registration file (csrc/ws1_cuda.cpp) and defined with torch.library, so
 the backend must use exactly the ops that file registers. The stand-ins are never called. Negative
 control: the same run with one schema dropped leaves that node missing (red), never served otherwise."""
+
 import json
 import os
 import re
@@ -43,15 +44,18 @@ print(json.dumps({
 
 def run(drop: str = "") -> dict:
     schemas = [a + b for a, b in SCHEMAS]
-    r = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(schemas), drop], cwd=ROOT, capture_output=True, text=True,
-                       timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", SCRIPT, json.dumps(schemas), drop], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def manifest_cuda() -> dict[str, str]:
     nodes = json.loads((ROOT / "contracts" / "ws1_manifest.json").read_text())["nodes"]
-    return {n: s["kernels"]["cuda_bf16"]["kernel_id"] for n, s in nodes.items() if (s.get("kernels") or {}).get("cuda_bf16")}
+    return {
+        n: s["kernels"]["cuda_bf16"]["kernel_id"] for n, s in nodes.items() if (s.get("kernels") or {}).get("cuda_bf16")
+    }
 
 
 def test_kernels_cover_the_manifest_with_its_ids():

@@ -6,6 +6,7 @@ The CI subset (compile_check --subset ci): the light files for both archs (~35 s
 CUTLASS translation units for sm_90a (~1.5-2 min of nvcc each, in parallel; compile_check's docstring says why
 two cover the four); kernels-cuda/build/compile_check caches results by content, so a rerun of unchanged
 sources takes seconds. `nox -s build_cuda` compiles all four."""
+
 import json
 import os
 import re
@@ -19,8 +20,10 @@ from ws1_cuda_testpaths import PKG, ROOT, load_compile_check  # noqa: E402
 
 cc = load_compile_check()
 
-needs_nvcc = pytest.mark.skipif(cc.find_nvcc() is None and os.environ.get("WS1_REQUIRE_NVCC") != "1",
-                                reason="no nvcc on this host (CUDA_HOME, PATH, /usr/local/cuda*): the device code cannot be compiled")
+needs_nvcc = pytest.mark.skipif(
+    cc.find_nvcc() is None and os.environ.get("WS1_REQUIRE_NVCC") != "1",
+    reason="no nvcc on this host (CUDA_HOME, PATH, /usr/local/cuda*): the device code cannot be compiled",
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +49,11 @@ def test_every_kernel_compiles_for_both_archs_without_spills(report):
     assert all(k["spill_stores"] == 0 and k["spill_loads"] == 0 and k["registers"] > 0 for k in hot)
     # the sm_90a GEMM: every instantiated kernel (2 configurations per TU) runs wgmma m64n128k16 and TMA, no LDL/STL
     for name in cc.CI_HEAVY:
-        facts = [f for f in files[name]["sass_facts"] if f["arch"] == "sm_90a" and "GemmUniversal" in f["kernel"]
-                 and "wgmma m64n128k16 BF16->FP32 (HGMMA)" in f]
+        facts = [
+            f
+            for f in files[name]["sass_facts"]
+            if f["arch"] == "sm_90a" and "GemmUniversal" in f["kernel"] and "wgmma m64n128k16 BF16->FP32 (HGMMA)" in f
+        ]
         assert len(facts) >= 2, (name, facts)
         for f in facts:
             assert f["wgmma m64n128k16 BF16->FP32 (HGMMA)"] > 0 and f["TMA tensor load (UTMALDG)"] > 0, f
@@ -82,8 +88,19 @@ def spilling(tmp_path_factory):
     src = tmp_path_factory.mktemp("spill") / "spill.cu"
     src.write_text(SPILLING)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(cc, "SASS_EXPECT", [{"file": "spill.cu", "arch": "sm_90a", "kernel": "spill_kernel",
-                                        "require": {"wgmma (HGMMA)": r"\bHGMMA\b"}, "forbid": cc.NO_LOCAL}])
+        mp.setattr(
+            cc,
+            "SASS_EXPECT",
+            [
+                {
+                    "file": "spill.cu",
+                    "arch": "sm_90a",
+                    "kernel": "spill_kernel",
+                    "require": {"wgmma (HGMMA)": r"\bHGMMA\b"},
+                    "forbid": cc.NO_LOCAL,
+                }
+            ],
+        )
         return cc.run(None, jobs=1, sources=[src])
 
 
@@ -94,7 +111,9 @@ def test_a_spilling_kernel_is_red(spilling):
     rc, rep = spilling
     assert rc == 1
     spills = [p for p in rep["problems"] if "spill_kernel" in p and "spills on" in p]
-    assert len(spills) == 2 and any("sm_80" in p for p in spills) and any("sm_90a" in p for p in spills), rep["problems"]
+    assert len(spills) == 2 and any("sm_80" in p for p in spills) and any("sm_90a" in p for p in spills), rep[
+        "problems"
+    ]
 
 
 @needs_nvcc
@@ -113,7 +132,9 @@ def test_entry_points_are_checked(tmp_path):
     assert len(declared) == 11 and cc.entry_problems(declared) == []
     csrc = tmp_path / "kernels-cuda" / "csrc"
     shutil.copytree(PKG / "csrc", csrc)
-    (csrc / "rope.cu").write_text((csrc / "rope.cu").read_text().replace("at::Tensor rope(", "at::Tensor rope_renamed("))
+    (csrc / "rope.cu").write_text(
+        (csrc / "rope.cu").read_text().replace("at::Tensor rope(", "at::Tensor rope_renamed(")
+    )
     (csrc / "silu.cu").unlink()
     reg = csrc / "ws1_cuda.cpp"
     reg.write_text(reg.read_text().replace('m.def("logprob(', 'm.def("logprob_x('))
@@ -137,8 +158,15 @@ ptxas info    : Function properties for _Z1kPf
 ptxas info    : Used 255 registers, used 1 barriers, 46080 bytes smem, 400 bytes cmem[0]
 """
     (k,) = cc.parse_ptxas(log)
-    assert (k["arch"], k["registers"], k["spill_stores"], k["spill_loads"], k["stack_frame"], k["smem"], k["barriers"]) == \
-        ("sm_90a", 255, 4, 12, 8, 46080, 1)
+    assert (
+        k["arch"],
+        k["registers"],
+        k["spill_stores"],
+        k["spill_loads"],
+        k["stack_frame"],
+        k["smem"],
+        k["barriers"],
+    ) == ("sm_90a", 255, 4, 12, 8, 46080, 1)
     problems = cc.check([{"file": "x.cu", "ok": True, "kernels": [dict(k, name="k")], "log": log}], {})
     assert any("spills on sm_90a" in p for p in problems) and any("no ['sm_80'] image" in p for p in problems)
 
@@ -150,7 +178,9 @@ def test_sass_expectations_can_fail(spilling):
     rc, rep = spilling
     assert rc == 1
     assert any("spill_kernel" in p and "lacks wgmma (HGMMA)" in p for p in rep["problems"]), rep["problems"]
-    assert any("spill_kernel" in p and "local memory (LDL/STL)" in p and "has" in p for p in rep["problems"]), rep["problems"]
+    assert any("spill_kernel" in p and "local memory (LDL/STL)" in p and "has" in p for p in rep["problems"]), rep[
+        "problems"
+    ]
 
 
 def test_the_sass_parser_and_checker():
@@ -168,8 +198,13 @@ code version = [1,8]
 """
     sass = cc.parse_sass(dump)
     assert list(sass) == [("sm_90a", "_Z1kv")] and len(sass[("sm_90a", "_Z1kv")]) == 3
-    row = {"file": "x.cu", "arch": "sm_90a", "kernel": "_Z1kv", "require": {"h": r"\bHGMMA\.64x128x16\.F32\.BF16\b",
-           "w": r"\bHMMA\b"}, "forbid": cc.NO_LOCAL}
+    row = {
+        "file": "x.cu",
+        "arch": "sm_90a",
+        "kernel": "_Z1kv",
+        "require": {"h": r"\bHGMMA\.64x128x16\.F32\.BF16\b", "w": r"\bHMMA\b"},
+        "forbid": cc.NO_LOCAL,
+    }
     problems, facts = cc.sass_problems("x.cu", [], sass, table=[row])
     assert facts[0]["h"] == 1 and facts[0]["w"] == 0
     assert any("lacks w" in p for p in problems) and any("local memory" in p for p in problems)
@@ -182,9 +217,17 @@ code version = [1,8]
 def test_each_gemm_tu_is_held_to_its_own_wgmma_shape():
     """The real table: the n32 candidate's TU must run m64n32k16 and nothing else; every other CUTLASS TU m64n128k16
     and nothing else (the candidate's shape in one of them is red, and n128 in the candidate's TU is red)."""
+
     def sass(*ins):
-        return {("sm_90a", "cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<x>>"):
-                [*ins, "UTMALDG.2D [UR8], [UR4]", "UTMASTG.2D [UR4], [UR6]", "F2FP.BF16.F32.PACK_AB R0, R1, R2"]}
+        return {
+            ("sm_90a", "cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<x>>"): [
+                *ins,
+                "UTMALDG.2D [UR8], [UR4]",
+                "UTMASTG.2D [UR4], [UR6]",
+                "F2FP.BF16.F32.PACK_AB R0, R1, R2",
+            ]
+        }
+
     n32 = "HGMMA.64x32x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT, gsb0"
     n128 = "HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT, gsb0"
     assert cc.sass_problems(cc.N32_TU, [], sass(n32))[0] == []
@@ -199,12 +242,20 @@ def test_a_floating_point_atomic_is_forbidden_and_an_integer_one_is_not():
     """NO_FLOAT_ATOMIC on the SASS nvcc 13.0 emits for atomicAdd on float / double (RED, REDG, ATOMG; sm_80 and
     sm_90a spellings) and for the integer atomics a device plan uses (CAS, MAX, EXCH): only the first are found."""
     pat = re.compile(next(iter(cc.NO_FLOAT_ATOMIC.values())))
-    for ins in ("REDG.E.ADD.F32.FTZ.RN.STRONG.GPU desc[UR12][R2.64], R17 ;", "RED.E.ADD.F64.RN.STRONG.GPU [R6.64], R8 ;",
-                "ATOMG.E.ADD.F32.FTZ.RN.STRONG.GPU PT, R9, desc[UR12][R8.64], R21 ;", "ATOMS.ADD.F16x2.RN R1, [R2], R3 ;"):
+    for ins in (
+        "REDG.E.ADD.F32.FTZ.RN.STRONG.GPU desc[UR12][R2.64], R17 ;",
+        "RED.E.ADD.F64.RN.STRONG.GPU [R6.64], R8 ;",
+        "ATOMG.E.ADD.F32.FTZ.RN.STRONG.GPU PT, R9, desc[UR12][R8.64], R21 ;",
+        "ATOMS.ADD.F16x2.RN R1, [R2], R3 ;",
+    ):
         assert pat.search(ins), ins
-    for ins in ("ATOMG.E.CAS.STRONG.GPU PT, RZ, [R12], R18, R19 ;", "@P0 REDG.E.MAX.S32.STRONG.GPU desc[UR12][R4.64], R15 ;",
-                "ATOMG.E.EXCH.STRONG.GPU PT, RZ, desc[UR12][R4.64+0x4], RZ ;", "REDUX.MAX.S32 UR14, R0 ;",
-                "FADD R1, R2, R3 ;"):
+    for ins in (
+        "ATOMG.E.CAS.STRONG.GPU PT, RZ, [R12], R18, R19 ;",
+        "@P0 REDG.E.MAX.S32.STRONG.GPU desc[UR12][R4.64], R15 ;",
+        "ATOMG.E.EXCH.STRONG.GPU PT, RZ, desc[UR12][R4.64+0x4], RZ ;",
+        "REDUX.MAX.S32 UR14, R0 ;",
+        "FADD R1, R2, R3 ;",
+    ):
         assert not pat.search(ins), ins
 
 
@@ -212,8 +263,13 @@ def test_the_heavy_subset_is_what_the_docs_say():
     """The CI subset holds every light file and exactly CI_HEAVY of the CUTLASS TUs; all five exist (the four the ops
     use, and the n32 candidate: compiled by `nox -s build_cuda`, not by CI)."""
     heavy = sorted(p.name for p in (PKG / "csrc").glob("wgmma_gemm_*.cu"))
-    assert heavy == ["wgmma_gemm_dw.cu", "wgmma_gemm_dx.cu", "wgmma_gemm_fwd_bf16.cu", "wgmma_gemm_fwd_bf16_n32.cu",
-                     "wgmma_gemm_fwd_f32.cu"]
+    assert heavy == [
+        "wgmma_gemm_dw.cu",
+        "wgmma_gemm_dx.cu",
+        "wgmma_gemm_fwd_bf16.cu",
+        "wgmma_gemm_fwd_bf16_n32.cu",
+        "wgmma_gemm_fwd_f32.cu",
+    ]
     assert cc.N32_TU in heavy and cc.N32_TU not in cc.CI_HEAVY
     ci = {p.name for p in cc.selected("ci")}
     assert set(cc.CI_HEAVY) <= ci and not (set(heavy) - set(cc.CI_HEAVY)) & ci

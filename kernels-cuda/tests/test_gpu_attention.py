@@ -14,6 +14,7 @@ and bitwise invariance of the GPU's own bits —
 The controls that show these checks can fail run on the CPU (test_attention_emu.py: the emulated kernels with one
 deliberate deviation each). Skipped, with the reason, on a host without a CUDA device or the built ws1_kernels_cuda.
 ~1 minute on an H200."""
+
 import os
 import sys
 
@@ -75,11 +76,11 @@ def ref_fwd(q, k, v, lens_q, lens_k, pos, scale, grad=False):
     qd, kd, vd = (t.double().requires_grad_(grad) for t in (q, k, v))
     outs, lses, qo, ko = [], [], 0, 0
     for lq, lk in zip(lens_q, lens_k):
-        s = torch.einsum("qhd,khd->hqk", qd[qo:qo + lq], kd[ko:ko + lk].repeat_interleave(G, 1)) * scale
-        mask = torch.arange(lk, device=DEV)[None, :] > pos[qo:qo + lq, None]
+        s = torch.einsum("qhd,khd->hqk", qd[qo : qo + lq], kd[ko : ko + lk].repeat_interleave(G, 1)) * scale
+        mask = torch.arange(lk, device=DEV)[None, :] > pos[qo : qo + lq, None]
         s = s.masked_fill(mask[None], float("-inf"))
         lses.append(torch.logsumexp(s, -1).transpose(0, 1))
-        outs.append(torch.einsum("hqk,khd->qhd", torch.softmax(s, -1), vd[ko:ko + lk].repeat_interleave(G, 1)))
+        outs.append(torch.einsum("hqk,khd->qhd", torch.softmax(s, -1), vd[ko : ko + lk].repeat_interleave(G, 1)))
         qo, ko = qo + lq, ko + lk
     if grad:
         return torch.cat(outs), (qd, kd, vd)
@@ -87,21 +88,24 @@ def ref_fwd(q, k, v, lens_q, lens_k, pos, scale, grad=False):
 
 
 # ---- forward ------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("D,Hq,Hkv,lengths", [
-    (128, 32, 8, [11, 16, 13, 19]),   # the fixture pack (chunk mode)
-    (128, 32, 8, [2085]),             # whole-row mode, 9 chunks merged in registers
-    (64, 8, 2, [300, 7, 64]),
-    (32, 4, 2, [37]),                 # the tiny model's head_dim
-    (40, 10, 2, [70, 3]),             # D zero-padded to 64, G 5
-    (128, 4, 4, [513]),               # G 1
-])
+@pytest.mark.parametrize(
+    "D,Hq,Hkv,lengths",
+    [
+        (128, 32, 8, [11, 16, 13, 19]),  # the fixture pack (chunk mode)
+        (128, 32, 8, [2085]),  # whole-row mode, 9 chunks merged in registers
+        (64, 8, 2, [300, 7, 64]),
+        (32, 4, 2, [37]),  # the tiny model's head_dim
+        (40, 10, 2, [70, 3]),  # D zero-padded to 64, G 5
+        (128, 4, 4, [513]),  # G 1
+    ],
+)
 def test_forward_matches_fp64(D, Hq, Hkv, lengths):
     g = gen(D + sum(lengths))
     T = sum(lengths)
     q, k, v = rnd(g, T, Hq, D), rnd(g, T, Hkv, D), rnd(g, T, Hkv, D)
     pos = positions(lengths)
-    out, lse = attn(q, k, v, lengths, lengths, pos, D ** -0.5)
-    ref, ref_lse = ref_fwd(q, k, v, lengths, lengths, pos, D ** -0.5)
+    out, lse = attn(q, k, v, lengths, lengths, pos, D**-0.5)
+    ref, ref_lse = ref_fwd(q, k, v, lengths, lengths, pos, D**-0.5)
     assert torch.isfinite(out.float()).all() and torch.isfinite(lse).all()
     err = out.double() - ref
     rel = float(err.norm() / ref.norm())
@@ -113,12 +117,25 @@ def _long(D=128, Hq=32, Hkv=8, S=2085, seed=40):
     g = gen(seed)
     q, k, v = rnd(g, S, Hq, D), rnd(g, S, Hkv, D), rnd(g, S, Hkv, D)
     pos = positions([S])
-    out, lse = attn(q, k, v, [S], [S], pos, D ** -0.5)
-    return q, k, v, pos, D ** -0.5, out, lse
+    out, lse = attn(q, k, v, [S], [S], pos, D**-0.5)
+    return q, k, v, pos, D**-0.5, out, lse
 
 
-BOUNDS = [(0, 7), (7, 69), (69, 256), (256, 257), (257, 1000), (1000, 2048), (2048, 2084), (2084, 2085),
-          (63, 64), (64, 65), (255, 256), (511, 512), (2047, 2048)]
+BOUNDS = [
+    (0, 7),
+    (7, 69),
+    (69, 256),
+    (256, 257),
+    (257, 1000),
+    (1000, 2048),
+    (2048, 2084),
+    (2084, 2085),
+    (63, 64),
+    (64, 65),
+    (255, 256),
+    (511, 512),
+    (2047, 2048),
+]
 
 
 def test_decode_and_chunked_prefill_equal_prefill_bitwise():
@@ -151,8 +168,8 @@ def test_packed_and_neighbours_do_not_change_a_query():
     qq, kk, vv = (torch.cat([a[0][j], x, a[1][j]]) for j, x in enumerate((q, k, v)))
     pp = torch.cat([positions([pre]), pos, positions([post])])
     o, ls = attn(qq, kk, vv, [pre, 700, post], [pre, 700, post], pp, sc)
-    same(o[pre:pre + 700], out, "packed between two sequences")
-    same(ls[pre:pre + 700], lse, "lse packed between two sequences")
+    same(o[pre : pre + 700], out, "packed between two sequences")
+    same(ls[pre : pre + 700], lse, "lse packed between two sequences")
     # random subsets of the queries (other CTA neighbours, other block maxima, both launch modes)
     for seed, n in ((1, 1), (2, 3), (3, 40), (4, 333)):
         sel = torch.randperm(700, generator=gen(seed))[:n].sort().values.to(DEV)
@@ -160,8 +177,15 @@ def test_packed_and_neighbours_do_not_change_a_query():
         same(o, out[sel], f"{n} queries among 700")
         same(ls, lse[sel], f"lse, {n} queries among 700")
     # continuous batching: three sequences' decode steps in one call
-    o, ls = attn(torch.cat([q[699:700], a[0][0][12:13], q[300:301]]), torch.cat([k, a[0][1], k[:301]]),
-                 torch.cat([v, a[0][2], v[:301]]), [1, 1, 1], [700, pre, 301], torch.tensor([699, 12, 300], device=DEV), sc)
+    o, ls = attn(
+        torch.cat([q[699:700], a[0][0][12:13], q[300:301]]),
+        torch.cat([k, a[0][1], k[:301]]),
+        torch.cat([v, a[0][2], v[:301]]),
+        [1, 1, 1],
+        [700, pre, 301],
+        torch.tensor([699, 12, 300], device=DEV),
+        sc,
+    )
     same(o[0:1], out[699:700], "batched decode, sequence 0")
     same(o[2:3], out[300:301], "batched decode, sequence 2")
 
@@ -175,19 +199,19 @@ def test_a_self_planned_pack_equals_the_same_pack_planned_by_the_plan_kernel():
     g = gen(47)
     T = sum(lens)
     q, k, v = rnd(g, T, Hq, D), rnd(g, T, Hkv, D), rnd(g, T, Hkv, D)
-    pos, sc = positions(lens), D ** -0.5
-    out, lse = attn(q, k, v, lens, lens, pos, sc)                      # self-planned
+    pos, sc = positions(lens), D**-0.5
+    out, lse = attn(q, k, v, lens, lens, pos, sc)  # self-planned
     qd, kd, vd = rnd(g, 1, Hq, D), rnd(g, 300, Hkv, D), rnd(g, 300, Hkv, D)
     qq, kk, vv = torch.cat([q, qd]), torch.cat([k, kd]), torch.cat([v, vd])
     pp = torch.cat([pos, torch.tensor([299], device=DEV)])
-    o, ls = attn(qq, kk, vv, lens + [1], lens + [300], pp, sc)         # the plan kernel (and the merge)
+    o, ls = attn(qq, kk, vv, lens + [1], lens + [300], pp, sc)  # the plan kernel (and the merge)
     same(o[:T], out, "self-planned pack vs planned")
     same(ls[:T], lse, "lse, self-planned pack vs planned")
     # 32 decode lanes (self-planned) vs the same 32 among 33 (planned)
-    kd, vd = rnd(g, 33 * 8, Hkv, D), rnd(g, 33 * 8, Hkv, D)   # Tk 256 for 32 lanes: the rule's edge
+    kd, vd = rnd(g, 33 * 8, Hkv, D), rnd(g, 33 * 8, Hkv, D)  # Tk 256 for 32 lanes: the rule's edge
     qd = rnd(g, 33, Hq, D)
     pd = torch.full((33,), 7, device=DEV)
-    o32, l32 = attn(qd[:32], kd[:32 * 8], vd[:32 * 8], [1] * 32, [8] * 32, pd[:32], sc)
+    o32, l32 = attn(qd[:32], kd[: 32 * 8], vd[: 32 * 8], [1] * 32, [8] * 32, pd[:32], sc)
     o33, l33 = attn(qd, kd, vd, [1] * 33, [8] * 33, pd, sc)
     same(o32, o33[:32], "32 decode lanes self-planned vs among 33")
     same(l32, l33[:32], "lse, 32 decode lanes self-planned vs among 33")
@@ -258,7 +282,7 @@ def _bwd_case(seed, D, Hq, Hkv, lengths):
     g = gen(seed)
     T = sum(lengths)
     q, k, v = rnd(g, T, Hq, D), rnd(g, T, Hkv, D), rnd(g, T, Hkv, D)
-    pos, sc = positions(lengths), D ** -0.5
+    pos, sc = positions(lengths), D**-0.5
     out, lse = attn(q, k, v, lengths, lengths, pos, sc)
     return q, k, v, pos, sc, out, lse, rnd(g, T, Hq, D, dtype=F32)
 
@@ -280,7 +304,7 @@ def test_backward_is_bitwise_invariant():
     D, Hq, Hkv, S = 128, 8, 2, 300
     g = gen(60)
     q, k, v = rnd(g, S, Hq, D), rnd(g, S, Hkv, D), rnd(g, S, Hkv, D)
-    pos, sc = positions([S]), D ** -0.5
+    pos, sc = positions([S]), D**-0.5
     dout = rnd(g, S, Hq, D, dtype=F32)
     out, lse = attn(q, k, v, [S], [S], pos, sc)
     dq, dk, dv = _bwd(dout, q, k, v, out, lse, [S], [S], pos, sc)
@@ -295,7 +319,9 @@ def test_backward_is_bitwise_invariant():
     same(pv[5:], dv, "dv packed")
     # pad rows inside the sequence (garbage queries and keys after its end, dO = 0 there)
     P = 11
-    qq, kk, vv = (torch.cat([y, x]) for x, y in zip((rnd(g, P, Hq, D), rnd(g, P, Hkv, D), rnd(g, P, Hkv, D)), (q, k, v)))
+    qq, kk, vv = (
+        torch.cat([y, x]) for x, y in zip((rnd(g, P, Hq, D), rnd(g, P, Hkv, D), rnd(g, P, Hkv, D)), (q, k, v))
+    )
     pp, dd = positions([S + P]), torch.cat([dout, torch.zeros(P, Hq, D, device=DEV)])
     o, ls = attn(qq, kk, vv, [S + P], [S + P], pp, sc)
     pq, pk, pv = _bwd(dd, qq, kk, vv, o, ls, [S + P], [S + P], pp, sc)
@@ -307,12 +333,14 @@ def test_backward_is_bitwise_invariant():
         d1 = torch.zeros_like(dout)
         d1[t] = dout[t]
         fq, fk, fv = _bwd(d1, q, k, v, out, lse, [S], [S], pos, sc)
-        o2, l2 = attn(q[t:t + 1], k[:t + 1], v[:t + 1], [1], [t + 1], pos[t:t + 1], sc)
-        sq, sk, sv = _bwd(dout[t:t + 1], q[t:t + 1], k[:t + 1], v[:t + 1], o2, l2, [1], [t + 1], pos[t:t + 1], sc)
-        same(sq, fq[t:t + 1], f"dq, decode step {t}")
-        same(sk, fk[:t + 1], f"dk, decode step {t}")
-        same(sv, fv[:t + 1], f"dv, decode step {t}")
-        assert bool((fk[t + 1:] == 0).all()) and not bool(torch.signbit(fk[t + 1:]).any())
+        o2, l2 = attn(q[t : t + 1], k[: t + 1], v[: t + 1], [1], [t + 1], pos[t : t + 1], sc)
+        sq, sk, sv = _bwd(
+            dout[t : t + 1], q[t : t + 1], k[: t + 1], v[: t + 1], o2, l2, [1], [t + 1], pos[t : t + 1], sc
+        )
+        same(sq, fq[t : t + 1], f"dq, decode step {t}")
+        same(sk, fk[: t + 1], f"dk, decode step {t}")
+        same(sv, fv[: t + 1], f"dv, decode step {t}")
+        assert bool((fk[t + 1 :] == 0).all()) and not bool(torch.signbit(fk[t + 1 :]).any())
     # an FP32 dO is rounded to BF16 (nearest even) once: the same bits as the BF16 dO
     bq, bk, bv = _bwd(dout.to(BF), q, k, v, out, lse, [S], [S], pos, sc)
     same(bq, dq, "dq, BF16 dO")
@@ -347,13 +375,13 @@ def test_a_captured_backward_replays_to_the_eager_bits_and_guards_itself():
             assert bool(torch.isnan(a).all()), f"{what}: {name} has {int((~torch.isnan(a)).sum())} non-NaN elements"
 
     replay_same("captured backward")
-    pq[40] = 2                       # rows 39 and 40 (sequence 1) both at position 2
+    pq[40] = 2  # rows 39 and 40 (sequence 1) both at position 2
     replay_all_nan("repeated position")
     pq.copy_(pos)
-    pq[50] = 300                     # past sequence 1's keys
+    pq[50] = 300  # past sequence 1's keys
     replay_all_nan("position past the keys")
     pq.copy_(pos)
-    ck[-1] += 1                      # cu_seqlens_k[-1] != Tk
+    ck[-1] += 1  # cu_seqlens_k[-1] != Tk
     replay_all_nan("inconsistent cu_seqlens_k")
     ck.copy_(cu(lens))
     replay_same("captured backward, valid again after refused input")

@@ -12,6 +12,7 @@ Skipped, with the reason, on a host without a CUDA device or without the built w
 host; ``kernels-cuda/tools/link_check.py`` drives the first check of each entry point there, through the
 CUDA dispatch key with CPU tensors).
 """
+
 import os
 import subprocess
 import sys
@@ -121,12 +122,14 @@ def test_every_entry_point_raises_a_runtime_error_and_the_process_lives_on():
     import json
 
     r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(CASES)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"the child died (exit {r.returncode}; -11 is a segfault):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    assert r.returncode == 0, (
+        f"the child died (exit {r.returncode}; -11 is a segfault):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    )
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["checked"] == len(CASES) and not out["bad"], "\n".join(out["bad"])
 
 
-def test_every_entry_point_has_a_bad_input_case():   # runs everywhere: the table covers the registration file
+def test_every_entry_point_has_a_bad_input_case():  # runs everywhere: the table covers the registration file
     import re
     from pathlib import Path
 

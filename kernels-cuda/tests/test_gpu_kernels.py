@@ -5,6 +5,7 @@ logprob == batch_invariant_logp at the target; the vectorized and element-wise G
 Skipped, with the reason, on a host without a CUDA device or without the built ws1_kernels_cuda (every CPU
 host): nothing here can pass without executing the kernels. ci/gpu_check.sh runs it on the GPU host
 (small shapes: well under a minute)."""
+
 import json
 import os
 import sys
@@ -51,7 +52,7 @@ def rnd(*shape, seed=0, scale=1.0, dtype=BF):
 def rows_alone_vs_batched(fn, inputs, sizes=(1, 2, 7, 59, 64, 65, 130), seed=0):
     """Row i computed alone equals row i inside batches of M rows at random positions (bitwise)."""
     n = inputs[0].shape[0]
-    alone = [fn(*(x[i:i + 1] for x in inputs)) for i in range(n)]
+    alone = [fn(*(x[i : i + 1] for x in inputs)) for i in range(n)]
     g = gen(seed)
     for M in sizes:
         idx = torch.randint(0, n, (M,), generator=g)
@@ -60,7 +61,7 @@ def rows_alone_vs_batched(fn, inputs, sizes=(1, 2, 7, 59, 64, 65, 130), seed=0):
         for r, i in enumerate(idx.tolist()):
             ref = alone[i] if isinstance(alone[i], tuple) else (alone[i],)
             for o, a in zip(outs, ref):
-                same(o[r:r + 1], a, f"M={M} row {r} (source row {i})")
+                same(o[r : r + 1], a, f"M={M} row {r} (source row {i})")
 
 
 # ---- GEMMs (det_gemm, lm_head, the backward's gemm) ------------------------------------------------------
@@ -101,11 +102,13 @@ def test_gemm_rows_are_invariant_across_every_configuration_boundary(op):
     n_src, K, N = 96, 4096, 4096
     x, w = rnd(n_src, K, seed=1, scale=0.5), rnd(N, K, seed=2, scale=0.02)
     f = getattr(K_(), op)
-    alone = torch.cat([f(x[i:i + 1], w) for i in range(n_src)])
+    alone = torch.cat([f(x[i : i + 1], w) for i in range(n_src)])
     g = gen(3)
     for M in invariance_sizes(N):
         idx = torch.randint(0, n_src, (M,), generator=g)
-        rows_match(f(x.index_select(0, idx.to(DEV)), w), alone, idx, f"{op} M={M} ({config(M, N) if sm90() else 'sm_80'})")
+        rows_match(
+            f(x.index_select(0, idx.to(DEV)), w), alone, idx, f"{op} M={M} ({config(M, N) if sm90() else 'sm_80'})"
+        )
     # negative control: the same check against a variant of ours that splits K in two halves and adds them (what a
     # split chosen by the batch shape would do) is red — 96 rows x 4096 columns of K 4096 sums cannot all agree
     h = K // 2
@@ -117,6 +120,7 @@ def test_gemm_rows_are_invariant_across_every_configuration_boundary(op):
 
 def _in_config():
     from ws1_kernels_cuda import _C
+
     return _C.det_gemm_in_config
 
 
@@ -158,7 +162,7 @@ def test_gemm_n32_candidate_is_accurate_and_row_invariant():
     n_src, K = 40, 4096
     for N in (1024, 4096, 4136):
         x, w = rnd(n_src, K, seed=N, scale=0.5), rnd(N, K, seed=N + 1, scale=0.02)
-        alone = torch.cat([fn(x[i:i + 1], w, "narrow_n32") for i in range(n_src)])
+        alone = torch.cat([fn(x[i : i + 1], w, "narrow_n32") for i in range(n_src)])
         torch.testing.assert_close(alone.double(), x.double() @ w.double().t(), atol=2e-2, rtol=1e-2)
         g = gen(N)
         for M in (2, 7, 59, 64):
@@ -178,7 +182,7 @@ def test_lm_head_vocabulary_width_odd_tile_count_is_invariant():
     tile) at M = 300 (wide) against the same rows alone (narrow)."""
     K, N = 256, 151936
     x, w = rnd(40, K, seed=4, scale=0.5), rnd(N, K, seed=5, scale=0.05)
-    alone = torch.cat([K_().lm_head(x[i:i + 1], w) for i in range(40)])
+    alone = torch.cat([K_().lm_head(x[i : i + 1], w) for i in range(40)])
     idx = torch.randint(0, 40, (300,), generator=gen(6))
     if sm90():
         assert config(1, N) == "narrow" and config(300, N) == "wide"
@@ -192,7 +196,9 @@ def test_gemm_accuracy_against_fp64():
         ref = x.double() @ w.double().t()
         lm = K_().lm_head(x, w)
         err = ((lm.double() - ref).norm() / ref.norm()).item()
-        assert err < 3e-5, f"lm_head M{M} N{N} K{K}: relative error {err:.2e} (FP32 accumulation of exact BF16 products)"
+        assert err < 3e-5, (
+            f"lm_head M{M} N{N} K{K}: relative error {err:.2e} (FP32 accumulation of exact BF16 products)"
+        )
         torch.testing.assert_close(K_().det_gemm(x, w).double(), ref, atol=2e-2, rtol=1e-2)
 
 
@@ -203,17 +209,19 @@ def test_det_gemm_is_lm_head_rounded_once_to_nearest_even():
     a NaN input gives NaN in both."""
     x, w = rnd(70, 4096, seed=7, scale=0.5), rnd(384, 4096, seed=8, scale=0.02)
     same(K_().det_gemm(x, w), K_().lm_head(x, w).to(BF), "det_gemm vs RNE(lm_head), random")
-    base = 1.0 + torch.arange(0, 128, dtype=torch.float64) / 128            # BF16 values in [1, 2): ulp 2^-7
+    base = 1.0 + torch.arange(0, 128, dtype=torch.float64) / 128  # BF16 values in [1, 2): ulp 2^-7
     rows = []
-    for tiny in (0.0, 2.0 ** -16, -(2.0 ** -16)):
+    for tiny in (0.0, 2.0**-16, -(2.0**-16)):
         for a in base.tolist():
-            rows.append([a, 2.0 ** -8, tiny])                                  # a + half an ulp (+- tiny)
+            rows.append([a, 2.0**-8, tiny])  # a + half an ulp (+- tiny)
     w3 = torch.tensor(rows, dtype=torch.float64).to(BF).to(DEV)
     assert (w3.double().cpu() == torch.tensor(rows, dtype=torch.float64)).all(), "the tie rows must be exact in BF16"
     x3 = torch.ones(5, 3, dtype=BF, device=DEV)
     lm, dg = K_().lm_head(x3, w3), K_().det_gemm(x3, w3)
     exact = torch.tensor([sum(r) for r in rows], dtype=torch.float64)
-    assert (lm[0].double().cpu() == exact.float().double()).all(), "the FP32 sums must be exact for this test to mean anything"
+    assert (lm[0].double().cpu() == exact.float().double()).all(), (
+        "the FP32 sums must be exact for this test to mean anything"
+    )
     same(dg, lm.to(BF), "det_gemm vs RNE(lm_head) at ties")
     ties = dg[0, :128].float().cpu()
     assert (ties.view(torch.int32) >> 16 & 1 == 0).all(), "an exact tie must round to the even neighbour"
@@ -224,7 +232,7 @@ def test_det_gemm_is_lm_head_rounded_once_to_nearest_even():
 
 def _pad_cols(t, n):
     out = torch.zeros(t.shape[0], n, dtype=t.dtype, device=t.device)
-    out[:, :t.shape[1]] = t
+    out[:, : t.shape[1]] = t
     return out
 
 
@@ -259,7 +267,7 @@ def serial_chain(a, b):
     exactly with a mul (exact) and an add per k."""
     acc = torch.zeros(a.shape[0], b.shape[0], dtype=F32, device=DEV)
     for k in range(a.shape[1]):
-        acc = acc + a[:, k:k + 1].float() * b[:, k].float()[None, :]
+        acc = acc + a[:, k : k + 1].float() * b[:, k].float()[None, :]
     return acc
 
 
@@ -272,9 +280,9 @@ def test_backward_gemm_serial_chain_path():
     """The CUDA-core kernel (an sm_80 device for every FP32 operand; on sm_90 when b is FP32 too): bitwise the
     serial chain (FP32 values that are BF16-exact, so the reference is exact), through transposed views too;
     and FP32 values in general against FP64."""
-    dy = rnd(37, 300, seed=5).float()          # BF16-exact FP32 values
+    dy = rnd(37, 300, seed=5).float()  # BF16-exact FP32 values
     w = rnd(300, 260, seed=7, scale=0.05)
-    wt = w.t() if not sm90() else w.float().t()   # sm_90 takes the serial chain for an FP32 b only
+    wt = w.t() if not sm90() else w.float().t()  # sm_90 takes the serial chain for an FP32 b only
     before = _gemm_path_count("simt_fp32")
     same(K_().gemm(dy, wt, True), serial_chain(dy, w.t()), "dx vs the serial chain")
     x = rnd(37, 260, seed=6)
@@ -339,11 +347,13 @@ def test_backward_gemm_fp32_dy_split_into_three_bf16_parts():
     N, Kw = 4096, 4096
     wl = rnd(N, Kw, seed=25, scale=0.02)
     src = rnd(64, N, seed=26, scale=0.1, dtype=F32)
-    alone = torch.cat([K_().gemm(src[i:i + 1], wl.t(), True) for i in range(64)])
+    alone = torch.cat([K_().gemm(src[i : i + 1], wl.t(), True) for i in range(64)])
     g = gen(27)
     for M in (2, 65, 129, 1024, 1025, 2048):
         idx = torch.randint(0, 64, (M,), generator=g)
-        rows_match(K_().gemm(src.index_select(0, idx.to(DEV)), wl.t(), True), alone, idx, f"split dx M={M} ({config(M, Kw)})")
+        rows_match(
+            K_().gemm(src.index_select(0, idx.to(DEV)), wl.t(), True), alone, idx, f"split dx M={M} ({config(M, Kw)})"
+        )
 
 
 def test_backward_gemm_split_chunks_change_no_bit():
@@ -357,30 +367,30 @@ def test_backward_gemm_split_chunks_change_no_bit():
     w = rnd(V, H, seed=30, scale=0.05)
     dy = torch.randn(7300, V, generator=torch.Generator(device=DEV).manual_seed(31), device=DEV).mul_(1e-3)
     rows = height(7300, V, H)
-    assert rows == 3840, rows                       # two chunks: 2 x 7300 x 151936 bytes > 2 GiB
+    assert rows == 3840, rows  # two chunks: 2 x 7300 x 151936 bytes > 2 GiB
     dx = K_().gemm(dy, w.t(), True)
     pick = torch.tensor([0, 1, rows - 1, rows, rows + 1, 7299], device=DEV)
     rows_match(dx.index_select(0, pick), K_().gemm(dy.index_select(0, pick), w.t(), True), torch.arange(6), "dx chunks")
     del dy, dx
     T, H2 = 64, 4096
     b = height(V, T, H2)
-    assert b == 76032, b                            # two chunks: 4 x 151936 x 4096 bytes > 2 GiB
+    assert b == 76032, b  # two chunks: 4 x 151936 x 4096 bytes > 2 GiB
     dy = torch.randn(T, V, generator=torch.Generator(device=DEV).manual_seed(32), device=DEV).mul_(1e-3)
     x = rnd(T, H2, seed=33)
     dw = K_().gemm(dy.t(), x.t(), True)
     for v0 in (0, b - 3, V - 5):
-        part = K_().gemm(dy[:, v0:v0 + 8].t(), x.t(), True)
-        same(dw[v0:v0 + 8], part, f"dW rows {v0}.. vs the same rows in a small call")
+        part = K_().gemm(dy[:, v0 : v0 + 8].t(), x.t(), True)
+        same(dw[v0 : v0 + 8], part, f"dW rows {v0}.. vs the same rows in a small call")
 
 
 def test_backward_gemm_bf16_path_accuracy_and_invariance():
     """Both operands BF16 (det_gemm's backward): on sm_90 the wgmma kernel (calls() 'sm_90:wgmma'), FP32 out:
     dx against FP64, rows alone vs batched across the configuration boundary; dW over rows in a given order
     against FP64, and the same rows in the same order give the same bits whatever other call came before."""
-    N, Kw = 4096, 4096      # dx's C is [M, 4096]: narrow up to M = 1024, wide from 1025
+    N, Kw = 4096, 4096  # dx's C is [M, 4096]: narrow up to M = 1024, wide from 1025
     w = rnd(N, Kw, seed=10, scale=0.02)
     dy = rnd(96, N, seed=11, scale=0.1)
-    alone = torch.cat([K_().gemm(dy[i:i + 1], w.t(), True) for i in range(96)])
+    alone = torch.cat([K_().gemm(dy[i : i + 1], w.t(), True) for i in range(96)])
     g = gen(12)
     sizes = (2, 65, 129, 300, 1024, 1025, 2048)
     assert {config(M, Kw) for M in sizes} == {"narrow", "wide"}
@@ -414,8 +424,10 @@ def test_gemm_path_is_reported():
     assert json.loads(K_().calls())["ws1_cuda::det_gemm"][f"{arch}:{want}"] == before + 1
 
 
-@pytest.mark.parametrize("op, shape, wdim", [("rms_norm", (70, 4096), 4096), ("rms_norm", (1000, 4096), 4096),
-                                             ("qk_norm", (20, 32, 128), 128)])
+@pytest.mark.parametrize(
+    "op, shape, wdim",
+    [("rms_norm", (70, 4096), 4096), ("rms_norm", (1000, 4096), 4096), ("qk_norm", (20, 32, 128), 128)],
+)
 def test_norms(op, shape, wdim):
     x, w = rnd(*shape, seed=9, dtype=F32), rnd(wdim, seed=10)
     f = getattr(K(), op)
@@ -442,11 +454,11 @@ def test_norm_dweight_sums_chunks_of_256_rows_in_order(op, shape):
     x = torch.zeros(*shape, dtype=F32, device=DEV)
     xr = x.view(-1, shape[-1])
     xr[:, 0] = 1.0
-    xr[0, 0] = 2.0 ** 24
+    xr[0, 0] = 2.0**24
     w = torch.ones(shape[-1], dtype=F32, device=DEV)
     rstd = torch.ones(shape[:-1], dtype=F32, device=DEV)
     _, dw = getattr(K(), op + "_bwd")(torch.ones_like(x), x, w, rstd)
-    assert float(dw[0]) == 2.0 ** 24 + 256, float(dw[0])
+    assert float(dw[0]) == 2.0**24 + 256, float(dw[0])
     assert bool((dw[1:] == 0).all())
 
 
@@ -498,7 +510,7 @@ def _attn(q, k, v, lens_q, lens_k, pos, scale):
 def test_attention_prefill_chunked_and_decode_are_bitwise_equal():
     Hq, Hkv, D, S = 32, 8, 128, 70
     q, k, v = rnd(S, Hq, D, seed=20), rnd(S, Hkv, D, seed=21), rnd(S, Hkv, D, seed=22)
-    scale = D ** -0.5
+    scale = D**-0.5
     pos = torch.arange(S, device=DEV)
     out, lse = _attn(q, k, v, [S], [S], pos, scale)
     for c0, c1 in ((0, 7), (7, 40), (40, 70), (69, 70)):  # chunks (the last one a decode step)
@@ -507,8 +519,15 @@ def test_attention_prefill_chunked_and_decode_are_bitwise_equal():
         same(ls, lse[c0:c1], f"lse chunk {c0}:{c1}")
     # packed with another sequence in front: the same bits
     q2, k2, v2 = rnd(13, Hq, D, seed=23), rnd(13, Hkv, D, seed=24), rnd(13, Hkv, D, seed=25)
-    o, _ = _attn(torch.cat([q2, q]), torch.cat([k2, k]), torch.cat([v2, v]), [13, S], [13, S],
-                 torch.cat([torch.arange(13, device=DEV), pos]), scale)
+    o, _ = _attn(
+        torch.cat([q2, q]),
+        torch.cat([k2, k]),
+        torch.cat([v2, v]),
+        [13, S],
+        [13, S],
+        torch.cat([torch.arange(13, device=DEV), pos]),
+        scale,
+    )
     same(o[13:], out, "packed after another sequence")
     # accuracy vs SDPA in FP64 (causal, GQA)
     qd, kd, vd = (t.double().transpose(0, 1)[None] for t in (q, k, v))
@@ -520,7 +539,7 @@ def test_attention_prefill_chunked_and_decode_are_bitwise_equal():
 def test_attention_backward_against_autograd():
     Hq, Hkv, D, S = 4, 2, 64, 37
     q, k, v = rnd(S, Hq, D, seed=26), rnd(S, Hkv, D, seed=27), rnd(S, Hkv, D, seed=28)
-    scale = D ** -0.5
+    scale = D**-0.5
     pos = torch.arange(S, device=DEV)
     cu = torch.tensor([0, S], device=DEV)
     out, lse = K().attention(q, k, v, cu, cu, pos, scale)
@@ -528,8 +547,12 @@ def test_attention_backward_against_autograd():
     dq, dk, dv = K().attention_bwd(dout, q, k, v, out, lse, cu, cu, pos, scale)
     qd, kd, vd = (t.double().requires_grad_(True) for t in (q, k, v))
     ref = torch.nn.functional.scaled_dot_product_attention(
-        qd.transpose(0, 1)[None], kd.transpose(0, 1)[None].repeat_interleave(Hq // Hkv, 1),
-        vd.transpose(0, 1)[None].repeat_interleave(Hq // Hkv, 1), is_causal=True, scale=scale)[0].transpose(0, 1)
+        qd.transpose(0, 1)[None],
+        kd.transpose(0, 1)[None].repeat_interleave(Hq // Hkv, 1),
+        vd.transpose(0, 1)[None].repeat_interleave(Hq // Hkv, 1),
+        is_causal=True,
+        scale=scale,
+    )[0].transpose(0, 1)
     ref.backward(dout.double())
     for name, a, b in (("dq", dq, qd.grad), ("dk", dk, kd.grad), ("dv", dv, vd.grad)):
         torch.testing.assert_close(a.double(), b, atol=3e-2, rtol=3e-2, msg=lambda m, name=name: f"{name}: {m}")
@@ -560,7 +583,7 @@ def test_attention_tile_loaders_give_the_same_bits():
         return view
 
     pos = torch.arange(S, device=DEV)
-    a = _attn(q, k, v, [S], [S], pos, D ** -0.5)
-    b = _attn(q, off(k), off(v), [S], [S], pos, D ** -0.5)
+    a = _attn(q, k, v, [S], [S], pos, D**-0.5)
+    b = _attn(q, off(k), off(v), [S], [S], pos, D**-0.5)
     same(a[0], b[0], "attention out, 16-byte vs 16-bit loads")
     same(a[1], b[1], "attention lse, 16-byte vs 16-bit loads")

@@ -1,6 +1,7 @@
 """kernels-cuda's tests run on any host: the compile-only check needs nvcc (skipped with the reason
 without one, unless WS1_REQUIRE_NVCC=1 makes that a failure), the rest needs neither a GPU nor a
 CUDA torch. Nothing here executes a CUDA kernel."""
+
 import importlib.util
 import sys
 from pathlib import Path

@@ -51,8 +51,19 @@ CSRC = PKG / "csrc"
 ARCHS = ("sm_80", "sm_90a")
 GENCODE = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90a,code=sm_90a"]
 # the library's device flags (setup.py), warnings as errors; -Xptxas -v for the resource report
-FLAGS = ["-std=c++20", "-O3", "-fmad=false", "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror",
-         "-Xptxas", "-v", "-DWS1_DEVICE_ONLY", *GENCODE]
+FLAGS = [
+    "-std=c++20",
+    "-O3",
+    "-fmad=false",
+    "-Werror",
+    "all-warnings",
+    "-Xcompiler",
+    "-Wall,-Wextra,-Werror",
+    "-Xptxas",
+    "-v",
+    "-DWS1_DEVICE_ONLY",
+    *GENCODE,
+]
 REGISTRATION = CSRC / "ws1_cuda.cpp"
 CACHE = PKG / "build" / "compile_check"
 
@@ -67,43 +78,104 @@ CI_HEAVY = ("wgmma_gemm_fwd_bf16.cu", "wgmma_gemm_dw.cu")
 NO_LOCAL = {"local memory (LDL/STL)": r"\b(?:LDL|STL)(?:\.[A-Z0-9]+)*\b"}
 # a floating-point atomic or reduction to memory (RED/REDG/ATOM/ATOMG/ATOMS .ADD.F32 and kin): the order of such
 # sums is the scheduler's, so no ws1 kernel may issue one (integer atomics, e.g. a plan's CAS, are order-free)
-NO_FLOAT_ATOMIC = {"floating-point atomic (RED/ATOM .F16/.F32/.F64)":
-                   r"\b(?:REDG?|ATOMG?|ATOMS)\.[A-Z0-9_.]*?\bB?F(?:16|32|64)(?:x2|_V2)?\b"}
+NO_FLOAT_ATOMIC = {
+    "floating-point atomic (RED/ATOM .F16/.F32/.F64)": r"\b(?:REDG?|ATOMG?|ATOMS)\.[A-Z0-9_.]*?\bB?F(?:16|32|64)(?:x2|_V2)?\b"
+}
 # `except`: files the row's pattern matches but that have a row of their own
 N32_TU = "wgmma_gemm_fwd_bf16_n32.cu"  # the n32 candidate (wgmma_gemm.h): m64n32k16, never chosen by the ops
 SASS_EXPECT: list[dict] = [
-    {"file": "wgmma_gemm_*.cu", "except": (N32_TU,), "arch": "sm_90a", "kernel": r"GemmUniversal",
-     "require": {"wgmma m64n128k16 BF16->FP32 (HGMMA)": r"\bHGMMA\.64x128x16\.F32\.BF16\b",
-                 "TMA tensor load (UTMALDG)": r"\bUTMALDG\b",
-                 "TMA tensor store (UTMASTG)": r"\bUTMASTG\b"},
-     "forbid": {**NO_LOCAL, "another wgmma shape": r"\bHGMMA\.(?!64x128x16\.F32\.BF16\b)\S+",
-                "mma.sync (HMMA)": r"\bHMMA\b"}},
-    {"file": N32_TU, "arch": "sm_90a", "kernel": r"GemmUniversal",
-     "require": {"wgmma m64n32k16 BF16->FP32 (HGMMA)": r"\bHGMMA\.64x32x16\.F32\.BF16\b",
-                 "TMA tensor load (UTMALDG)": r"\bUTMALDG\b", "TMA tensor store (UTMASTG)": r"\bUTMASTG\b",
-                 "RNE float->BF16 pack (F2FP.BF16.F32.PACK_AB)": r"\bF2FP\.BF16\.F32\.PACK_AB\b"},
-     "forbid": {**NO_LOCAL, "another wgmma shape": r"\bHGMMA\.(?!64x32x16\.F32\.BF16\b)\S+",
-                "mma.sync (HMMA)": r"\bHMMA\b"}},
-    {"file": "wgmma_gemm_fwd_bf16.cu", "arch": "sm_90a", "kernel": r"GemmUniversal",
-     "require": {"RNE float->BF16 pack (F2FP.BF16.F32.PACK_AB)": r"\bF2FP\.BF16\.F32\.PACK_AB\b"}, "forbid": {}},
-    {"file": "det_gemm.cu", "arch": "sm_90a", "kernel": r"mma_gemm_kernel|fp32_gemm_kernel", "require": {}, "forbid": NO_LOCAL},
-    {"file": "det_gemm.cu", "arch": "sm_80", "kernel": r"mma_gemm_kernel", "require": {"mma.sync (HMMA)": r"\bHMMA\b"},
-     "forbid": NO_LOCAL},
+    {
+        "file": "wgmma_gemm_*.cu",
+        "except": (N32_TU,),
+        "arch": "sm_90a",
+        "kernel": r"GemmUniversal",
+        "require": {
+            "wgmma m64n128k16 BF16->FP32 (HGMMA)": r"\bHGMMA\.64x128x16\.F32\.BF16\b",
+            "TMA tensor load (UTMALDG)": r"\bUTMALDG\b",
+            "TMA tensor store (UTMASTG)": r"\bUTMASTG\b",
+        },
+        "forbid": {
+            **NO_LOCAL,
+            "another wgmma shape": r"\bHGMMA\.(?!64x128x16\.F32\.BF16\b)\S+",
+            "mma.sync (HMMA)": r"\bHMMA\b",
+        },
+    },
+    {
+        "file": N32_TU,
+        "arch": "sm_90a",
+        "kernel": r"GemmUniversal",
+        "require": {
+            "wgmma m64n32k16 BF16->FP32 (HGMMA)": r"\bHGMMA\.64x32x16\.F32\.BF16\b",
+            "TMA tensor load (UTMALDG)": r"\bUTMALDG\b",
+            "TMA tensor store (UTMASTG)": r"\bUTMASTG\b",
+            "RNE float->BF16 pack (F2FP.BF16.F32.PACK_AB)": r"\bF2FP\.BF16\.F32\.PACK_AB\b",
+        },
+        "forbid": {
+            **NO_LOCAL,
+            "another wgmma shape": r"\bHGMMA\.(?!64x32x16\.F32\.BF16\b)\S+",
+            "mma.sync (HMMA)": r"\bHMMA\b",
+        },
+    },
+    {
+        "file": "wgmma_gemm_fwd_bf16.cu",
+        "arch": "sm_90a",
+        "kernel": r"GemmUniversal",
+        "require": {"RNE float->BF16 pack (F2FP.BF16.F32.PACK_AB)": r"\bF2FP\.BF16\.F32\.PACK_AB\b"},
+        "forbid": {},
+    },
+    {
+        "file": "det_gemm.cu",
+        "arch": "sm_90a",
+        "kernel": r"mma_gemm_kernel|fp32_gemm_kernel",
+        "require": {},
+        "forbid": NO_LOCAL,
+    },
+    {
+        "file": "det_gemm.cu",
+        "arch": "sm_80",
+        "kernel": r"mma_gemm_kernel",
+        "require": {"mma.sync (HMMA)": r"\bHMMA\b"},
+        "forbid": NO_LOCAL,
+    },
     # attention.cu: every compute kernel on mma.sync m16n8k16 (BF16 in, FP32 accumulate) fed by ldmatrix and cp.async,
     # no local memory; the sm_80 image of the 170 KB prefill configuration <128, 4, 2> is a trap (never launched there)
-    *[{"file": "attention.cu", "arch": arch, "kernel": kern,
-       "require": {"mma.sync m16n8k16 BF16->FP32 (HMMA.16816.F32.BF16)": r"\bHMMA\.16816\.F32\.BF16\b",
-                   "ldmatrix (LDSM.16.M88.4)": r"\bLDSM\.16\.M88\.4\b", "cp.async (LDGSTS)": r"\bLDGSTS\b"},
-       "forbid": {**NO_LOCAL, **NO_FLOAT_ATOMIC}}
-      for arch, kern in (("sm_90a", r"attention_fwd_kernel<|attention_bwd_dq_kernel<|attention_bwd_dkv_kernel<"),
-                         ("sm_80", r"attention_fwd_kernel<\d+, [14], 1>|attention_fwd_kernel<64, 4, 2>|"
-                                   r"attention_bwd_dq_kernel<|attention_bwd_dkv_kernel<"))],
-    *[{"file": "attention.cu", "arch": arch, "kernel": r"attention_(plan|merge|bwd_prep|bwd_plan)_kernel", "require": {},
-       "forbid": {**NO_LOCAL, **NO_FLOAT_ATOMIC}} for arch in ("sm_80", "sm_90a")],
+    *[
+        {
+            "file": "attention.cu",
+            "arch": arch,
+            "kernel": kern,
+            "require": {
+                "mma.sync m16n8k16 BF16->FP32 (HMMA.16816.F32.BF16)": r"\bHMMA\.16816\.F32\.BF16\b",
+                "ldmatrix (LDSM.16.M88.4)": r"\bLDSM\.16\.M88\.4\b",
+                "cp.async (LDGSTS)": r"\bLDGSTS\b",
+            },
+            "forbid": {**NO_LOCAL, **NO_FLOAT_ATOMIC},
+        }
+        for arch, kern in (
+            ("sm_90a", r"attention_fwd_kernel<|attention_bwd_dq_kernel<|attention_bwd_dkv_kernel<"),
+            (
+                "sm_80",
+                r"attention_fwd_kernel<\d+, [14], 1>|attention_fwd_kernel<64, 4, 2>|"
+                r"attention_bwd_dq_kernel<|attention_bwd_dkv_kernel<",
+            ),
+        )
+    ],
+    *[
+        {
+            "file": "attention.cu",
+            "arch": arch,
+            "kernel": r"attention_(plan|merge|bwd_prep|bwd_plan)_kernel",
+            "require": {},
+            "forbid": {**NO_LOCAL, **NO_FLOAT_ATOMIC},
+        }
+        for arch in ("sm_80", "sm_90a")
+    ],
     # every kernel of every file: no floating-point atomic anywhere (a sum's order must never be the scheduler's);
     # the CUTLASS TUs (wgmma_gemm_*.cu) have no sm_80 image in this check
-    *[{"file": files, "arch": arch, "kernel": r".", "require": {}, "forbid": NO_FLOAT_ATOMIC}
-      for files, arch in (("*.cu", "sm_90a"), ("[!w]*.cu", "sm_80"))],
+    *[
+        {"file": files, "arch": arch, "kernel": r".", "require": {}, "forbid": NO_FLOAT_ATOMIC}
+        for files, arch in (("*.cu", "sm_90a"), ("[!w]*.cu", "sm_80"))
+    ],
 ]
 
 
@@ -126,7 +198,9 @@ def cutlass_include() -> str | None:
     """CUTLASS's include directory (WS1_CUTLASS_INCLUDE, else the nvidia-cutlass wheel's), or None."""
     cands = [os.environ["WS1_CUTLASS_INCLUDE"]] if os.environ.get("WS1_CUTLASS_INCLUDE") else []
     spec = importlib.util.find_spec("cutlass_library")
-    cands += [os.path.join(loc, "source", "include") for loc in ((spec.submodule_search_locations or []) if spec else [])]
+    cands += [
+        os.path.join(loc, "source", "include") for loc in ((spec.submodule_search_locations or []) if spec else [])
+    ]
     for c in cands:
         if (Path(c) / "cutlass" / "gemm" / "collective" / "collective_builder.hpp").is_file():
             return c
@@ -177,11 +251,15 @@ def parse_sass(text: str) -> dict[tuple[str, str], list[str]]:
     return out
 
 
-def sass_problems(file: str, kernels: list[dict], sass: dict[tuple[str, str], list[str]] | None,
-                  table: list[dict] | None = None) -> tuple[list[str], list[dict]]:
+def sass_problems(
+    file: str, kernels: list[dict], sass: dict[tuple[str, str], list[str]] | None, table: list[dict] | None = None
+) -> tuple[list[str], list[dict]]:
     """Check `file`'s SASS against the table; returns (problems, per-kernel facts)."""
-    rows = [r for r in (SASS_EXPECT if table is None else table)
-            if fnmatch.fnmatch(file, r["file"]) and file not in r.get("except", ())]
+    rows = [
+        r
+        for r in (SASS_EXPECT if table is None else table)
+        if fnmatch.fnmatch(file, r["file"]) and file not in r.get("except", ())
+    ]
     problems, facts = [], []
     if not rows:
         return problems, facts
@@ -189,8 +267,11 @@ def sass_problems(file: str, kernels: list[dict], sass: dict[tuple[str, str], li
         return [f"{file}: SASS expectations cannot be checked: no cuobjdump (CUDA_HOME, PATH, triton's wheel)"], facts
     names = {k["kernel"]: k.get("name", k["kernel"]) for k in kernels}
     for row in rows:
-        sel = [(arch, mangled) for (arch, mangled) in sass if arch == row["arch"]
-               and re.search(row["kernel"], names.get(mangled, mangled))]
+        sel = [
+            (arch, mangled)
+            for (arch, mangled) in sass
+            if arch == row["arch"] and re.search(row["kernel"], names.get(mangled, mangled))
+        ]
         if not sel:
             problems.append(f"{file}: no {row['arch']} kernel matching /{row['kernel']}/ in the SASS")
             continue
@@ -214,12 +295,21 @@ def sass_problems(file: str, kernels: list[dict], sass: dict[tuple[str, str], li
 
 def sass_counts(sass: dict[tuple[str, str], list[str]]) -> dict[str, dict[str, int]]:
     """Per kernel: counts of the instruction classes the docs quote (HGMMA, UTMALDG, UTMASTG, HMMA, LDL/STL)."""
-    classes = {"HGMMA": r"\bHGMMA\.", "UTMALDG": r"\bUTMALDG\b", "UTMASTG": r"\bUTMASTG\b", "HMMA": r"\bHMMA\.",
-               "LDL/STL": NO_LOCAL["local memory (LDL/STL)"], "F2FP.BF16": r"\bF2FP\.BF16"}
+    classes = {
+        "HGMMA": r"\bHGMMA\.",
+        "UTMALDG": r"\bUTMALDG\b",
+        "UTMASTG": r"\bUTMASTG\b",
+        "HMMA": r"\bHMMA\.",
+        "LDL/STL": NO_LOCAL["local memory (LDL/STL)"],
+        "F2FP.BF16": r"\bF2FP\.BF16",
+    }
     out = {}
     for (arch, name), ins in sass.items():
         text = "\n".join(ins)
-        out[f"{arch} {name}"] = {"instructions": len(ins), **{c: n for c, rx in classes.items() if (n := len(re.findall(rx, text)))}}
+        out[f"{arch} {name}"] = {
+            "instructions": len(ins),
+            **{c: n for c, rx in classes.items() if (n := len(re.findall(rx, text)))},
+        }
     return out
 
 
@@ -234,8 +324,16 @@ def parse_ptxas(text: str) -> list[dict]:
     cur: dict | None = None
     for line in text.splitlines():
         if m := _ENTRY.search(line):
-            cur = {"kernel": m.group(1), "arch": m.group(2), "registers": None, "spill_stores": None,
-                   "spill_loads": None, "stack_frame": None, "smem": 0, "barriers": 0}
+            cur = {
+                "kernel": m.group(1),
+                "arch": m.group(2),
+                "registers": None,
+                "spill_stores": None,
+                "spill_loads": None,
+                "stack_frame": None,
+                "smem": 0,
+                "barriers": 0,
+            }
             out.append(cur)
         elif cur is not None and (m := _PROPS.search(line)):
             cur["stack_frame"], cur["spill_stores"], cur["spill_loads"] = (int(g) for g in m.groups())
@@ -293,8 +391,16 @@ def compile_one(nvcc: str, src: Path, extra: list[str] | None = None, use_cache:
     flags = flags_for(src)
     archs = ["sm_90a"] if is_heavy(src) else list(ARCHS)
     if is_heavy(src) and cutlass_include() is None:
-        return {"file": src.name, "ok": False, "seconds": 0.0, "archs": archs, "kernels": [], "sass": None, "cached": False,
-                "log": "no CUTLASS headers: pip install --no-deps -r requirements/cutlass.txt (or set WS1_CUTLASS_INCLUDE)"}
+        return {
+            "file": src.name,
+            "ok": False,
+            "seconds": 0.0,
+            "archs": archs,
+            "kernels": [],
+            "sass": None,
+            "cached": False,
+            "log": "no CUTLASS headers: pip install --no-deps -r requirements/cutlass.txt (or set WS1_CUTLASS_INCLUDE)",
+        }
     cmd_sig = [*flags, *(extra or []), "-I", "<csrc>", "-c", src.name]
     key = cache_key(nvcc, src, cmd_sig)
     cpath = CACHE / f"{src.stem}-{key}.json"
@@ -318,8 +424,16 @@ def compile_one(nvcc: str, src: Path, extra: list[str] | None = None, use_cache:
             if dump.returncode == 0:
                 sass = {f"{a}\t{k}": v for (a, k), v in parse_sass(dump.stdout).items()}
     log = res.stdout + res.stderr
-    rec = {"file": src.name, "ok": res.returncode == 0, "seconds": round(dt, 2), "log": log, "kernels": parse_ptxas(log),
-           "archs": archs, "sass": sass, "cached": False}
+    rec = {
+        "file": src.name,
+        "ok": res.returncode == 0,
+        "seconds": round(dt, 2),
+        "log": log,
+        "kernels": parse_ptxas(log),
+        "archs": archs,
+        "sass": sass,
+        "cached": False,
+    }
     if rec["ok"] and use_cache:
         CACHE.mkdir(parents=True, exist_ok=True)
         cpath.write_text(json.dumps(rec))
@@ -337,7 +451,9 @@ def manifest_sources() -> dict[str, tuple[str, str]]:
     return out
 
 
-def entry_problems(declared: dict[str, tuple[str, str]], root: Path = ROOT, registration: Path = REGISTRATION) -> list[str]:
+def entry_problems(
+    declared: dict[str, tuple[str, str]], root: Path = ROOT, registration: Path = REGISTRATION
+) -> list[str]:
     """A declared source must exist and define `<ret> <op>(`; the registration file must def the op."""
     problems = []
     reg = registration.read_text() if registration.is_file() else ""
@@ -362,10 +478,14 @@ def check(results: list[dict], declared: dict[str, tuple[str, str]]) -> list[str
         for k in r["kernels"]:
             by_kernel.setdefault(k["kernel"], set()).add(k["arch"])
             if k["spill_stores"] is None or k["registers"] is None:
-                problems.append(f"{r['file']}: no resource report parsed for {k.get('name', k['kernel'])} ({k['arch']})")
+                problems.append(
+                    f"{r['file']}: no resource report parsed for {k.get('name', k['kernel'])} ({k['arch']})"
+                )
             elif k["spill_stores"] or k["spill_loads"]:
-                problems.append(f"{r['file']}: {k.get('name', k['kernel'])} spills on {k['arch']} "
-                                f"({k['spill_stores']} B stores, {k['spill_loads']} B loads, {k['registers']} registers)")
+                problems.append(
+                    f"{r['file']}: {k.get('name', k['kernel'])} spills on {k['arch']} "
+                    f"({k['spill_stores']} B stores, {k['spill_loads']} B loads, {k['registers']} registers)"
+                )
         want = set(r.get("archs") or ARCHS)
         for kern, archs in by_kernel.items():
             if want - archs:
@@ -381,12 +501,16 @@ def check(results: list[dict], declared: dict[str, tuple[str, str]]) -> list[str
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| file | kernel | arch | registers | spill stores (B) | spill loads (B) | stack (B) | smem (B) |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| file | kernel | arch | registers | spill stores (B) | spill loads (B) | stack (B) | smem (B) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         for k in r["kernels"]:
-            lines.append(f"| {r['file']} | `{k.get('name', k['kernel'])}` | {k['arch']} | {k['registers']} | "
-                         f"{k['spill_stores']} | {k['spill_loads']} | {k['stack_frame']} | {k['smem']} |")
+            lines.append(
+                f"| {r['file']} | `{k.get('name', k['kernel'])}` | {k['arch']} | {k['registers']} | "
+                f"{k['spill_stores']} | {k['spill_loads']} | {k['stack_frame']} | {k['smem']} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -410,11 +534,19 @@ def sass_table(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(out: Path | None, jobs: int, sources: list[Path] | None = None, extra: list[str] | None = None,
-        subset: str = "all", use_cache: bool = True) -> tuple[int, dict]:
+def run(
+    out: Path | None,
+    jobs: int,
+    sources: list[Path] | None = None,
+    extra: list[str] | None = None,
+    subset: str = "all",
+    use_cache: bool = True,
+) -> tuple[int, dict]:
     nvcc = find_nvcc()
     if nvcc is None:
-        print("compile_check: no nvcc found (CUDA_HOME, PATH, /usr/local/cuda*): the CUDA kernels cannot be compiled here")
+        print(
+            "compile_check: no nvcc found (CUDA_HOME, PATH, /usr/local/cuda*): the CUDA kernels cannot be compiled here"
+        )
         return 2, {}
     srcs = sources if sources is not None else selected(subset)
     t0 = time.monotonic()
@@ -425,21 +557,32 @@ def run(out: Path | None, jobs: int, sources: list[Path] | None = None, extra: l
         for k in r["kernels"]:
             k["name"] = names.get(k["kernel"], k["kernel"])
     problems = check(results, manifest_sources() if sources is None else {})
-    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout.strip().splitlines()
+    version = (
+        subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout.strip().splitlines()
+    )
     sass_all = {}
     for r in results:
         if r.get("sass"):
             counts = sass_counts({tuple(k.split("\t", 1)): v for k, v in r["sass"].items()})
-            sass_all[r["file"]] = {names.get(k.split(" ", 1)[1], k)[:120] + f" [{k.split(' ', 1)[0]}]": v for k, v in counts.items()}
+            sass_all[r["file"]] = {
+                names.get(k.split(" ", 1)[1], k)[:120] + f" [{k.split(' ', 1)[0]}]": v for k, v in counts.items()
+            }
     report = {
-        "nvcc": nvcc, "nvcc_version": version[-1] if version else "", "archs": list(ARCHS),
-        "flags": FLAGS + (extra or []), "heavy_flags": flags_for(CSRC / "wgmma_gemm_x.cu"), "subset": subset,
-        "cutlass": {"include": cutlass_include(), "version": cutlass_version()}, "cuobjdump": find_cuobjdump(nvcc),
+        "nvcc": nvcc,
+        "nvcc_version": version[-1] if version else "",
+        "archs": list(ARCHS),
+        "flags": FLAGS + (extra or []),
+        "heavy_flags": flags_for(CSRC / "wgmma_gemm_x.cu"),
+        "subset": subset,
+        "cutlass": {"include": cutlass_include(), "version": cutlass_version()},
+        "cuobjdump": find_cuobjdump(nvcc),
         "wall_seconds": round(time.monotonic() - t0, 1),
-        "compile_seconds": {r["file"]: r["seconds"] for r in results}, "cached": sorted(r["file"] for r in results if r.get("cached")),
+        "compile_seconds": {r["file"]: r["seconds"] for r in results},
+        "cached": sorted(r["file"] for r in results if r.get("cached")),
         "sass": sass_all,
         "files": [{k: v for k, v in r.items() if k not in ("log", "sass")} for r in results],
-        "problems": problems, "verdict": "green" if not problems else "red",
+        "problems": problems,
+        "verdict": "green" if not problems else "red",
         "note": "compiled and resource-checked only: nothing here executed a kernel",
     }
     if out is not None:
@@ -447,9 +590,12 @@ def run(out: Path | None, jobs: int, sources: list[Path] | None = None, extra: l
         (out / "cuda_resources.json").write_text(json.dumps(report, indent=1) + "\n")
         (out / "cuda_resources.md").write_text(
             f"# ws1_cuda resource report ({report['nvcc_version']})\n\nverdict: {report['verdict']}; "
-            f"{sum(len(r['kernels']) for r in results)} kernel images in {report['wall_seconds']} s\n\n" + table(results)
-            + "\n## SASS expectations (cuobjdump)\n\n" + sass_table(results)
-            + ("\n## Problems\n\n" + "\n".join(f"* {p}" for p in problems) + "\n" if problems else ""))
+            f"{sum(len(r['kernels']) for r in results)} kernel images in {report['wall_seconds']} s\n\n"
+            + table(results)
+            + "\n## SASS expectations (cuobjdump)\n\n"
+            + sass_table(results)
+            + ("\n## Problems\n\n" + "\n".join(f"* {p}" for p in problems) + "\n" if problems else "")
+        )
     return (0 if not problems else 1), report
 
 
@@ -458,14 +604,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "evidence" / "build")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--subset", choices=("all", "ci"), default="all", help="ci: the light files + two CUTLASS TUs")
-    ap.add_argument("--no-cache", action="store_true", help="recompile even what kernels-cuda/build/compile_check holds")
+    ap.add_argument(
+        "--no-cache", action="store_true", help="recompile even what kernels-cuda/build/compile_check holds"
+    )
     args = ap.parse_args(argv)
     rc, report = run(args.out, args.jobs, subset=args.subset, use_cache=not args.no_cache)
     if rc == 2:
         return 2
     files = report["files"]
-    print(f"compile_check: {len(files)} files ({len(report['cached'])} from the cache), {sum(len(f['kernels']) for f in files)} "
-          f"kernel images (sm_80, sm_90a; CUTLASS TUs sm_90a) in {report['wall_seconds']} s -> {args.out / 'cuda_resources.json'}")
+    print(
+        f"compile_check: {len(files)} files ({len(report['cached'])} from the cache), {sum(len(f['kernels']) for f in files)} "
+        f"kernel images (sm_80, sm_90a; CUTLASS TUs sm_90a) in {report['wall_seconds']} s -> {args.out / 'cuda_resources.json'}"
+    )
     for p in report["problems"]:
         print(f"  RED: {p}")
     print(f"compile_check: {report['verdict']}")

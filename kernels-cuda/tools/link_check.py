@@ -81,17 +81,27 @@ def main(argv: list[str] | None = None) -> int:
     calls = json.loads(K.calls())
     if calls != {}:
         problems.append(f"calls() after Meta-only use is {calls}, want {{}} (Meta kernels must not count as runs)")
-    report = {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "ops": ops, "meta_checked": sorted(expect),
-              "entry_errors_raised": raised, "det_gemm_in_config_errors": config_errors,
-              "cpu_tensor_refused": refused if "refused" in locals() else None, "problems": problems,
-              "verdict": "green" if not problems else "red", "seconds": round(time.monotonic() - t0, 1),
-              "note": "loaded and shape-checked only: no CUDA kernel executed"}
+    report = {
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "ops": ops,
+        "meta_checked": sorted(expect),
+        "entry_errors_raised": raised,
+        "det_gemm_in_config_errors": config_errors,
+        "cpu_tensor_refused": refused if "refused" in locals() else None,
+        "problems": problems,
+        "verdict": "green" if not problems else "red",
+        "seconds": round(time.monotonic() - t0, 1),
+        "note": "loaded and shape-checked only: no CUDA kernel executed",
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "cuda_link.json").write_text(json.dumps(report, indent=1) + "\n")
     for p in problems:
         print(f"  RED: {p}")
-    print(f"link_check: {len(ops)} ops, {len(expect)} Meta shape checks, {raised} entry points raised their one-line error "
-          f"through the CUDA key -> {args.out / 'cuda_link.json'}: {report['verdict']}")
+    print(
+        f"link_check: {len(ops)} ops, {len(expect)} Meta shape checks, {raised} entry points raised their one-line error "
+        f"through the CUDA key -> {args.out / 'cuda_link.json'}: {report['verdict']}"
+    )
     return 0 if not problems else 1
 
 
@@ -100,15 +110,41 @@ def _entry_errors(K, ops: list[str], problems: list[str]) -> int:
     import torch
 
     bf, f32, i64 = torch.bfloat16, torch.float32, torch.int64
-    x, w, q, kv = torch.zeros(4, 8, dtype=bf), torch.zeros(6, 8, dtype=bf), torch.zeros(3, 4, 16, dtype=bf), torch.zeros(3, 2, 16, dtype=bf)
-    ids, cu, pos, lg, f = torch.zeros(4, dtype=i64), torch.tensor([0, 3]), torch.arange(3), torch.zeros(4, 10), torch.zeros(4, 8, dtype=f32)
-    args = {"embedding": (ids, w), "embedding_bwd": (f, ids, 6), "rms_norm": (f, torch.ones(8, dtype=bf), 1e-6),
-            "rms_norm_bwd": (f, f, torch.ones(8, dtype=bf), torch.ones(4)), "qk_norm": (q, torch.ones(16, dtype=bf), 1e-6),
-            "qk_norm_bwd": (q.float(), q, torch.ones(16, dtype=bf), torch.ones(12)), "det_gemm": (x, w), "lm_head": (x, w),
-            "gemm": (x, w, True), "rope": (q, pos, 1e6, False), "attention": (q, kv, kv, cu, cu, pos, 0.25),
-            "attention_bwd": (q.float(), q, kv, kv, q, torch.zeros(3, 4), cu, cu, pos, 0.25), "swiglu": (x, x),
-            "swiglu_bwd": (f, x, x), "silu": (x,), "silu_bwd": (f, x), "logprob": (lg, ids), "logprob_bwd": (torch.zeros(4), lg, torch.zeros(4), ids),
-            "batch_invariant_logp": (lg,), "batch_invariant_logp_bwd": (lg, lg)}
+    x, w, q, kv = (
+        torch.zeros(4, 8, dtype=bf),
+        torch.zeros(6, 8, dtype=bf),
+        torch.zeros(3, 4, 16, dtype=bf),
+        torch.zeros(3, 2, 16, dtype=bf),
+    )
+    ids, cu, pos, lg, f = (
+        torch.zeros(4, dtype=i64),
+        torch.tensor([0, 3]),
+        torch.arange(3),
+        torch.zeros(4, 10),
+        torch.zeros(4, 8, dtype=f32),
+    )
+    args = {
+        "embedding": (ids, w),
+        "embedding_bwd": (f, ids, 6),
+        "rms_norm": (f, torch.ones(8, dtype=bf), 1e-6),
+        "rms_norm_bwd": (f, f, torch.ones(8, dtype=bf), torch.ones(4)),
+        "qk_norm": (q, torch.ones(16, dtype=bf), 1e-6),
+        "qk_norm_bwd": (q.float(), q, torch.ones(16, dtype=bf), torch.ones(12)),
+        "det_gemm": (x, w),
+        "lm_head": (x, w),
+        "gemm": (x, w, True),
+        "rope": (q, pos, 1e6, False),
+        "attention": (q, kv, kv, cu, cu, pos, 0.25),
+        "attention_bwd": (q.float(), q, kv, kv, q, torch.zeros(3, 4), cu, cu, pos, 0.25),
+        "swiglu": (x, x),
+        "swiglu_bwd": (f, x, x),
+        "silu": (x,),
+        "silu_bwd": (f, x),
+        "logprob": (lg, ids),
+        "logprob_bwd": (torch.zeros(4), lg, torch.zeros(4), ids),
+        "batch_invariant_logp": (lg,),
+        "batch_invariant_logp_bwd": (lg, lg),
+    }
     keys = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
     raised = 0
     for op in ops:
@@ -123,7 +159,9 @@ def _entry_errors(K, ops: list[str], problems: list[str]) -> int:
         except RuntimeError as exc:
             line = str(exc).splitlines()[0]
             if f"ws1_cuda::{op}" not in line or "CUDA tensor" not in line:
-                problems.append(f"ws1_cuda::{op}: raised {line[:160]!r}, expected a one-line 'must be a CUDA tensor' naming the op")
+                problems.append(
+                    f"ws1_cuda::{op}: raised {line[:160]!r}, expected a one-line 'must be a CUDA tensor' naming the op"
+                )
             else:
                 raised += 1
     return raised
@@ -150,7 +188,9 @@ def _config_errors(problems: list[str]) -> list[str]:
             line = str(exc).splitlines()[0]
             lines.append(line)
             if "det_gemm_in_config" not in line or want not in line:
-                problems.append(f"det_gemm_in_config(cpu, {config!r}): raised {line[:160]!r}, expected {want!r} naming it")
+                problems.append(
+                    f"det_gemm_in_config(cpu, {config!r}): raised {line[:160]!r}, expected {want!r} naming it"
+                )
     return lines
 
 

@@ -4,6 +4,7 @@ The JSON files under <repo>/contracts are the one source of truth. An editable i
 in place (ws1_contract.locate finds the checkout); a wheel carries the copy made here, at build
 time, and every report records the fingerprint of the file it actually read.
 """
+
 import os
 import shutil
 

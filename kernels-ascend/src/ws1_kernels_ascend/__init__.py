@@ -4,6 +4,7 @@ It needs torch_npu (which needs CANN) and the extension built by kernels-ascend/
 Without them the import fails with one clear reason — there is no fallback: the CPU emulator build of the
 same sources is a different package (ws1_kernels_ascend_emu, ops ws1_ascend_emu) and never serves this one.
 """
+
 import json
 
 try:

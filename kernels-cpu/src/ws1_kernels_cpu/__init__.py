@@ -2,6 +2,7 @@
 
 Use through ``ws1_ops`` (which records what ran); calling the raw ops is for tests and benchmarks.
 """
+
 import torch  # noqa: F401  (the extension links against libtorch)
 
 from . import _C  # noqa: F401  registers torch.ops.ws1_cpu

@@ -5,6 +5,7 @@ kernels-cuda`` against a CUDA torch) the import raises ImportError naming the fi
 fallback to any other family's kernels. Use the ops through ``ws1_ops`` (which records what ran);
 calling the raw ops is for tests and benchmarks.
 """
+
 import torch  # noqa: F401  (the extension links against libtorch)
 
 try:

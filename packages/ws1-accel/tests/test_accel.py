@@ -12,9 +12,17 @@ from ws1_accel.__main__ import main
 
 def test_profile_families_and_device_types():
     assert {p: acc.family_of(p) for p in acc.PROFILE_FAMILY} == {
-        "cpu_bf16": "cpu", "triton_cuda_bf16": "triton", "cuda_bf16": "cuda", "ascend_bf16": "ascend"}
+        "cpu_bf16": "cpu",
+        "triton_cuda_bf16": "triton",
+        "cuda_bf16": "cuda",
+        "ascend_bf16": "ascend",
+    }
     assert [acc.device_type_of(p) for p in ("cpu_bf16", "triton_cuda_bf16", "cuda_bf16", "ascend_bf16")] == [
-        "cpu", "cuda", "cuda", "npu"]
+        "cpu",
+        "cuda",
+        "cuda",
+        "npu",
+    ]
 
 
 def test_unknown_profile_names_the_profile():
@@ -86,7 +94,9 @@ def test_npu_absent_reports_the_import_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch_npu", None)  # import raises ImportError
     why = acc.unavailable_reason("ascend_bf16")
     assert why.startswith("torch_npu cannot be imported: ModuleNotFoundError")
-    with pytest.raises(acc.AcceleratorUnavailable, match="ascend_bf16 needs a npu device: torch_npu cannot be imported"):
+    with pytest.raises(
+        acc.AcceleratorUnavailable, match="ascend_bf16 needs a npu device: torch_npu cannot be imported"
+    ):
         acc.resolve_device("ascend_bf16")
 
 

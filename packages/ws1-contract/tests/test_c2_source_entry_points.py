@@ -14,8 +14,10 @@ def test_c_entry_point(tmp_path):
 
 def test_declaration_or_comment_is_not_a_definition(tmp_path):
     f = tmp_path / "k.cu"
-    f.write_text("// at::Tensor det_gemm(at::Tensor x) { }\nat::Tensor det_gemm(const at::Tensor& x);\n"
-                 "/* void det_gemm(int a) { } */\n")
+    f.write_text(
+        "// at::Tensor det_gemm(at::Tensor x) { }\nat::Tensor det_gemm(const at::Tensor& x);\n"
+        "/* void det_gemm(int a) { } */\n"
+    )
     assert not _source_defines(f, "k.cu", "ws1_cuda::det_gemm")[0]
 
 

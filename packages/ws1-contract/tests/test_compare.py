@@ -80,7 +80,7 @@ def test_within_tolerance_against_an_fp64_reference_is_judged_in_fp64():
     would vanish in FP32 (the reference rounds to 20.0) and is seen in FP64."""
     cand = torch.tensor([20.0, -20.0], dtype=torch.float32)
     ref64 = cand.double() + torch.tensor([5e-7, 0.0], dtype=torch.float64)
-    assert within_tolerance(cand, ref64.float(), 2e-7, 0).passed          # what an FP32 comparison would see
+    assert within_tolerance(cand, ref64.float(), 2e-7, 0).passed  # what an FP32 comparison would see
     r = within_tolerance(cand, ref64, 2e-7, 0)
     assert not r.passed and r.n_diff == 1 and r.first_diff["index"] == [0] and abs(r.max_abs - 5e-7) < 1e-12
     assert within_tolerance(cand, ref64, 6e-7, 0).passed
@@ -125,7 +125,7 @@ def test_within_norm_sees_zeroed_halved_and_flipped_tensors_the_atol_cannot():
     ok = within_norm(cand, ref, 1e-2, 0.9999, "dW")
     assert ok.passed and ok.rel_l2 < 3e-3 and ok.cosine > 0.99999, ok.detail
     for bad, rel, cos in ((cand * 0, 1.0, 0.0), (cand * 0.5, 0.5, 1.0), (-cand, 2.0, -1.0)):
-        assert within_tolerance(bad, ref, 0.1, 0.02).passed     # the elementwise row cannot see it
+        assert within_tolerance(bad, ref, 0.1, 0.02).passed  # the elementwise row cannot see it
         r = within_norm(bad, ref, 1e-2, 0.9999, "dW")
         assert not r.passed and "FAIL" in r.detail
         assert math.isclose(r.rel_l2, rel, rel_tol=1e-2) and math.isclose(r.cosine, cos, abs_tol=1e-2)
@@ -135,14 +135,14 @@ def test_within_norm_edge_cases():
     from ws1_contract.compare import within_norm
 
     z = torch.zeros(5)
-    assert within_norm(z, z, 1e-3, 0.999).passed                       # zero vs zero: equal
+    assert within_norm(z, z, 1e-3, 0.999).passed  # zero vs zero: equal
     r = within_norm(torch.full((5,), 1e-30), z, 1e-3, 0.999)
-    assert not r.passed and r.rel_l2 == math.inf                        # anything vs a zero reference
+    assert not r.passed and r.rel_l2 == math.inf  # anything vs a zero reference
     x = torch.randn(5)
     y = x.clone()
     y[1] = float("nan")
     assert not within_norm(y, x, 1e-3, 0.999).passed and "non-finite" in within_norm(y, x, 1e-3, 0.999).detail
-    assert not within_norm(x[:4], x, 1e-3, 0.999).passed                # shape mismatch
+    assert not within_norm(x[:4], x, 1e-3, 0.999).passed  # shape mismatch
 
 
 def test_norm_stats_over_blocks_is_the_whole_tensor_rule():
@@ -153,16 +153,18 @@ def test_norm_stats_over_blocks_is_the_whole_tensor_rule():
     g = torch.Generator().manual_seed(1)
     ref = torch.randn(40, 16, generator=g)
     cand = ref.to(torch.bfloat16).float()
-    cand[30:40] = 0                                                   # one block of four zeroed
+    cand[30:40] = 0  # one block of four zeroed
     s = NormStats()
     for lo in range(0, 40, 10):
-        s.add(cand[lo:lo + 10], ref[lo:lo + 10])
+        s.add(cand[lo : lo + 10], ref[lo : lo + 10])
     whole = within_norm(cand, ref, 0.1, 0.99)
     blocked = s.judge(0.1, 0.99)
     assert not whole.passed and not blocked.passed
-    assert math.isclose(blocked.rel_l2, whole.rel_l2, rel_tol=1e-9) and math.isclose(blocked.cosine, whole.cosine, rel_tol=1e-9)
+    assert math.isclose(blocked.rel_l2, whole.rel_l2, rel_tol=1e-9) and math.isclose(
+        blocked.cosine, whole.cosine, rel_tol=1e-9
+    )
     # each block alone but the zeroed one would pass: the rule must not be a per-block AND
-    assert all(within_norm(cand[lo:lo + 10], ref[lo:lo + 10], 0.1, 0.99).passed for lo in (0, 10, 20))
+    assert all(within_norm(cand[lo : lo + 10], ref[lo : lo + 10], 0.1, 0.99).passed for lo in (0, 10, 20))
 
 
 def test_the_nonfinite_screen_finds_one_bad_value_in_any_block(monkeypatch):
@@ -194,7 +196,7 @@ def test_equal_blocks_take_the_short_path_with_the_same_numbers(monkeypatch):
     r64 = r.double()
     want = float(torch.dot(r64[:1000], r64[:1000]))
     for lo in range(1000, 4400, 1000):
-        want += float(torch.dot(r64[lo:lo + 1000], r64[lo:lo + 1000]))
+        want += float(torch.dot(r64[lo : lo + 1000], r64[lo : lo + 1000]))
     assert (s.err2, s.ref2, s.cand2, s.dot, s.n) == (0.0, want, want, want, 4400)
     c = r.clone()
     c[2500] = torch.nextafter(c[2500], torch.tensor(math.inf))

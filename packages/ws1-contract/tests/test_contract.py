@@ -71,7 +71,9 @@ def test_wrong_type(contract_data):
 
 def test_bool_is_not_a_number(contract_data):
     contract_data["judgments"]["forward_accuracy"]["by_op_class"]["logprob"]["bfloat16"]["rtol"] = False
-    _expect(contract_data, "judgments.forward_accuracy.by_op_class.logprob.bfloat16.rtol", "expected a number, got bool")
+    _expect(
+        contract_data, "judgments.forward_accuracy.by_op_class.logprob.bfloat16.rtol", "expected a number, got bool"
+    )
 
 
 def test_unknown_key(contract_data):
@@ -81,7 +83,11 @@ def test_unknown_key(contract_data):
 
 def test_nonzero_invariance_threshold(contract_data):
     contract_data["judgments"]["forward_invariance"]["by_op_class"]["reduction"]["bfloat16"]["atol"] = 1e-7
-    _expect(contract_data, "judgments.forward_invariance.by_op_class.reduction.bfloat16.atol", "an invariance threshold must be 0")
+    _expect(
+        contract_data,
+        "judgments.forward_invariance.by_op_class.reduction.bfloat16.atol",
+        "an invariance threshold must be 0",
+    )
 
 
 def test_unknown_profile_family(contract_data):
@@ -142,7 +148,9 @@ def test_forbidden_role_as_pair_side(contract_data):
 
 def test_reversed_role_pair(contract_data):
     contract_data["comparison_roles"]["pairs"]["train_infer_parity"] = {
-        "lhs": "inference_style_rollout_decode", "rhs": "training_style_teacher_forcing"}
+        "lhs": "inference_style_rollout_decode",
+        "rhs": "training_style_teacher_forcing",
+    }
     _expect(contract_data, "comparison_roles.pairs.train_infer_parity", "reversed role pair")
 
 
@@ -216,14 +224,19 @@ def test_gradient_accuracy_needs_a_tensor_norm_rule(contract_data):
     _expect(contract_data, "judgments.gradient_accuracy.tensor_norm", "required")
 
 
-@pytest.mark.parametrize("field,value,rule", [
-    ("max_rel_l2", 0.5, "a halved tensor has rel L2 0.5"),      # would let a halved gradient pass
-    ("max_rel_l2", -1e-3, "must be in [0, 0.5)"),
-    ("min_cosine", 0.0, "a zeroed tensor has cosine 0"),         # would let a zeroed gradient pass
-    ("min_cosine", 1.5, "must be in (0, 1]"),
-])
+@pytest.mark.parametrize(
+    "field,value,rule",
+    [
+        ("max_rel_l2", 0.5, "a halved tensor has rel L2 0.5"),  # would let a halved gradient pass
+        ("max_rel_l2", -1e-3, "must be in [0, 0.5)"),
+        ("min_cosine", 0.0, "a zeroed tensor has cosine 0"),  # would let a zeroed gradient pass
+        ("min_cosine", 1.5, "must be in (0, 1]"),
+    ],
+)
 def test_tensor_norm_limits_that_see_nothing_are_rejected(contract_data, field, value, rule):
-    contract_data["judgments"]["gradient_accuracy"]["tensor_norm"]["by_op_class"]["reduction"]["bfloat16"][field] = value
+    contract_data["judgments"]["gradient_accuracy"]["tensor_norm"]["by_op_class"]["reduction"]["bfloat16"][field] = (
+        value
+    )
     _expect(contract_data, f"judgments.gradient_accuracy.tensor_norm.by_op_class.reduction.bfloat16.{field}", rule)
 
 
@@ -232,19 +245,26 @@ def test_tensor_norm_rule_structure(contract_data):
 
     good = copy.deepcopy(contract_data)
     del contract_data["judgments"]["gradient_accuracy"]["tensor_norm"]["by_op_class"]["attention"]["float32"]
-    _expect(contract_data, "judgments.gradient_accuracy.tensor_norm.by_op_class.attention", "missing dtype(s) ['float32']")
+    _expect(
+        contract_data, "judgments.gradient_accuracy.tensor_norm.by_op_class.attention", "missing dtype(s) ['float32']"
+    )
     bad = copy.deepcopy(good)
     bad["judgments"]["forward_invariance"]["tensor_norm"] = good["judgments"]["gradient_accuracy"]["tensor_norm"]
     _expect(bad, "judgments.forward_invariance.tensor_norm", "only a tolerance judgment")
     bad = copy.deepcopy(good)
     bad["judgments"]["gradient_accuracy"]["by_op_class"]["reduction"]["bfloat16"]["max_rel_l2"] = 0.01
-    _expect(bad, "judgments.gradient_accuracy.by_op_class.reduction.bfloat16", "belong in judgments.gradient_accuracy.tensor_norm")
+    _expect(
+        bad,
+        "judgments.gradient_accuracy.by_op_class.reduction.bfloat16",
+        "belong in judgments.gradient_accuracy.tensor_norm",
+    )
     bad = copy.deepcopy(good)
     bad["judgments"]["gradient_accuracy"]["tensor_norm"]["note"] = ""
     _expect(bad, "judgments.gradient_accuracy.tensor_norm.note", "how the limits were chosen")
 
 
 # ---- the logprob class's FP64-reference row (issue 23 item 5) ------------------------------------------
+
 
 def _fp64(data):
     return data["judgments"]["forward_accuracy"]["fp64_reference"]
@@ -258,19 +278,34 @@ def test_logprob_ops_resolve_an_fp64_reference_row_beside_their_bf16_row():
         assert c.references("forward_accuracy", op, "float32") == ("float32", "float64")
         th = c.resolve("forward_accuracy", op, "float32", reference="float64")
         assert (th.atol, th.rtol, th.max_rel_l2) == (5e-5, 0.0, None)
-        assert (c.resolve("forward_accuracy", op, "bfloat16").atol, c.resolve("forward_accuracy", op, "bfloat16").rtol) == (6e-2, 0)
+        assert (
+            c.resolve("forward_accuracy", op, "bfloat16").atol,
+            c.resolve("forward_accuracy", op, "bfloat16").rtol,
+        ) == (6e-2, 0)
         assert c.references("gradient_accuracy", op, "float32") == ("float32",)
         assert c.references("forward_accuracy", op, "bfloat16") == ("float32",)
     assert c.references("forward_accuracy", "det_gemm", "bfloat16") == ("float32",)
-    note = c.judgments["forward_accuracy"].fp64_reference.note   # how it was chosen: the numbers and the control
+    note = c.judgments["forward_accuracy"].fp64_reference.note  # how it was chosen: the numbers and the control
     assert "V 151936" in note and "atol 5e-5" in note and "variant_logprob_lse_shift" in note
 
 
-@pytest.mark.parametrize("query, path", [
-    (("forward_accuracy", "det_gemm", "bfloat16"), "judgments.forward_accuracy.fp64_reference.by_op_class.reduction.bfloat16"),
-    (("forward_accuracy", "logprob", "bfloat16"), "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.bfloat16"),
-    (("gradient_accuracy", "logprob", "float32"), "judgments.gradient_accuracy.fp64_reference.by_op_class.logprob.float32"),
-])
+@pytest.mark.parametrize(
+    "query, path",
+    [
+        (
+            ("forward_accuracy", "det_gemm", "bfloat16"),
+            "judgments.forward_accuracy.fp64_reference.by_op_class.reduction.bfloat16",
+        ),
+        (
+            ("forward_accuracy", "logprob", "bfloat16"),
+            "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.bfloat16",
+        ),
+        (
+            ("gradient_accuracy", "logprob", "float32"),
+            "judgments.gradient_accuracy.fp64_reference.by_op_class.logprob.float32",
+        ),
+    ],
+)
 def test_a_missing_fp64_row_is_an_error_naming_its_path(query, path):
     with pytest.raises(ContractError) as ei:
         load_contract().resolve(*query, reference="float64")
@@ -287,39 +322,88 @@ def test_fp64_row_moves_the_fingerprint(raw_contract, contract_data):
     assert contract_from_dict(contract_data).fingerprint != fingerprint_of(raw_contract) == load_contract().fingerprint
 
 
-@pytest.mark.parametrize("mutate, path, rule", [
-    (lambda d: d["judgments"]["forward_accuracy"].pop("fp64_reference"), "judgments.forward_accuracy.fp64_reference",
-     "required: the logprob class is judged in float32"),
-    (lambda d: _fp64(d)["by_op_class"].pop("logprob"), "judgments.forward_accuracy.fp64_reference.by_op_class",
-     "missing op class(es) ['logprob']"),
-    (lambda d: _fp64(d)["by_op_class"]["logprob"].pop("float32"), "judgments.forward_accuracy.fp64_reference.by_op_class.logprob",
-     "missing dtype(s) ['float32']"),
-    # never a relaxation: looser than the BF16 row it is judged beside
-    (lambda d: _fp64(d)["by_op_class"]["logprob"]["float32"].update(atol=0.1),
-     "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.float32.atol", "looser than judgments.forward_accuracy"),
-    (lambda d: _fp64(d)["by_op_class"]["logprob"]["float32"].update(rtol=0.01),
-     "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.float32.rtol", "never relaxes one"),
-    (lambda d: _fp64(d)["by_op_class"]["logprob"]["float32"].update(atol=-5e-5),
-     "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.float32.atol", "finite number >= 0"),
-    (lambda d: _fp64(d)["by_op_class"]["logprob"]["float32"].update(atol=float("nan")),
-     "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.float32.atol", "finite number >= 0"),
-    (lambda d: _fp64(d)["by_op_class"]["logprob"]["float32"].update(atol="5e-5"),
-     "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.float32.atol", "expected a number, got str"),
-    (lambda d: _fp64(d)["by_op_class"]["logprob"]["float32"].pop("rtol"),
-     "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.float32.rtol", "required field missing"),
-    (lambda d: _fp64(d)["by_op_class"]["logprob"]["float32"].update(max_rel_l2=1e-5),
-     "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.float32", "atol and rtol only"),
-    (lambda d: _fp64(d)["by_op_class"]["logprob"].update(int4={"atol": 0, "rtol": 0}),
-     "judgments.forward_accuracy.fp64_reference.by_op_class.logprob", "unknown dtype(s) ['int4']"),
-    (lambda d: _fp64(d)["by_op_class"].update(softmax={"float32": {"atol": 0, "rtol": 0}}),
-     "judgments.forward_accuracy.fp64_reference.by_op_class", "unknown op class(es) ['softmax']"),
-    (lambda d: _fp64(d).update(note=""), "judgments.forward_accuracy.fp64_reference.note", "how the row was chosen"),
-    (lambda d: _fp64(d).pop("note"), "judgments.forward_accuracy.fp64_reference.note", "required field missing"),
-    (lambda d: _fp64(d).update(reference_dtype="float64"), "judgments.forward_accuracy.fp64_reference",
-     "extra fields found (reference_dtype)"),
-    (lambda d: d["judgments"]["forward_invariance"].update(fp64_reference=json.loads(json.dumps(_fp64(d)))),
-     "judgments.forward_invariance.fp64_reference", "only a tolerance judgment"),
-])
+@pytest.mark.parametrize(
+    "mutate, path, rule",
+    [
+        (
+            lambda d: d["judgments"]["forward_accuracy"].pop("fp64_reference"),
+            "judgments.forward_accuracy.fp64_reference",
+            "required: the logprob class is judged in float32",
+        ),
+        (
+            lambda d: _fp64(d)["by_op_class"].pop("logprob"),
+            "judgments.forward_accuracy.fp64_reference.by_op_class",
+            "missing op class(es) ['logprob']",
+        ),
+        (
+            lambda d: _fp64(d)["by_op_class"]["logprob"].pop("float32"),
+            "judgments.forward_accuracy.fp64_reference.by_op_class.logprob",
+            "missing dtype(s) ['float32']",
+        ),
+        # never a relaxation: looser than the BF16 row it is judged beside
+        (
+            lambda d: _fp64(d)["by_op_class"]["logprob"]["float32"].update(atol=0.1),
+            "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.float32.atol",
+            "looser than judgments.forward_accuracy",
+        ),
+        (
+            lambda d: _fp64(d)["by_op_class"]["logprob"]["float32"].update(rtol=0.01),
+            "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.float32.rtol",
+            "never relaxes one",
+        ),
+        (
+            lambda d: _fp64(d)["by_op_class"]["logprob"]["float32"].update(atol=-5e-5),
+            "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.float32.atol",
+            "finite number >= 0",
+        ),
+        (
+            lambda d: _fp64(d)["by_op_class"]["logprob"]["float32"].update(atol=float("nan")),
+            "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.float32.atol",
+            "finite number >= 0",
+        ),
+        (
+            lambda d: _fp64(d)["by_op_class"]["logprob"]["float32"].update(atol="5e-5"),
+            "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.float32.atol",
+            "expected a number, got str",
+        ),
+        (
+            lambda d: _fp64(d)["by_op_class"]["logprob"]["float32"].pop("rtol"),
+            "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.float32.rtol",
+            "required field missing",
+        ),
+        (
+            lambda d: _fp64(d)["by_op_class"]["logprob"]["float32"].update(max_rel_l2=1e-5),
+            "judgments.forward_accuracy.fp64_reference.by_op_class.logprob.float32",
+            "atol and rtol only",
+        ),
+        (
+            lambda d: _fp64(d)["by_op_class"]["logprob"].update(int4={"atol": 0, "rtol": 0}),
+            "judgments.forward_accuracy.fp64_reference.by_op_class.logprob",
+            "unknown dtype(s) ['int4']",
+        ),
+        (
+            lambda d: _fp64(d)["by_op_class"].update(softmax={"float32": {"atol": 0, "rtol": 0}}),
+            "judgments.forward_accuracy.fp64_reference.by_op_class",
+            "unknown op class(es) ['softmax']",
+        ),
+        (
+            lambda d: _fp64(d).update(note=""),
+            "judgments.forward_accuracy.fp64_reference.note",
+            "how the row was chosen",
+        ),
+        (lambda d: _fp64(d).pop("note"), "judgments.forward_accuracy.fp64_reference.note", "required field missing"),
+        (
+            lambda d: _fp64(d).update(reference_dtype="float64"),
+            "judgments.forward_accuracy.fp64_reference",
+            "extra fields found (reference_dtype)",
+        ),
+        (
+            lambda d: d["judgments"]["forward_invariance"].update(fp64_reference=json.loads(json.dumps(_fp64(d)))),
+            "judgments.forward_invariance.fp64_reference",
+            "only a tolerance judgment",
+        ),
+    ],
+)
 def test_malformed_fp64_rows_are_one_line_errors_naming_the_path(contract_data, mutate, path, rule):
     mutate(contract_data)
     with pytest.raises(ContractError) as ei:

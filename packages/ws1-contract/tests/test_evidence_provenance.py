@@ -10,20 +10,58 @@ from ws1_contract.provenance import collect, validate_provenance
 
 
 def _write(tmp_path, cells):
-    return write_evidence("c3_forward", "cpu_bf16", cells, {"x": 1}, contract_fingerprint="f", fixture_hash="h",
-                          git_sha="s", dirty=False, root=tmp_path)
+    return write_evidence(
+        "c3_forward",
+        "cpu_bf16",
+        cells,
+        {"x": 1},
+        contract_fingerprint="f",
+        fixture_hash="h",
+        git_sha="s",
+        dirty=False,
+        root=tmp_path,
+    )
 
 
 def test_write_and_read_back(tmp_path):
-    cells = [Cell(id="a", judgment="forward_invariance", status="green", detail="ok", lhs_role="transformed_config",
-                  rhs_role="canonical_config", thresholds={"atol": 0, "rtol": 0}, max_abs_err=0.0, extra={"op": "rope"}),
-             Cell(id="b", judgment="forward_accuracy", status="N/A", detail="pack is index copies",
-                  na_reason="profile_independent", extra={"op": "pack"})]
+    cells = [
+        Cell(
+            id="a",
+            judgment="forward_invariance",
+            status="green",
+            detail="ok",
+            lhs_role="transformed_config",
+            rhs_role="canonical_config",
+            thresholds={"atol": 0, "rtol": 0},
+            max_abs_err=0.0,
+            extra={"op": "rope"},
+        ),
+        Cell(
+            id="b",
+            judgment="forward_accuracy",
+            status="N/A",
+            detail="pack is index copies",
+            na_reason="profile_independent",
+            extra={"op": "pack"},
+        ),
+    ]
     p = _write(tmp_path, cells)
     assert p == tmp_path / "cpu_bf16" / "c3_forward.json"
     d = read_evidence(p)
-    for k in ("schema", "gate", "profile", "passed", "counts", "cells", "provenance", "git_sha", "dirty",
-              "contract_fingerprint", "fixture_hash", "created_at"):
+    for k in (
+        "schema",
+        "gate",
+        "profile",
+        "passed",
+        "counts",
+        "cells",
+        "provenance",
+        "git_sha",
+        "dirty",
+        "contract_fingerprint",
+        "fixture_hash",
+        "created_at",
+    ):
         assert k in d
     assert d["passed"] is True and d["counts"] == {"green": 1, "red": 0, "N/A": 1}
     assert d["cells"][0]["op"] == "rope" and d["cells"][0]["lhs_role"] == "transformed_config"
@@ -51,11 +89,14 @@ def test_duplicate_ids_rejected(tmp_path):
         _write(tmp_path, [c, c])
 
 
-@pytest.mark.parametrize("mutate, match", [
-    (lambda p: p.write_text("{ truncated"), "not JSON"),
-    (lambda p: p.write_text("[]"), "not a JSON object"),
-    (lambda p: p.write_text(json.dumps({"schema": "ws1-evidence-v1"})), "missing"),
-])
+@pytest.mark.parametrize(
+    "mutate, match",
+    [
+        (lambda p: p.write_text("{ truncated"), "not JSON"),
+        (lambda p: p.write_text("[]"), "not a JSON object"),
+        (lambda p: p.write_text(json.dumps({"schema": "ws1-evidence-v1"})), "missing"),
+    ],
+)
 def test_corrupt_evidence(tmp_path, mutate, match):
     p = _write(tmp_path, [Cell(id="a", judgment="j", status="green", detail="")])
     mutate(p)
@@ -88,17 +129,24 @@ def test_provenance_collect_and_validate():
 
 # ---- N/A only for the manifest's (op, reason) pairs; all-N/A is not a pass --------------------------
 
+
 def _na(op="pack", reason="profile_independent", id="n"):
-    return Cell(id=id, judgment="forward_accuracy", status="N/A", detail="index copies", na_reason=reason,
-                extra={} if op is None else {"op": op})
+    return Cell(
+        id=id,
+        judgment="forward_accuracy",
+        status="N/A",
+        detail="index copies",
+        na_reason=reason,
+        extra={} if op is None else {"op": op},
+    )
 
 
 def test_na_allowed_only_for_the_manifests_op_reason_pairs():
     from ws1_contract.evidence import allowed_na_pairs
 
-    assert allowed_na_pairs() == {("pack", "profile_independent")}   # the manifest's helper_nodes
-    _na()                                                              # the one allowed pair
-    for op in ("det_gemm", "attention", None):                         # the right reason, a wrong (or no) op
+    assert allowed_na_pairs() == {("pack", "profile_independent")}  # the manifest's helper_nodes
+    _na()  # the one allowed pair
+    for op in ("det_gemm", "attention", None):  # the right reason, a wrong (or no) op
         with pytest.raises(EvidenceError, match="not an allowed .op, reason. pair"):
             _na(op=op)
     with pytest.raises(EvidenceError, match="hidden N/A rejected"):
@@ -109,7 +157,7 @@ def test_read_evidence_rejects_an_na_the_manifest_does_not_allow(tmp_path):
     p = _write(tmp_path, [Cell(id="a", judgment="j", status="green", detail="ok"), _na()])
     assert read_evidence(p)["passed"] is True
     d = json.loads(p.read_text())
-    d["cells"][1]["op"] = "det_gemm"       # a writer that bypassed Cell: an N/A on a chain op
+    d["cells"][1]["op"] = "det_gemm"  # a writer that bypassed Cell: an N/A on a chain op
     p.write_text(json.dumps(d))
     with pytest.raises(EvidenceError, match="cell 'n'.*not an allowed"):
         read_evidence(p)
@@ -119,7 +167,7 @@ def test_all_na_record_is_not_a_pass(tmp_path):
     p = _write(tmp_path, [_na(id="n1"), _na(id="n2")])
     d = read_evidence(p)
     assert d["passed"] is False and d["counts"] == {"green": 0, "red": 0, "N/A": 2}
-    d["passed"] = True                     # a record that claims a pass with nothing green
+    d["passed"] = True  # a record that claims a pass with nothing green
     p.write_text(json.dumps(d))
     with pytest.raises(EvidenceError, match="'passed' does not match"):
         read_evidence(p)
@@ -132,4 +180,4 @@ def test_a_record_names_its_run(tmp_path, monkeypatch):
     monkeypatch.delenv("WS1_RUN_ID")
     from ws1_contract.evidence import run_id
 
-    assert run_id().startswith("proc-") and run_id() == run_id()   # one id per process otherwise
+    assert run_id().startswith("proc-") and run_id() == run_id()  # one id per process otherwise

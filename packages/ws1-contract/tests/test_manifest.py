@@ -25,7 +25,10 @@ def test_loads(contract):
             for tier in m.tiers:
                 assert m.cases(profile=p, op=op, tier=tier), (p, op, tier)
     assert m.kernel_id("cpu_bf16", "det_gemm") == "ws1_cpu::det_gemm"
-    assert m.cases(profile="cpu_bf16", op="attention", tier="long")[0].case_id == "attention-long-decodeB1Sq1Skv32-cpu_bf16"
+    assert (
+        m.cases(profile="cpu_bf16", op="attention", tier="long")[0].case_id
+        == "attention-long-decodeB1Sq1Skv32-cpu_bf16"
+    )
 
 
 def _expect(data, contract, path, rule):
@@ -75,7 +78,9 @@ def test_unknown_profile(manifest_data, contract):
 
 def test_missing_profile(manifest_data, contract):
     del manifest_data["nodes"]["rope"]["kernels"]["ascend_bf16"]
-    _expect(manifest_data, contract, "nodes.rope.kernels", "no kernel declared for profile 'ascend_bf16' (missing_required)")
+    _expect(
+        manifest_data, contract, "nodes.rope.kernels", "no kernel declared for profile 'ascend_bf16' (missing_required)"
+    )
 
 
 def test_helper_node_needs_a_reason_and_no_kernels(manifest_data, contract):

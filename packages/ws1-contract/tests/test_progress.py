@@ -23,15 +23,15 @@ def _run(stream, every_s):
 def test_lines_when_not_a_tty():
     out = _run(io.StringIO(), every_s=0.0)
     assert "c4_gradient cpu_bf16: 0/4 cells — det_gemm short" in out and "c4_gradient cpu_bf16: 4/4 cells" in out
-    assert "\r" not in out and "  · det_gemm short done" in out      # plain lines, no bar redraws
+    assert "\r" not in out and "  · det_gemm short done" in out  # plain lines, no bar redraws
 
 
 def test_silent_when_not_a_tty_and_the_step_is_short():
     out = _run(io.StringIO(), every_s=10.0)
-    assert "cells" not in out and out.count("\n") == 2                 # only the log lines themselves
+    assert "cells" not in out and out.count("\n") == 2  # only the log lines themselves
 
 
 def test_bar_on_a_tty():
     out = _run(_Tty(), every_s=10.0)
-    assert "c4_gradient cpu_bf16:" in out and "/4 [" in out and "attention short" in out and "\r" in out   # a tqdm bar
-    assert not progress._active                                       # closed on exit
+    assert "c4_gradient cpu_bf16:" in out and "/4 [" in out and "attention short" in out and "\r" in out  # a tqdm bar
+    assert not progress._active  # closed on exit

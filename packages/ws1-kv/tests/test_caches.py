@@ -18,8 +18,10 @@ def kv(n, seed):
 
 
 def caches(layers=2):
-    return [ContiguousKVCache(layers, HKV, D, max_seqs=3, max_len=24),
-            PagedKVCache(layers, HKV, D, num_blocks=18, block_size=4, max_len=24)]
+    return [
+        ContiguousKVCache(layers, HKV, D, max_seqs=3, max_len=24),
+        PagedKVCache(layers, HKV, D, num_blocks=18, block_size=4, max_len=24),
+    ]
 
 
 def append(cache, sid, k, v, tokens=None):
@@ -104,7 +106,7 @@ def test_paged_allocation_is_all_or_nothing():
     append(c, "a", *kv(4, 0))
     free_before = c.stats()["free_blocks"]
     with pytest.raises(CacheFull, match="needs 3 block"):
-        c.reserve({"a": 4, "b": 8})          # a needs 1 more, b needs 2: 3 > 2 free
+        c.reserve({"a": 4, "b": 8})  # a needs 1 more, b needs 2: 3 > 2 free
     assert c.stats()["free_blocks"] == free_before
     assert c.block_table("b") == []
     c.free("a")
@@ -113,7 +115,7 @@ def test_paged_allocation_is_all_or_nothing():
 
 def test_paged_prefix_reuse_shares_full_blocks_only():
     c = PagedKVCache(1, HKV, D, num_blocks=12, block_size=4)
-    prompt = list(range(100, 111))            # 11 tokens: 2 full blocks + 3
+    prompt = list(range(100, 111))  # 11 tokens: 2 full blocks + 3
     k, v = kv(11, 5)
     assert c.begin("a", prompt) == 0
     append(c, "a", k, v, tokens=prompt)
@@ -134,11 +136,11 @@ def test_paged_freed_blocks_stay_reusable_until_handed_out():
     prompt = list(range(9))
     c.begin("a", prompt)
     append(c, "a", *kv(8, 6), tokens=prompt[:8])
-    c.free("a")                                # blocks freed, still registered
-    assert c.begin("b", prompt) == 8           # revived from the free list
+    c.free("a")  # blocks freed, still registered
+    assert c.begin("b", prompt) == 8  # revived from the free list
     c.free("b")
     c.begin("x")
-    append(c, "x", *kv(12, 7))                 # takes every block: registrations end
+    append(c, "x", *kv(12, 7))  # takes every block: registrations end
     c.free("x")
     assert c.begin("c", prompt) == 0
 
@@ -182,10 +184,12 @@ def test_b1_in_slot_order_reads_its_storage_in_place():
     c.write(0, step, torch.cat([ka[4:], kb[2:]]), torch.cat([va[4:], vb[2:]]))
     K, V, cu = c.keys_for_attention(0, step)
     assert step.view == (0, 16 + 3) and cu.tolist() == [0, 16, 19]
-    assert K.data_ptr() == c._storage(0, None)[0].data_ptr()          # in place
+    assert K.data_ptr() == c._storage(0, None)[0].data_ptr()  # in place
     G, _ = c.gather(0, step)
     for b, (s0, n) in enumerate(zip(cu.tolist()[:-1], step.ends)):
-        assert torch.equal(K[s0:s0 + n].view(torch.int16), G[step.cu_seqlens_k[b]:step.cu_seqlens_k[b] + n].view(torch.int16))
+        assert torch.equal(
+            K[s0 : s0 + n].view(torch.int16), G[step.cu_seqlens_k[b] : step.cu_seqlens_k[b] + n].view(torch.int16)
+        )
     back = c.reserve({"c": 1, "a": 1})
     assert back.view is None and c.keys_for_attention(0, back)[2].tolist() == back.cu_seqlens_k.tolist()
 
@@ -200,7 +204,7 @@ def test_advance_then_fill_tokens(cache):
     cache.fill_tokens("a", 4, [5, 6, 7, 8, 9])
     assert cache.seqs["a"].tokens == list(range(1, 10))
     if cache.kind == "paged":
-        assert cache.stats()["registered_blocks"] == 2                  # both full blocks of 4, the 2nd now known
+        assert cache.stats()["registered_blocks"] == 2  # both full blocks of 4, the 2nd now known
     with pytest.raises(KVCacheError, match="not all committed"):
         cache.fill_tokens("a", 8, [1, 2])
     with pytest.raises(CacheFull):

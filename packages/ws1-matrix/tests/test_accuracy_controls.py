@@ -33,7 +33,7 @@ def variant(op: str, **build):
 
 
 def scaled_param_grad(s: float):
-    return lambda real: (lambda *a: real.param_grad(*a) * s)
+    return lambda real: lambda *a: real.param_grad(*a) * s
 
 
 def _cells(ops, judgments=("gradient_accuracy",), activate=None, tiers=None) -> dict:
@@ -76,6 +76,7 @@ def test_attention_dk_zeroed_halved_flipped_is_red(small_env, how):
         def f(*a):
             dq, dk, dv = real.bwd(*a)
             return dq, dk * s, dv
+
         return f
 
     with variant("attention", bwd=bwd):
@@ -97,7 +98,9 @@ def test_blockwise_reference_path_accumulates_the_norm_rule(small_env, monkeypat
         a = _comparison(plain[f"{op}-primary-gradient_accuracy"], "weight")
         b = _comparison(blocked[f"{op}-primary-gradient_accuracy"], "weight")
         assert blocked[f"{op}-primary-gradient_accuracy"].status == "green"
-        assert b["rel_l2"] == pytest.approx(a["rel_l2"], abs=1e-12) and b["cosine"] == pytest.approx(a["cosine"], rel=1e-12)
+        assert b["rel_l2"] == pytest.approx(a["rel_l2"], abs=1e-12) and b["cosine"] == pytest.approx(
+            a["cosine"], rel=1e-12
+        )
     with variant("lm_head", param_grad=scaled_param_grad(0.5)):
         c = _cells(["lm_head"])["lm_head-primary-gradient_accuracy"]
     w = _comparison(c, "weight")
@@ -106,7 +109,7 @@ def test_blockwise_reference_path_accumulates_the_norm_rule(small_env, monkeypat
 
 def test_a_gradient_the_candidate_did_not_produce_is_red(small_env):
     """A kernel that leaves the weight without a gradient: red, never a silently shorter list."""
-    with variant("det_gemm", param_grad=lambda real: (lambda *a: None)):
+    with variant("det_gemm", param_grad=lambda real: lambda *a: None):
         cells = _cells(["det_gemm"])
     for tier in ("short", "primary"):
         c = cells[f"det_gemm-{tier}-gradient_accuracy"]
@@ -203,6 +206,7 @@ def test_one_row_moved_by_1e4_is_red(small_env, op):
             lp = lp.clone()
             lp[0] -= 1e-4
             return lp, lse
+
         return f
 
     with variant(op, fwd=fwd):
@@ -222,8 +226,12 @@ def test_real_vocabulary_logprob_ops_meet_the_fp64_row_and_the_control_does_not(
     cases.forget()
     try:
         real = _cells(LOGPROB_OPS, ("forward_accuracy",), tiers=lambda op: ["short"])
-        shifted = _cells(LOGPROB_OPS, ("forward_accuracy",), activate=functools.partial(ws1_ops.use_candidate, LSE_SHIFT),
-                         tiers=lambda op: ["short"])
+        shifted = _cells(
+            LOGPROB_OPS,
+            ("forward_accuracy",),
+            activate=functools.partial(ws1_ops.use_candidate, LSE_SHIFT),
+            tiers=lambda op: ["short"],
+        )
     finally:
         cases.forget()
     assert len(real) == len(shifted) == 2
@@ -233,4 +241,7 @@ def test_real_vocabulary_logprob_ops_meet_the_fp64_row_and_the_control_does_not(
         assert c.status == "green" and 0 < f64["max_abs"] < 5e-5, (cid, c.detail)
         s = shifted[cid]
         (s32,), (s64,) = _by_reference(s)["float32"], _by_reference(s)["float64"]
-        assert s.status == "red" and s32["passed"] and not s64["passed"] and s64["n_diff"] == s64["n_total"], (cid, s.detail)
+        assert s.status == "red" and s32["passed"] and not s64["passed"] and s64["n_diff"] == s64["n_total"], (
+            cid,
+            s.detail,
+        )

@@ -32,7 +32,9 @@ def test_c10_negative_control_is_red_with_first_drift(tmp_path):
     ev = _ev(tmp_path, "c10_negative_control")
     assert not ev["passed"] and ev["candidate"] == "torch_default"
     fd = ev["first_drift"]
-    assert fd is not None and fd["tokens_differ"] > 0 and fd["node"] in NODE_ORDER   # which node drifts first depends on torch's kernels on this host
+    assert (
+        fd is not None and fd["tokens_differ"] > 0 and fd["node"] in NODE_ORDER
+    )  # which node drifts first depends on torch's kernels on this host
     assert ev["drift_maps"] and all("map" in d for d in ev["drift_maps"])
     assert ev["train_infer"]["bitwise"] is False
 
@@ -40,7 +42,10 @@ def test_c10_negative_control_is_red_with_first_drift(tmp_path):
 def test_c10_digest_mode_and_checkpoint_mode(tmp_path, tiny):
     ck = tmp_path / "ck"
     save_pretrained(tiny, ck)
-    assert main(["c10", "cpu_bf16", "--weights", str(ck), "--grad-compare", "digest", "--evidence-dir", str(tmp_path)]) == 0
+    assert (
+        main(["c10", "cpu_bf16", "--weights", str(ck), "--grad-compare", "digest", "--evidence-dir", str(tmp_path)])
+        == 0
+    )
     ev = _ev(tmp_path)
     assert ev["mode"] == "checkpoint" and ev["grad_compare"] == "digest" and not ev["synthetic"]
 
@@ -125,7 +130,9 @@ def test_c10_reference_cell_sees_one_wrong_parameter_gradient(canonical_tiny, co
     # the elementwise row is blind: every element of this gradient is below atol
     assert within_tolerance(grads[name] * scale, grads[name].float(), th.atol, th.rtol).passed
     cell = _reference_cell(canonical_tiny, contract, lambda g: g.__setitem__(name, g[name] * scale))
-    assert cell.status == "red" and f"first failure: {name}: " in cell.detail and "FAIL: rel L2" in cell.detail, cell.detail
+    assert cell.status == "red" and f"first failure: {name}: " in cell.detail and "FAIL: rel L2" in cell.detail, (
+        cell.detail
+    )
     assert "24 of 25" in cell.detail
 
 

@@ -31,9 +31,8 @@ def test_every_cell_bitwise_logp_and_all_gradients(tiny, samples):
 def test_negative_control_torch_default_is_red(samples):
     m = ws1_qwen3.synthetic("tiny", "torch_default")
     bad = judge(m, samples)
-    assert len(bad) >= 4, bad                      # plain torch: gradients change with the layout
+    assert len(bad) >= 4, bad  # plain torch: gradients change with the layout
     assert any("logp" in v for v in bad.values()) or any(len(v) > 3 for v in bad.values())
-
 
 
 @pytest.mark.slow

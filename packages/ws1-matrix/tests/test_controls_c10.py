@@ -45,11 +45,16 @@ EXPECTED = {
     "variant_threads_split": set(),
     "variant_row_parity": _both("padded_left", "packed") | set(PARITY),
     "variant_dw_batch_order": {f"{c}/grads" for c in ("B1/full", "B1/chunked", "permuted")},
-    "variant_pad_leak_dw": {f"{c}/grads" for c in ("B1/full", "B1/chunked", "padded_left", "padded_right", "permuted", "packed")},
-    "variant_attn_pack_tiles": _both(*ALL_CELLS) | set(PARITY) | {f"sweep/{c}/{k}" for c in B4 for k in ("decode", "chunked7")},
+    "variant_pad_leak_dw": {
+        f"{c}/grads" for c in ("B1/full", "B1/chunked", "padded_left", "padded_right", "permuted", "packed")
+    },
+    "variant_attn_pack_tiles": _both(*ALL_CELLS)
+    | set(PARITY)
+    | {f"sweep/{c}/{k}" for c in B4 for k in ("decode", "chunked7")},
     "variant_attn_chunk_tiles": _both("BN/chunked", "B1/chunked")
     | {f"sweep/{c}/chunked7" for c in ("b1-len32", "b1-len19", *B4)},
-    "variant_attn_decode_order": set(PARITY) | {"sweep/b1-len8/chunked7"}
+    "variant_attn_decode_order": set(PARITY)
+    | {"sweep/b1-len8/chunked7"}
     | {f"sweep/{c}/decode" for c in ("b1-len8", "b1-len32", "b1-len19", *B4)},
     "variant_logprob_lse_shift": set(),
 }

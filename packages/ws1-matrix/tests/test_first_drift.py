@@ -18,7 +18,7 @@ from ws1_matrix.model_nodes import silu_identity
 from ws1_ops import registry
 from ws1_qwen3.teacher import teacher_forcing
 
-LAST = 1   # tiny has 2 decoder layers: role-selected variants hit the last one (the layer must be right too)
+LAST = 1  # tiny has 2 decoder layers: role-selected variants hit the last one (the layer must be right too)
 
 
 def _flip_row0(y: torch.Tensor) -> torch.Tensor:
@@ -48,9 +48,14 @@ def _is(w):
 
 
 def _cases(model):
-    L, A, M, c = model.model.layers[LAST], model.model.layers[LAST].self_attn, model.model.layers[LAST].mlp, model.config
+    L, A, M, c = (
+        model.model.layers[LAST],
+        model.model.layers[LAST].self_attn,
+        model.model.layers[LAST].mlp,
+        model.config,
+    )
     head, always = c.num_hidden_layers, lambda *a: True
-    return {   # (layer, node) expected -> (op, when the variant flips)
+    return {  # (layer, node) expected -> (op, when the variant flips)
         (-1, "embedding"): ("embedding", always),
         (LAST, "input_layernorm"): ("rms_norm", _is(L.input_layernorm.weight)),
         (LAST, "q_proj"): ("det_gemm", _is(A.q_proj.weight)),
@@ -95,8 +100,10 @@ def test_every_chain_node_is_traced_in_order(tiny, canonical):
     assert set(c_trace.rows) == want
     assert c_trace.order() == sorted(want, key=lambda ln: (ln[0], NODE_ORDER.index(ln[1])))
     # all eleven node kinds have a place in the chain order (silu: traced by its C9/C10 check)
-    assert set(NODE_KIND.values()) - {"residual_add"} == set(__import__("ws1_ops").REQUIRED_NODES)   # every required node is traced
-    assert first_drift(_trace(tiny, plans["packed"]), c_trace) is None    # the real kernels: no drift
+    assert set(NODE_KIND.values()) - {"residual_add"} == set(
+        __import__("ws1_ops").REQUIRED_NODES
+    )  # every required node is traced
+    assert first_drift(_trace(tiny, plans["packed"]), c_trace) is None  # the real kernels: no drift
     with pytest.raises(ValueError, match="unknown node"):
         Trace()(0, "mlp", torch.zeros(1, 1), torch.zeros(1, dtype=torch.int64))
 
@@ -139,4 +146,6 @@ def test_first_drift_names_silu_where_it_runs(tiny, monkeypatch):
     assert silu_identity(tiny, drifts)[0] and drifts == []
     _install(monkeypatch, "silu", lambda *a: True)
     ok, _ = silu_identity(tiny, drifts)
-    assert not ok and [(d["cell"], d["layer"], d["node"], d["kind"]) for d in drifts] == [("observed/silu", 0, "silu", "silu")]
+    assert not ok and [(d["cell"], d["layer"], d["node"], d["kind"]) for d in drifts] == [
+        ("observed/silu", 0, "silu", "silu")
+    ]

@@ -10,8 +10,12 @@ from ws1_contract import Cell, collect_provenance, read_evidence
 from ws1_matrix import chain_gate, decode_prefill, model_nodes, stateful_kv
 
 # command -> (the module holding the gate's body, the body's name, the evidence name)
-BODIES = {"c6": (decode_prefill, "c6", "c6_decode_prefill"), "c7": (stateful_kv, "c7", "c7_stateful_kv"),
-          "c9": (model_nodes, "c9", "c9_model"), "c10": (chain_gate, "c10", "c10_chain_gate")}
+BODIES = {
+    "c6": (decode_prefill, "c6", "c6_decode_prefill"),
+    "c7": (stateful_kv, "c7", "c7_stateful_kv"),
+    "c9": (model_nodes, "c9", "c9_model"),
+    "c10": (chain_gate, "c10", "c10_chain_gate"),
+}
 
 
 @pytest.fixture
@@ -35,10 +39,15 @@ def cuda_host_with_tf32_on(monkeypatch):
 def test_model_gates_disable_tf32_and_record_it(tmp_path, monkeypatch, cuda_host_with_tf32_on, gate):
     seen = {}
 
-    def probe(run, args):   # stands in for the gate's body: what would its matmuls see?
+    def probe(run, args):  # stands in for the gate's body: what would its matmuls see?
         seen.update(ws1_accel.tf32_flags(), cuda=ws1_accel.tf32_enabled("cuda:0"), cpu=ws1_accel.tf32_enabled("cpu"))
-        prov = collect_provenance(run.profile, run.contract.family(run.profile), run.contract,
-                                  run.manifest.fixture_identity_sha256, device="cuda:0")
+        prov = collect_provenance(
+            run.profile,
+            run.contract.family(run.profile),
+            run.contract,
+            run.manifest.fixture_identity_sha256,
+            device="cuda:0",
+        )
         run.provenance = prov.to_dict()
         on = prov.candidate_tf32_enabled or prov.reference_tf32_enabled
         run.add(Cell(id="tf32", judgment="provenance", status="red" if on else "green", detail=f"tf32 on: {on}"))
@@ -46,13 +55,21 @@ def test_model_gates_disable_tf32_and_record_it(tmp_path, monkeypatch, cuda_host
     module, body, name = BODIES[gate]
     monkeypatch.setattr(module, body, probe)
     assert qmain.main([gate, "cuda_bf16", "--evidence-dir", str(tmp_path)]) == 0
-    assert seen == {"cuda_matmul_allow_tf32": False, "cudnn_allow_tf32": False, "float32_matmul_precision": "highest",
-                    "cuda": False, "cpu": False}
+    assert seen == {
+        "cuda_matmul_allow_tf32": False,
+        "cudnn_allow_tf32": False,
+        "float32_matmul_precision": "highest",
+        "cuda": False,
+        "cpu": False,
+    }
     rec = read_evidence(tmp_path / "cuda_bf16" / f"{name}.json")
     tf32 = rec["provenance"]["tf32"]
     assert tf32["disabled_on"] == ["cpu", "cuda:0"] and tf32["left_on"] == []
-    assert tf32["at_start"] == tf32["at_finish"] == {"cuda_matmul_allow_tf32": False, "cudnn_allow_tf32": False,
-                                                     "float32_matmul_precision": "highest"}
+    assert (
+        tf32["at_start"]
+        == tf32["at_finish"]
+        == {"cuda_matmul_allow_tf32": False, "cudnn_allow_tf32": False, "float32_matmul_precision": "highest"}
+    )
     assert rec["provenance"]["candidate_tf32_enabled"] is False and rec["tf32"] == tf32
 
 
@@ -60,7 +77,9 @@ def test_tf32_that_cannot_be_disabled_is_red(tmp_path, monkeypatch, cuda_host_wi
     """The gate's own check can fail: a vendor whose disable does nothing leaves a red cell."""
     monkeypatch.setattr(ws1_accel.VENDORS["cuda"], "disable_tf32", lambda: None)
     module, body, name = BODIES["c9"]
-    monkeypatch.setattr(module, body, lambda run, args: run.add(Cell(id="x", judgment="j", status="green", detail="ok")))
+    monkeypatch.setattr(
+        module, body, lambda run, args: run.add(Cell(id="x", judgment="j", status="green", detail="ok"))
+    )
     assert qmain.main(["c9", "cuda_bf16", "--evidence-dir", str(tmp_path)]) == 1
     rec = read_evidence(tmp_path / "cuda_bf16" / f"{name}.json")
     assert [c["id"] for c in rec["cells"] if c["status"] == "red"] == ["tf32"]

@@ -10,11 +10,14 @@ from ws1_matrix.__main__ import main
 from ws1_matrix.model_nodes import node_cells, observe
 
 
-@pytest.mark.parametrize("gate,args,name", [
-    ("c6", ["--models", "tiny"], "c6_decode_prefill"),
-    ("c7", [], "c7_stateful_kv"),
-    ("c9", [], "c9_model"),
-])
+@pytest.mark.parametrize(
+    "gate,args,name",
+    [
+        ("c6", ["--models", "tiny"], "c6_decode_prefill"),
+        ("c7", [], "c7_stateful_kv"),
+        ("c9", [], "c9_model"),
+    ],
+)
 def test_gate_green_with_evidence(tmp_path, gate, args, name):
     assert main([gate, "cpu_bf16", "--evidence-dir", str(tmp_path), *args]) == 0
     ev = read_evidence(tmp_path / "cpu_bf16" / f"{name}.json")

@@ -12,9 +12,13 @@ SMALL = dict(hq=8, hkv=2, d=64)
 
 def test_c6_cases_are_the_design_six():
     assert [(n, lens, lay) for n, lens, lay in DECODE_CASES] == [
-        ("b1-len8", (8,), "packed"), ("b1-len32", (32,), "packed"), ("b1-len19", (19,), "packed"),
-        ("b4-varlen", (11, 16, 13, 19), "packed"), ("b4-padded-right20", (11, 16, 13, 19), "padded_right"),
-        ("b4-padded-left20", (11, 16, 13, 19), "padded_left")]
+        ("b1-len8", (8,), "packed"),
+        ("b1-len32", (32,), "packed"),
+        ("b1-len19", (19,), "packed"),
+        ("b4-varlen", (11, 16, 13, 19), "packed"),
+        ("b4-padded-right20", (11, 16, 13, 19), "padded_right"),
+        ("b4-padded-left20", (11, 16, 13, 19), "padded_left"),
+    ]
 
 
 def test_c6_operator_cases_bitwise_on_cpu(cpu):
@@ -40,7 +44,13 @@ def test_c6_negative_control_plain_torch_is_red():
 
 def test_c7_operator_checks(cpu):
     out = b1_roundtrip(**SMALL) + paged_vs_contiguous(**SMALL)
-    assert [o.name for o in out] == ["b1/write-read-k", "b1/write-read-v", "b1/cursor", "b1/decode-finite", "b2/paged-vs-contiguous"]
+    assert [o.name for o in out] == [
+        "b1/write-read-k",
+        "b1/write-read-v",
+        "b1/cursor",
+        "b1/decode-finite",
+        "b2/paged-vs-contiguous",
+    ]
     assert all(o.passed for o in out), [o.comparison.detail for o in out]
 
 

@@ -14,7 +14,7 @@ from ws1_contract.evidence import ALLOWED_NA_REASONS
 from ws1_matrix import inventory as c5
 from ws1_matrix.__main__ import main
 
-OPS = len(load_manifest().ops)   # the node table's nodes (12 today)
+OPS = len(load_manifest().ops)  # the node table's nodes (12 today)
 CELLS = OPS * 2 * 4
 
 
@@ -22,8 +22,9 @@ def test_matrix_cpu_executed_absent_profile_red(small_matrix):
     code, root = small_matrix
     assert code == 1  # cuda_bf16 cannot execute here: its cells are red, so the run is red
     cpu = read_evidence(root / "cpu_bf16" / "c8_matrix.json")
-    assert len(cpu["cells"]) == CELLS and cpu["counts"] == {"green": CELLS - 8, "red": 0, "N/A": 8}, \
-        [c["detail"] for c in cpu["cells"] if c["status"] == "red"][:3]
+    assert len(cpu["cells"]) == CELLS and cpu["counts"] == {"green": CELLS - 8, "red": 0, "N/A": 8}, [
+        c["detail"] for c in cpu["cells"] if c["status"] == "red"
+    ][:3]
     for c in cpu["cells"]:
         assert {"profile", "op", "tier", "judgment", "status", "detail", "case_id", "kernel"} <= set(c)
         assert c["profile"] == "cpu_bf16" and c["case_id"].endswith("-cpu_bf16")
@@ -33,8 +34,9 @@ def test_matrix_cpu_executed_absent_profile_red(small_matrix):
         assert c["kernel"]["kernel_ids"] == [c["kernel"]["declared"]] == [f"ws1_cpu::{c['op']}"]
         assert c["kernel"]["families"] == ["cpu"] and c["kernel"]["devices"] == ["cpu"]
         kind = "accuracy" if c["judgment"].endswith("accuracy") else "invariance"
-        assert (c["lhs_role"], c["rhs_role"]) == (("bf16_candidate", "fp32_reference") if kind == "accuracy"
-                                                  else ("transformed_config", "canonical_config"))
+        assert (c["lhs_role"], c["rhs_role"]) == (
+            ("bf16_candidate", "fp32_reference") if kind == "accuracy" else ("transformed_config", "canonical_config")
+        )
         assert c["thresholds"]["bitwise"] == (kind == "invariance") and c["max_abs_err"] is not None
         if c["judgment"].startswith("gradient"):
             assert c["kernel"]["backward"] >= 1
@@ -78,8 +80,10 @@ def test_assembled_from_c3_c4_evidence(small_env, capsys):
     by = {c["id"]: c for c in d["cells"]}
     assert by["det_gemm-primary-gradient_invariance"]["status"] == "green"
     assert by["pack-short-forward_accuracy"]["status"] == "N/A"
-    assert by["rope-short-forward_accuracy"]["status"] == "red" and "has no rope-short-forward_accuracy cell" in \
-        by["rope-short-forward_accuracy"]["detail"]
+    assert (
+        by["rope-short-forward_accuracy"]["status"] == "red"
+        and "has no rope-short-forward_accuracy cell" in by["rope-short-forward_accuracy"]["detail"]
+    )
     assert d["counts"] == {"green": 16, "red": CELLS - 16 - 8, "N/A": 8}
     # a C3 record from another contract is stale, not evidence for this one
     p = ev / "cpu_bf16" / "c3_forward.json"
@@ -88,7 +92,10 @@ def test_assembled_from_c3_c4_evidence(small_env, capsys):
     p.write_text(json.dumps(rec))
     main(["c8", "cpu_bf16", "--evidence-dir", str(ev)])
     by = {c["id"]: c for c in read_evidence(ev / "cpu_bf16" / "c8_matrix.json")["cells"]}
-    assert by["det_gemm-short-forward_accuracy"]["status"] == "red" and "stale c3_forward" in by["det_gemm-short-forward_accuracy"]["detail"]
+    assert (
+        by["det_gemm-short-forward_accuracy"]["status"] == "red"
+        and "stale c3_forward" in by["det_gemm-short-forward_accuracy"]["detail"]
+    )
     assert by["det_gemm-short-gradient_accuracy"]["status"] == "green"
     # a hidden N/A smuggled into the evidence is rejected, with one line naming the file
     rec["contract_fingerprint"] = d["contract_fingerprint"]
@@ -107,15 +114,18 @@ def test_assembled_from_c3_c4_evidence(small_env, capsys):
     assert "c3_forward.json: corrupt evidence" in err and "\n" not in err
 
 
-@pytest.mark.parametrize("argv, expect", [
-    (["c3", "ascend_bf16"], "ascend_bf16 needs a npu device"),
-    (["c4", "cuda_bf16"], "cuda_bf16 needs a cuda device"),
-    (["c3", "cpu_bf16", "--op", "softmax"], "unknown op(s) ['softmax']"),
-    (["c4", "cpu_bf16", "--op", "det_gemm,conv2d"], "unknown op(s) ['conv2d']"),
-    (["c8", "tpu_bf16", "--execute"], "unknown profile(s) ['tpu_bf16']"),
-    (["c5", "tpu_bf16"], "unknown profile(s) ['tpu_bf16']"),
-    (["c99"], "unknown command 'c99'"),
-])
+@pytest.mark.parametrize(
+    "argv, expect",
+    [
+        (["c3", "ascend_bf16"], "ascend_bf16 needs a npu device"),
+        (["c4", "cuda_bf16"], "cuda_bf16 needs a cuda device"),
+        (["c3", "cpu_bf16", "--op", "softmax"], "unknown op(s) ['softmax']"),
+        (["c4", "cpu_bf16", "--op", "det_gemm,conv2d"], "unknown op(s) ['conv2d']"),
+        (["c8", "tpu_bf16", "--execute"], "unknown profile(s) ['tpu_bf16']"),
+        (["c5", "tpu_bf16"], "unknown profile(s) ['tpu_bf16']"),
+        (["c99"], "unknown command 'c99'"),
+    ],
+)
 def test_bad_input_exit_2_one_line(argv, expect, capsys, tmp_path):
     assert main([*argv, "--evidence-dir", str(tmp_path)] if argv[0] != "c99" else argv) == 2
     err = capsys.readouterr().err.strip()
@@ -123,8 +133,11 @@ def test_bad_input_exit_2_one_line(argv, expect, capsys, tmp_path):
 
 
 def test_cli_absent_device_no_traceback(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "ws1_matrix", "c3", "ascend_bf16", "--evidence-dir", str(tmp_path)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "ws1_matrix", "c3", "ascend_bf16", "--evidence-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
     assert "ascend_bf16 needs a npu device" in r.stderr
 
@@ -165,7 +178,7 @@ def test_real_matrix_cpu_bf16(tmp_path):
 def test_progress_on_stderr_json_clean_on_stdout(small_env, capsys, monkeypatch):
     """C3's op loop reports progress (cells done / total, the current op) on stderr; with --json,
     stdout is exactly the JSON document."""
-    monkeypatch.setenv("WS1_PROGRESS_EVERY_S", "0")      # a line per update (CI logs: one every 10 s)
+    monkeypatch.setenv("WS1_PROGRESS_EVERY_S", "0")  # a line per update (CI logs: one every 10 s)
     assert main(["c3", "cpu_bf16", "--op", "silu,rope", "--json", "--evidence-dir", str(small_env / "ev")]) == 0
     out, err = capsys.readouterr()
     doc = json.loads(out)
@@ -187,11 +200,25 @@ def test_assembled_refuses_dirty_unknown_and_bad_provenance_sources(small_env):
     sha, dirty = git_state()
     cid = "det_gemm-short-forward_accuracy"
     # a C3 record as the gate writes it (cells placed in the matrix, the registry's provenance)
-    cell = Cell(id=cid, judgment="forward_accuracy", status="green", detail="within atol",
-                extra={"profile": "cpu_bf16", "op": "det_gemm", "tier": "short", "case_id": None})
+    cell = Cell(
+        id=cid,
+        judgment="forward_accuracy",
+        status="green",
+        detail="within atol",
+        extra={"profile": "cpu_bf16", "op": "det_gemm", "tier": "short", "case_id": None},
+    )
     prov = collect_provenance("cpu_bf16", "cpu", c, m.fixture_identity_sha256).to_dict()
-    p = write_evidence("c3_forward", "cpu_bf16", [cell], prov, contract_fingerprint=c.fingerprint,
-                       fixture_hash=m.fixture_identity_sha256, git_sha=sha, dirty=dirty, root=ev)
+    p = write_evidence(
+        "c3_forward",
+        "cpu_bf16",
+        [cell],
+        prov,
+        contract_fingerprint=c.fingerprint,
+        fixture_hash=m.fixture_identity_sha256,
+        git_sha=sha,
+        dirty=dirty,
+        root=ev,
+    )
     good = json.loads(p.read_text())
 
     def c8_cell(**change):
@@ -206,19 +233,23 @@ def test_assembled_refuses_dirty_unknown_and_bad_provenance_sources(small_env):
         d = read_evidence(ev / "cpu_bf16" / "c8_matrix.json")
         return {c["id"]: c for c in d["cells"]}[cid]
 
-    assert c8_cell()["status"] == "green"                                            # this process's own record
+    assert c8_cell()["status"] == "green"  # this process's own record
     old = {"run_id": "an-earlier-run"}
-    assert c8_cell(**old, git_sha=sha, dirty=False)["status"] == "green"              # an old run at this clean commit
-    for change, why in ((dict(git_sha=sha, dirty=True), "dirty tree"),
-                        (dict(git_sha=sha, dirty=None), "dirty tree"),
-                        (dict(git_sha="unknown", dirty=False), "commit unknown"),
-                        (dict(git_sha="f" * 40, dirty=False), "written at git ffffffffffff")):
+    assert c8_cell(**old, git_sha=sha, dirty=False)["status"] == "green"  # an old run at this clean commit
+    for change, why in (
+        (dict(git_sha=sha, dirty=True), "dirty tree"),
+        (dict(git_sha=sha, dirty=None), "dirty tree"),
+        (dict(git_sha="unknown", dirty=False), "commit unknown"),
+        (dict(git_sha="f" * 40, dirty=False), "written at git ffffffffffff"),
+    ):
         c = c8_cell(**old, **change)
         assert c["status"] == "red" and why in c["detail"], (change, c["detail"])
     # provenance re-validated on every source, this run's too
-    for change, why in ((dict(prov_candidate_tf32_enabled=True), "TF32 must be disabled"),
-                        (dict(prov_actual_backend="triton"), "undeclared fallback"),
-                        (dict(prov_execution_dtype="float16"), "execution_dtype"),
-                        (dict(provenance=None), "provenance incomplete")):
+    for change, why in (
+        (dict(prov_candidate_tf32_enabled=True), "TF32 must be disabled"),
+        (dict(prov_actual_backend="triton"), "undeclared fallback"),
+        (dict(prov_execution_dtype="float16"), "execution_dtype"),
+        (dict(provenance=None), "provenance incomplete"),
+    ):
         c = c8_cell(**change)
         assert c["status"] == "red" and "provenance" in c["detail"] and why in c["detail"], (change, c["detail"])

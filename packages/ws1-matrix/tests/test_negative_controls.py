@@ -46,35 +46,73 @@ PACKED = {"B1", "permuted", "fillers", "padded_inline", "chunked7_op"}
 CONTROL_REDS = {
     # batch size: split-K above M=8 — the short batch (M=8) differs once filler rows make M > 8; the
     # primary one (M=59) differs where M drops to 8 or less (B1's samples stay above 8)
-    "variant_m_split_k": ("det_gemm", {
-        "c3": {"short": {"random_positions", "padded_right", "padded_left"}, "primary": M_SMALL},
-        "c4": {"short": {"random_positions", "padded_right", "padded_left"}, "primary": M_SMALL}}),
+    "variant_m_split_k": (
+        "det_gemm",
+        {
+            "c3": {"short": {"random_positions", "padded_right", "padded_left"}, "primary": M_SMALL},
+            "c4": {"short": {"random_positions", "padded_right", "padded_left"}, "primary": M_SMALL},
+        },
+    ),
     # the thread transforms that run another count than the canonical run's (both where the default is > 1; only
     # TN where it is 1: a 1-core host, or a test worker given one core's share)
-    "variant_threads_split": ("det_gemm", {
-        g: {t: {f"threads{n}" for n in thread_counts() if n != torch.get_num_threads()} for t in ("short", "primary")}
-        for g in ("c3", "c4")}),
+    "variant_threads_split": (
+        "det_gemm",
+        {
+            g: {
+                t: {f"threads{n}" for n in thread_counts() if n != torch.get_num_threads()}
+                for t in ("short", "primary")
+            }
+            for g in ("c3", "c4")
+        },
+    ),
     # row position: exactly the transforms that move some row to a position of the other parity
-    "variant_row_parity": ("rms_norm", {
-        g: {"short": {"alone-row7", "permuted", "random_positions", "padded_left", "chunked7"},
-            "primary": {"alone-row29", "permuted", "random_positions", "padded_left", "B1", "chunked7"}} for g in ("c3", "c4")}),
+    "variant_row_parity": (
+        "rms_norm",
+        {
+            g: {
+                "short": {"alone-row7", "permuted", "random_positions", "padded_left", "chunked7"},
+                "primary": {"alone-row29", "permuted", "random_positions", "padded_left", "B1", "chunked7"},
+            }
+            for g in ("c3", "c4")
+        },
+    ),
     # canonical order of dW: forward untouched; dW red where rows reach the reduction out of key order
-    "variant_dw_batch_order": ("det_gemm", {
-        "c3": {"short": set(), "primary": set()},
-        "c4": {"short": {"permuted", "chunked7"}, "primary": {"permuted", "B1", "chunked7"}}}),
+    "variant_dw_batch_order": (
+        "det_gemm",
+        {
+            "c3": {"short": set(), "primary": set()},
+            "c4": {"short": {"permuted", "chunked7"}, "primary": {"permuted", "B1", "chunked7"}},
+        },
+    ),
     # packing: every transform that moves a sequence in the packed buffer (one call per chunk does too;
     # the short case is a single sequence at buffer row 0 in every transform)
-    "variant_attn_pack_tiles": ("attention", {
-        "c3": {"short": set(), "primary": PACKED | {"chunked7"}, "long": {"decode_batched"}},
-        "c4": {"short": set(), "primary": PACKED, "long": {"decode_batched"}}}),
-    "variant_attn_chunk_tiles": ("attention", {
-        "c3": {"short": set(), "primary": {"chunked7_op", "chunked7"}, "long": set()},
-        "c4": {"short": set(), "primary": {"chunked7_op"}, "long": set()}}),
+    "variant_attn_pack_tiles": (
+        "attention",
+        {
+            "c3": {"short": set(), "primary": PACKED | {"chunked7"}, "long": {"decode_batched"}},
+            "c4": {"short": set(), "primary": PACKED, "long": {"decode_batched"}},
+        },
+    ),
+    "variant_attn_chunk_tiles": (
+        "attention",
+        {
+            "c3": {"short": set(), "primary": {"chunked7_op", "chunked7"}, "long": set()},
+            "c4": {"short": set(), "primary": {"chunked7_op"}, "long": set()},
+        },
+    ),
     # decode: the long case's decode steps (its thread transforms are decode steps too) and the short
     # case's last 7-chunk, which holds one query (length 8): at the op, a one-query step is a decode step
-    "variant_attn_decode_order": ("attention", {
-        "c3": {"short": {"chunked7_op", "chunked7"}, "primary": set(), "long": {"decode", "decode_batched", T1, TN}},
-        "c4": {"short": {"chunked7_op"}, "primary": set(), "long": {"decode", "decode_batched", T1, TN}}}),
+    "variant_attn_decode_order": (
+        "attention",
+        {
+            "c3": {
+                "short": {"chunked7_op", "chunked7"},
+                "primary": set(),
+                "long": {"decode", "decode_batched", T1, TN},
+            },
+            "c4": {"short": {"chunked7_op"}, "primary": set(), "long": {"decode", "decode_batched", T1, TN}},
+        },
+    ),
 }
 UNASSERTED = {"attention": {"padded_right", "padded_left"}}
 
@@ -83,7 +121,15 @@ def test_every_invariance_family_has_a_registered_control():
     assert set(CONTROL_REDS) <= set(controls.CONTROLS)
     assert set(registry.candidates()) == {"torch_default", *controls.CONTROLS}
     families = {c.breaks for c in controls.CONTROLS.values()}
-    assert {"batch_size", "thread_count", "row_position", "permutation", "packing", "chunking", "decode_prefill"} <= families
+    assert {
+        "batch_size",
+        "thread_count",
+        "row_position",
+        "permutation",
+        "packing",
+        "chunking",
+        "decode_prefill",
+    } <= families
 
 
 @pytest.mark.parametrize("name", sorted(CONTROL_REDS))
@@ -93,12 +139,14 @@ def test_control_turns_exactly_its_family_red(small_env, name):
         run = make_run({"c3": "c3_forward", "c4": "c4_gradient"}[gate])
         body(run, args(op=[op]), activate=functools.partial(ws1_ops.use_candidate, name))
         cells = _cells(run)
-        inv_j, acc_j = ("forward_invariance", "forward_accuracy") if gate == "c3" else ("gradient_invariance", "gradient_accuracy")
+        inv_j, acc_j = (
+            ("forward_invariance", "forward_accuracy") if gate == "c3" else ("gradient_invariance", "gradient_accuracy")
+        )
         for tier, reds in want[gate].items():
             acc = cells[f"{op}-{tier}-{acc_j}"]
             assert acc.status == "green", (name, acc.id, acc.detail)  # within the accuracy thresholds
             inv = cells[f"{op}-{tier}-{inv_j}"]
-            assert inv.extra["recorded"][op]["variant"] == [name]     # the evidence says a control ran
+            assert inv.extra["recorded"][op]["variant"] == [name]  # the evidence says a control ran
             judged = {t["transform"] for t in inv.extra["transforms"]} - UNASSERTED.get(op, set())
             assert reds <= judged, (name, inv.id, reds - judged)
             bad = set(_failed_transforms(inv)) & judged
@@ -141,7 +189,9 @@ def test_kernel_of_another_family_is_an_undeclared_fallback(small_env):
 
 
 def test_missing_kernel_package_is_red_never_served_by_another_family(small_env, monkeypatch):
-    monkeypatch.setattr(ws1_ops, "family_available", lambda fam: "ModuleNotFoundError: No module named 'ws1_kernels_cpu'")
+    monkeypatch.setattr(
+        ws1_ops, "family_available", lambda fam: "ModuleNotFoundError: No module named 'ws1_kernels_cpu'"
+    )
     run = make_run("c3_forward")
     c34.c3_forward(run, args(op=["det_gemm", "pack"]))
     cells = _cells(run)
@@ -196,4 +246,6 @@ def test_digest_path_green_and_caught(small_env, monkeypatch):
     c34.c4_gradient(run, args(op=["lm_head"]), activate=functools.partial(ws1_ops.use_candidate, "torch_default"))
     inv = _cells(run)["lm_head-primary-gradient_invariance"]
     details = [t["detail"] for t in inv.extra["transforms"] if not t["passed"]]
-    assert any("row blocks differ in their bits (sha256" in d and "first differing block starts at row" in d for d in details), details
+    assert any(
+        "row blocks differ in their bits (sha256" in d and "first differing block starts at row" in d for d in details
+    ), details

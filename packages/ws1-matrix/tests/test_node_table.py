@@ -13,7 +13,7 @@ from ws1_matrix.node_places import missing_places
 def test_every_node_of_the_table_is_everywhere_it_must_be():
     problems, notes = missing_places()
     assert problems == []
-    assert all("not checked here" in n for n in notes)   # only families whose kernel package is absent here
+    assert all("not checked here" in n for n in notes)  # only families whose kernel package is absent here
 
 
 def _scratch_with_dummy(tmp_path, in_contract: bool):
@@ -39,12 +39,16 @@ def test_a_dummy_node_fails_once_per_missing_place(tmp_path, monkeypatch, in_con
     dest, table = _scratch_with_dummy(tmp_path, in_contract)
     monkeypatch.setenv("WS1_CONTRACTS_DIR", str(dest))
     problems, _ = missing_places(table)
-    assert all(p.startswith("node 'dummy': ") for p in problems), problems   # every other node is complete
+    assert all(p.startswith("node 'dummy': ") for p in problems), problems  # every other node is complete
     places = [p.removeprefix("node 'dummy': ") for p in problems]
-    want = ["no module ws1_ops/ops/dummy.py", "no FP32 reference ws1_ops.reference.dummy",
-            "no input builder in ws1_matrix.cases.BUILDERS", "ws1_ops/backends/cpu.py KERNELS has no entry",
-            "ws1_ops/backends/torch_default.py KERNELS has no entry",
-            "no trace point of this kind in ws1_qwen3.model"]
+    want = [
+        "no module ws1_ops/ops/dummy.py",
+        "no FP32 reference ws1_ops.reference.dummy",
+        "no input builder in ws1_matrix.cases.BUILDERS",
+        "ws1_ops/backends/cpu.py KERNELS has no entry",
+        "ws1_ops/backends/torch_default.py KERNELS has no entry",
+        "no trace point of this kind in ws1_qwen3.model",
+    ]
     if not in_contract:
         want.insert(0, "no op class in contracts/tolerance_contract.json")
     if __import__("importlib").util.find_spec("triton") is not None:
@@ -77,6 +81,10 @@ def test_the_registry_refuses_a_node_the_table_does_not_know(monkeypatch):
     from ws1_ops import registry
     from ws1_ops.backends import cpu
 
-    fake = types.SimpleNamespace(__name__="ws1_ops.backends.cpu", FAMILY="cpu", KERNELS={**cpu.KERNELS, "softmax": cpu.KERNELS["silu"]})
-    with pytest.raises(ws1_ops.KernelUnavailable, match="has node 'softmax', which the manifest's node table does not declare"):
+    fake = types.SimpleNamespace(
+        __name__="ws1_ops.backends.cpu", FAMILY="cpu", KERNELS={**cpu.KERNELS, "softmax": cpu.KERNELS["silu"]}
+    )
+    with pytest.raises(
+        ws1_ops.KernelUnavailable, match="has node 'softmax', which the manifest's node table does not declare"
+    ):
         registry.register_backend(fake)

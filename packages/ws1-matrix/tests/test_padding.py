@@ -19,7 +19,7 @@ def test_padded_layouts_run_every_row_through_every_node(tiny, samples):
         tiny.tracer = None
     for node in ("embedding", "rope_k", "attention", "swiglu", "mlp_residual", "final_norm"):
         assert shapes[node] == 96, (node, shapes[node])
-    assert shapes["lm_head"] == 27 + 96 - sum(s.length for s in samples)   # selected rows + every pad row
+    assert shapes["lm_head"] == 27 + 96 - sum(s.length for s in samples)  # selected rows + every pad row
     rows, _ = teacher._rows(tiny, samples, "padded_left", 24)
     # attention's segments cover all 96 rows: 4 sequences and 4 pad runs (before: the 59 valid rows)
     assert rows.cu.numel() - 1 == 8 and int(rows.cu[-1]) == 96 and rows.ids[rows.keys < 0].unique().numel() > 4
@@ -47,12 +47,13 @@ def test_pad_leak_control_turns_the_cells_with_other_padding_red(tiny, samples):
                 cmp = compare_grads(grads, canon, "full", name)
                 if not cmp.passed:
                     red[name] = cmp.n_diff
-                    assert set(cmp.first_diff["parameters"]) <= gemm, (name, cmp.first_diff)   # det_gemm's only
+                    assert set(cmp.first_diff["parameters"]) <= gemm, (name, cmp.first_diff)  # det_gemm's only
             if profile == "cpu_bf16":
                 assert red == {}, red
             else:
-                assert red == dict.fromkeys(("B1/full", "B1/chunked", "padded_left", "padded_right", "permuted", "packed"),
-                                            len(gemm)), red
+                assert red == dict.fromkeys(
+                    ("B1/full", "B1/chunked", "padded_left", "padded_right", "permuted", "packed"), len(gemm)
+                ), red
     finally:
         tiny.profile = "cpu_bf16"
         tiny.zero_grad(set_to_none=True)

@@ -25,7 +25,9 @@ def test_pad_leak_control_turns_exactly_the_layouts_with_pad_rows_red(small_env)
     """dW summed over the pad rows too: every transform with filler rows (left/right padding and the
     random positions among fillers) is red, every other transform green."""
     run = make_run("c4_gradient")
-    c34.c4_gradient(run, args(op=["det_gemm"]), activate=functools.partial(ws1_ops.use_candidate, "variant_pad_leak_dw"))
+    c34.c4_gradient(
+        run, args(op=["det_gemm"]), activate=functools.partial(ws1_ops.use_candidate, "variant_pad_leak_dw")
+    )
     cells = {c.id: c for c in run.cells}
     for tier in ("short", "primary"):
         inv = cells[f"det_gemm-{tier}-gradient_invariance"]
@@ -58,7 +60,7 @@ def test_attention_padded_transforms_run_the_pad_rows_as_queries():
                 seen.clear()
                 got = attn._prefill_run(ac, tr, dev, douts, 0)
                 assert all(c.passed for c in attn._cmp_out(tr, got, ref) + attn._cmp_grads(tr, got, ref)), tr
-                (rows, dq, dk, dv), = seen
+                ((rows, dq, dk, dv),) = seen
                 assert rows == len(lengths) * P, (tr, rows)
                 valid = torch.zeros(len(lengths), P, dtype=torch.bool)
                 for b, n in enumerate(lengths):

@@ -6,7 +6,9 @@ from ws1_matrix import rl_onpolicy
 
 
 def test_side_by_side_run_writes_json_and_png(tmp_path, capsys):
-    code = rl_onpolicy.main(["cpu_bf16", "--steps", "2", "--candidates", "variant_attn_decode_order", "--out", str(tmp_path)])
+    code = rl_onpolicy.main(
+        ["cpu_bf16", "--steps", "2", "--candidates", "variant_attn_decode_order", "--out", str(tmp_path)]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     rec = json.loads((tmp_path / "cpu_bf16" / "rl_onpolicy.json").read_text())
@@ -17,8 +19,13 @@ def test_side_by_side_run_writes_json_and_png(tmp_path, capsys):
 
 
 def test_verdict_red_when_off_policy_or_control_clean():
-    on = {"step": 0, "ws1/max_abs_dlogp": 0.0, "ws1/tokens_different": 0, "rollout_corr/rollout_is_min": 1.0,
-          "rollout_corr/rollout_is_max": 1.0}
+    on = {
+        "step": 0,
+        "ws1/max_abs_dlogp": 0.0,
+        "ws1/tokens_different": 0,
+        "rollout_corr/rollout_is_min": 1.0,
+        "rollout_corr/rollout_is_max": 1.0,
+    }
     off = {**on, "ws1/max_abs_dlogp": 1e-3, "ws1/tokens_different": 4, "rollout_corr/rollout_is_min": 0.999}
     assert rl_onpolicy.verdict("cpu_bf16", {"cpu_bf16": [on], "variant_x": [off]}) == []
     assert "not bitwise on-policy" in rl_onpolicy.verdict("cpu_bf16", {"cpu_bf16": [off]})[0]

@@ -51,8 +51,9 @@ def test_every_node_is_counted_by_the_package_exactly():
     summ = rec.summary()
     after = cpu.COUNTER()
     total_recorded = sum(e["forward"] + e["backward"] for e in summ.values())
-    total_counted = sum(n for kid, paths in after.items() for p, n in paths.items()) - \
-        sum(n for kid, paths in before.items() for p, n in paths.items())
+    total_counted = sum(n for kid, paths in after.items() for p, n in paths.items()) - sum(
+        n for kid, paths in before.items() for p, n in paths.items()
+    )
     assert total_counted == total_recorded
     for node, e in summ.items():
         assert e["package_problems"] == [], (node, e)
@@ -67,9 +68,11 @@ def test_swapped_pure_python_callable_is_caught(swapped_det_gemm):
 
     swapped_det_gemm(lambda x, w: F.linear(x, w))
     s = _run_det_gemm()["det_gemm"]
-    assert s["kernel_ids"] == ["ws1_cpu::det_gemm"] and s["families"] == ["cpu"]   # the label still says so
+    assert s["kernel_ids"] == ["ws1_cpu::det_gemm"] and s["families"] == ["cpu"]  # the label still says so
     problems = node_problems(s, "ws1_cpu::det_gemm", "cpu", "cpu", True)
-    assert any("recorded kernel did not run: 1 forward call(s) recorded as ws1_cpu::det_gemm" in p for p in problems), problems
+    assert any("recorded kernel did not run: 1 forward call(s) recorded as ws1_cpu::det_gemm" in p for p in problems), (
+        problems
+    )
     # the backward calls (the real dx / dW GEMMs) are still confirmed: only the forward is named
     assert not any("backward" in p for p in s["package_problems"])
 
@@ -108,7 +111,8 @@ def test_a_family_without_a_counter_is_reported_unconfirmed():
     with ws1_ops.use_candidate("torch_default"), ws1_ops.record() as rec:
         ws1_ops.silu(torch.randn(3, 8).to(BF))
     assert rec.summary()["silu"]["package_problems"] == [
-        "family 'torch_default' has no kernel self-report: what ran cannot be confirmed"]
+        "family 'torch_default' has no kernel self-report: what ran cannot be confirmed"
+    ]
 
 
 @pytest.mark.parametrize("isa", ["scalar", "avx2"])

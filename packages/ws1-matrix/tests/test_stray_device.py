@@ -24,8 +24,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 
 def same_bits(a, b):
     assert a.device == b.device and a.dtype == b.dtype and a.shape == b.shape, (a.device, b.device, a.dtype, b.dtype)
-    assert torch.equal(a.contiguous().view(torch.int32 if a.dtype == torch.float32 else torch.int16),
-                       b.contiguous().view(torch.int32 if b.dtype == torch.float32 else torch.int16))
+    assert torch.equal(
+        a.contiguous().view(torch.int32 if a.dtype == torch.float32 else torch.int16),
+        b.contiguous().view(torch.int32 if b.dtype == torch.float32 else torch.int16),
+    )
 
 
 def test_the_mode_makes_an_unplaced_tensor_fail():
@@ -35,7 +37,7 @@ def test_the_mode_makes_an_unplaced_tensor_fail():
         assert torch.arange(3).device.type == "meta" and torch.arange(3, device="cpu").device.type == "cpu"
         with pytest.raises(RuntimeError):
             _ = x * torch.arange(3)
-    assert torch.get_default_device().type == "cpu"   # restored
+    assert torch.get_default_device().type == "cpu"  # restored
     # and no device context left behind (it would route every later torch call through a function mode)
     assert getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None) is None
 
@@ -60,14 +62,16 @@ def test_the_chain_gate_runs_whole_in_the_mode(tmp_path):
 
 
 def test_generate_and_teacher_forcing_in_the_mode(tiny, samples):
-    reqs = [ws1_qwen3.Request(prompt=(5, 6, 7), max_new_tokens=4, seed=3),
-            ws1_qwen3.Request(prompt=(9, 10), max_new_tokens=3, seed=4, temperature=0.0)]
+    reqs = [
+        ws1_qwen3.Request(prompt=(5, 6, 7), max_new_tokens=4, seed=3),
+        ws1_qwen3.Request(prompt=(9, 10), max_new_tokens=3, seed=4, temperature=0.0),
+    ]
     want = ws1_qwen3.generate(tiny, reqs)
     want_tf = ws1_qwen3.teacher_forcing(tiny, samples, layout="packed")
     with stray_default_device():
         got = ws1_qwen3.generate(tiny, reqs)
         got_tf = ws1_qwen3.teacher_forcing(tiny, samples, layout="packed")
-        new = ws1_qwen3.synthetic("tiny", "cpu_bf16")          # weights made where the model lives
+        new = ws1_qwen3.synthetic("tiny", "cpu_bf16")  # weights made where the model lives
     assert [(c.tokens, c.logprobs) for c in got] == [(c.tokens, c.logprobs) for c in want]
     same_bits(got_tf.logp, want_tf.logp)
     for (n, a), (_, b) in zip(new.named_parameters(), tiny.named_parameters()):
@@ -81,6 +85,7 @@ def test_the_chain_benchmark_setup_in_the_mode(tiny, samples, monkeypatch):
     monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
     from bench_triton import chain_phases
     from plain_qwen3 import PlainQwen3
+
     dev = torch.device("cpu")
     with stray_default_device():
         plain = PlainQwen3(tiny, device=dev)
@@ -93,6 +98,11 @@ def test_the_chain_benchmark_setup_in_the_mode(tiny, samples, monkeypatch):
 def test_the_environment_switch_reaches_a_gate_process(tmp_path):
     """WS1_STRAY_DEVICE=meta python -m ws1_matrix ...: the mode for any gate, in its own process."""
     code = "import torch, sys; from ws1_matrix.stray import from_env\nwith from_env(): print(torch.empty(1).device)"
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "WS1_STRAY_DEVICE": "meta"}, capture_output=True,
-                         text=True, check=True).stdout.strip()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "WS1_STRAY_DEVICE": "meta"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert out == "meta"

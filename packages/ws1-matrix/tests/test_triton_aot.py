@@ -24,8 +24,11 @@ def launches():
 
 
 def _one(launches, kernel, shapes, table="sm90", where=lambda r: True, **kwargs):
-    recs = [r for r in launches if r["kernel"].endswith(":" + kernel) and r["shapes"] == shapes
-            and r["table"] == table and where(r)]
+    recs = [
+        r
+        for r in launches
+        if r["kernel"].endswith(":" + kernel) and r["shapes"] == shapes and r["table"] == table and where(r)
+    ]
     assert recs, f"no recorded launch of {kernel} at {shapes}"
     rec = dict(recs[0])
     rec["kwargs"] = {**rec["kwargs"], **kwargs}
@@ -35,42 +38,82 @@ def _one(launches, kernel, shapes, table="sm90", where=lambda r: True, **kwargs)
 def test_every_node_launch_is_recorded_with_the_family_options(launches):
     kernels = {r["kernel"].split(":")[1] for r in launches}
     assert len(kernels) == 29, sorted(kernels)
-    assert {"norm_dw_kernel", "norm_dw_sum_kernel"} <= kernels       # the norms' chunked dweight: both launches
+    assert {"norm_dw_kernel", "norm_dw_sum_kernel"} <= kernels  # the norms' chunked dweight: both launches
     # the captured decode's path: the plan made on the device and the merge that checks it
     assert "attention_plan_kernel" in kernels
-    assert {r["kwargs"]["CHECKED"] for r in launches if r["kernel"].endswith(":attention_fwd_merge_kernel")} == {False, True}
+    assert {r["kwargs"]["CHECKED"] for r in launches if r["kernel"].endswith(":attention_fwd_merge_kernel")} == {
+        False,
+        True,
+    }
     assert all(r["kwargs"]["enable_fp_fusion"] is False for r in launches)
     assert {r["shapes"] for r in launches} == {"test", "qwen3-8b"}
     assert {r["table"] for r in launches} == {"sm90", "sm80"}
     # the Hopper GEMM tiers and both attention layouts are among the recorded launches
-    fwd = {(r["kwargs"]["BM"], r["kwargs"]["BN"]) for r in launches
-           if r["kernel"].endswith(":det_gemm_fwd_kernel") and r["table"] == "sm90"}
+    fwd = {
+        (r["kwargs"]["BM"], r["kwargs"]["BN"])
+        for r in launches
+        if r["kernel"].endswith(":det_gemm_fwd_kernel") and r["table"] == "sm90"
+    }
     assert fwd == {(64, 128), (128, 128)}, fwd
-    stages = {r["kwargs"]["num_stages"] for r in launches if r["kernel"].endswith(":lm_head_fwd_kernel") and r["table"] == "sm90"}
-    assert stages == {8, 4}, stages                                   # the three tiers
-    att = {(r["kwargs"]["BM"], r["kwargs"]["GP"]) for r in launches
-           if r["kernel"].endswith(":attention_fwd_kernel") and r["table"] == "sm90" and r["shapes"] == "qwen3-8b"}
+    stages = {
+        r["kwargs"]["num_stages"]
+        for r in launches
+        if r["kernel"].endswith(":lm_head_fwd_kernel") and r["table"] == "sm90"
+    }
+    assert stages == {8, 4}, stages  # the three tiers
+    att = {
+        (r["kwargs"]["BM"], r["kwargs"]["GP"])
+        for r in launches
+        if r["kernel"].endswith(":attention_fwd_kernel") and r["table"] == "sm90" and r["shapes"] == "qwen3-8b"
+    }
     assert att == {(128, 1), (64, 4)}, att
 
 
 def test_session_compiles_and_judges(tmp_path):
-    rc = triton_aot.main(["--arch", "90", "--shapes", "qwen3-8b", "--no-execute", "--jobs", "1",
-                          "--kernels", "rope,swiglu_bwd,silu_fwd,det_gemm_bwd_dx", "--evidence-dir", str(tmp_path)])
+    rc = triton_aot.main(
+        [
+            "--arch",
+            "90",
+            "--shapes",
+            "qwen3-8b",
+            "--no-execute",
+            "--jobs",
+            "1",
+            "--kernels",
+            "rope,swiglu_bwd,silu_fwd,det_gemm_bwd_dx",
+            "--evidence-dir",
+            str(tmp_path),
+        ]
+    )
     doc = json.loads((tmp_path / "build" / "triton_aot.json").read_text())
     assert rc == 0, [r["red"] for r in doc["results"]]
     by = {r["kernel"].split(":")[1]: r for r in doc["results"]}
-    assert set(by) == {"rope_fwd_kernel", "rope_bwd_kernel", "swiglu_bwd_kernel", "silu_fwd_kernel",
-                       "det_gemm_bwd_dx_kernel"}
-    for name in ("rope_fwd_kernel", "rope_bwd_kernel", "silu_fwd_kernel"):      # no contraction
+    assert set(by) == {
+        "rope_fwd_kernel",
+        "rope_bwd_kernel",
+        "swiglu_bwd_kernel",
+        "silu_fwd_kernel",
+        "det_gemm_bwd_dx_kernel",
+    }
+    for name in ("rope_fwd_kernel", "rope_bwd_kernel", "silu_fwd_kernel"):  # no contraction
         assert by[name]["fma"]["f32"] == 0 and by[name]["fma"]["f64"] == 0, by[name]["fma"]
-    assert by["swiglu_bwd_kernel"]["fma"]["f32"] > 0                           # its written tl.fma
-    dx = [r for r in doc["results"] if r["kernel"].endswith("det_gemm_bwd_dx_kernel")
-          and r["constexprs"].get("SPLIT_A")]
+    assert by["swiglu_bwd_kernel"]["fma"]["f32"] > 0  # its written tl.fma
+    dx = [
+        r for r in doc["results"] if r["kernel"].endswith("det_gemm_bwd_dx_kernel") and r["constexprs"].get("SPLIT_A")
+    ]
     assert dx and all(r["mma"]["wgmma"] > 0 and r["spill_stores"] == 0 for r in dx)  # FP32 dy on tensor cores
-    bf = [r for r in doc["results"] if r["kernel"].endswith("det_gemm_bwd_dx_kernel") and not r["constexprs"]["SPLIT_A"]]
-    assert len(bf) == 3 and len({tuple(r["wgmma_shapes"]) for r in bf}) == 1       # the three tiers: one wgmma shape
-    assert all(r["constexprs"]["TMA"] and r["tma_loads"] and r["sass"]["HGMMA"] and r["sass"]["UTMALDG"]
-               and not r["sass"]["HMMA"] for r in bf)                              # wgmma + TMA
+    bf = [
+        r for r in doc["results"] if r["kernel"].endswith("det_gemm_bwd_dx_kernel") and not r["constexprs"]["SPLIT_A"]
+    ]
+    assert len(bf) == 3 and len({tuple(r["wgmma_shapes"]) for r in bf}) == 1  # the three tiers: one wgmma shape
+    assert all(
+        r["constexprs"]["TMA"]
+        and r["tma_loads"]
+        and r["sass"]["HGMMA"]
+        and r["sass"]["UTMALDG"]
+        and not r["sass"]["HMMA"]
+        for r in bf
+    )  # wgmma + TMA
     assert "| rope_fwd_kernel | sm_90a |" in (tmp_path / "build" / "triton_aot.md").read_text()
 
 
@@ -85,21 +128,26 @@ def test_negative_control_fusion_on_is_caught(launches, tmp_path):
 
 
 def test_negative_control_spilling_tile_is_caught(launches, tmp_path):
-    rec = _one(launches, "attention_fwd_kernel", "qwen3-8b", where=lambda r: r["kwargs"]["BM"] == 128,
-               num_warps=4)                                    # 128 rows on one warpgroup: 2 accumulators
+    rec = _one(
+        launches, "attention_fwd_kernel", "qwen3-8b", where=lambda r: r["kwargs"]["BM"] == 128, num_warps=4
+    )  # 128 rows on one warpgroup: 2 accumulators
     r = triton_aot.compile_one(rec, 90, str(tmp_path))
     assert r["constexprs"]["BD"] == 128 and r["spill_stores"] > 0
     assert any("spills" in x for x in triton_aot.verdict(r))
 
 
 def test_negative_control_mma_sync_on_hopper_is_caught(launches, tmp_path):
-    rec = _one(launches, "det_gemm_bwd_dw_kernel", "qwen3-8b", where=lambda r: not r["kwargs"]["SPLIT_A"], BM=16,
-               num_warps=4)                                    # wgmma needs 64 rows per warpgroup
+    rec = _one(
+        launches, "det_gemm_bwd_dw_kernel", "qwen3-8b", where=lambda r: not r["kwargs"]["SPLIT_A"], BM=16, num_warps=4
+    )  # wgmma needs 64 rows per warpgroup
     r = triton_aot.compile_one(rec, 90, str(tmp_path))
     assert r["mma"]["wgmma"] == 0 and r["sass"]["HMMA"] > 0
     assert any("without wgmma" in x for x in triton_aot.verdict(r)) and any("SASS" in x for x in triton_aot.verdict(r))
-    ok = triton_aot.compile_one(_one(launches, "det_gemm_bwd_dw_kernel", "qwen3-8b",
-                                     where=lambda r: not r["kwargs"]["SPLIT_A"]), 90, str(tmp_path))
+    ok = triton_aot.compile_one(
+        _one(launches, "det_gemm_bwd_dw_kernel", "qwen3-8b", where=lambda r: not r["kwargs"]["SPLIT_A"]),
+        90,
+        str(tmp_path),
+    )
     assert ok["sass"]["HGMMA"] > 0 and not triton_aot.verdict(ok)
 
 
@@ -112,7 +160,9 @@ def test_negative_control_layouts_with_other_wgmma_shapes_are_caught(launches, t
     for r in good:
         r["red"] = []
     triton_aot.shape_agreement(good)
-    assert good[0]["wgmma_shapes"] == good[1]["wgmma_shapes"] and not any(r["red"] for r in good), good[0]["wgmma_shapes"]
+    assert good[0]["wgmma_shapes"] == good[1]["wgmma_shapes"] and not any(r["red"] for r in good), good[0][
+        "wgmma_shapes"
+    ]
     bad = [good[0], triton_aot.compile_one({**dec, "kwargs": {**dec["kwargs"], "num_warps": 8}}, 90, str(tmp_path))]
     bad[1]["red"] = []
     triton_aot.shape_agreement(bad)
@@ -120,7 +170,7 @@ def test_negative_control_layouts_with_other_wgmma_shapes_are_caught(launches, t
 
 
 def test_compile_error_is_red(launches, tmp_path):
-    rec = _one(launches, "silu_fwd_kernel", "test", BLOCK=1000)   # tl.arange needs a power of two
+    rec = _one(launches, "silu_fwd_kernel", "test", BLOCK=1000)  # tl.arange needs a power of two
     r = triton_aot.compile_one(rec, 90, str(tmp_path))
     assert "error" in r and triton_aot.verdict(r)[0].startswith("compile error")
 

@@ -20,8 +20,8 @@ class Case:
     op: str
     rows: list[torch.Tensor]
     params: list[torch.Tensor]
-    call: Callable          # (*rows, *params, row_keys) -> out
-    ref: Callable           # (*rows, *params) -> FP32 out
+    call: Callable  # (*rows, *params, row_keys) -> out
+    ref: Callable  # (*rows, *params) -> FP32 out
     names: list[str]
 
 
@@ -35,36 +35,90 @@ def make(op: str, n: int = N_ROWS, seed: int = 0) -> Case:
         V, H = 1000, 64
         ids = torch.randint(0, V, (n,), generator=g)
         ids[: n // 3] = ids[n // 3 : 2 * (n // 3)]  # repeated ids: dE sums several rows per id
-        return Case(op, [ids], [r(V, H)], lambda i, w, row_keys: ws1_ops.embedding(i, w, row_keys),
-                    reference.embedding, ["ids", "weight"])
+        return Case(
+            op,
+            [ids],
+            [r(V, H)],
+            lambda i, w, row_keys: ws1_ops.embedding(i, w, row_keys),
+            reference.embedding,
+            ["ids", "weight"],
+        )
     if op == "rms_norm":
-        return Case(op, [r(n, 256, scale=3, dtype=F32)], [r(256)], lambda x, w, row_keys: ws1_ops.rms_norm(x, w, 1e-6, row_keys),
-                    lambda x, w: reference.rms_norm(x, w, 1e-6), ["x", "weight"])
+        return Case(
+            op,
+            [r(n, 256, scale=3, dtype=F32)],
+            [r(256)],
+            lambda x, w, row_keys: ws1_ops.rms_norm(x, w, 1e-6, row_keys),
+            lambda x, w: reference.rms_norm(x, w, 1e-6),
+            ["x", "weight"],
+        )
     if op == "qk_norm":
-        return Case(op, [r(n, 4, 64, scale=2)], [r(64)], lambda x, w, row_keys: ws1_ops.qk_norm(x, w, 1e-6, row_keys),
-                    lambda x, w: reference.qk_norm(x, w, 1e-6), ["x", "weight"])
+        return Case(
+            op,
+            [r(n, 4, 64, scale=2)],
+            [r(64)],
+            lambda x, w, row_keys: ws1_ops.qk_norm(x, w, 1e-6, row_keys),
+            lambda x, w: reference.qk_norm(x, w, 1e-6),
+            ["x", "weight"],
+        )
     if op == "det_gemm":
-        return Case(op, [r(n, 256)], [r(384, 256, scale=0.06)], lambda x, w, row_keys: ws1_ops.det_gemm(x, w, row_keys),
-                    reference.det_gemm, ["x", "weight"])
+        return Case(
+            op,
+            [r(n, 256)],
+            [r(384, 256, scale=0.06)],
+            lambda x, w, row_keys: ws1_ops.det_gemm(x, w, row_keys),
+            reference.det_gemm,
+            ["x", "weight"],
+        )
     if op == "lm_head":
-        return Case(op, [r(n, 128)], [r(1000, 128, scale=0.09)], lambda x, w, row_keys: ws1_ops.lm_head(x, w, row_keys),
-                    reference.lm_head, ["x", "weight"])
+        return Case(
+            op,
+            [r(n, 128)],
+            [r(1000, 128, scale=0.09)],
+            lambda x, w, row_keys: ws1_ops.lm_head(x, w, row_keys),
+            reference.lm_head,
+            ["x", "weight"],
+        )
     if op == "rope":
         pos = torch.randint(0, 40960, (n,), generator=g)
-        return Case(op, [r(n, 4, 64), pos], [], lambda x, p, row_keys: ws1_ops.rope(x, p, 1e6),
-                    lambda x, p: reference.rope(x, p, 1e6), ["x", "positions"])
+        return Case(
+            op,
+            [r(n, 4, 64), pos],
+            [],
+            lambda x, p, row_keys: ws1_ops.rope(x, p, 1e6),
+            lambda x, p: reference.rope(x, p, 1e6),
+            ["x", "positions"],
+        )
     if op == "silu":
         return Case(op, [r(n, 512, scale=3)], [], lambda x, row_keys: ws1_ops.silu(x), reference.silu, ["x"])
     if op == "swiglu":
-        return Case(op, [r(n, 512, scale=3), r(n, 512, scale=2)], [], lambda a, b, row_keys: ws1_ops.swiglu(a, b),
-                    reference.swiglu, ["gate", "up"])
+        return Case(
+            op,
+            [r(n, 512, scale=3), r(n, 512, scale=2)],
+            [],
+            lambda a, b, row_keys: ws1_ops.swiglu(a, b),
+            reference.swiglu,
+            ["gate", "up"],
+        )
     if op == "logprob":
         V = 1000
-        return Case(op, [r(n, V, scale=4, dtype=F32), torch.randint(0, V, (n,), generator=g)], [],
-                    lambda lg, t, row_keys: ws1_ops.logprob(lg, t), reference.logprob, ["logits", "targets"])
+        return Case(
+            op,
+            [r(n, V, scale=4, dtype=F32), torch.randint(0, V, (n,), generator=g)],
+            [],
+            lambda lg, t, row_keys: ws1_ops.logprob(lg, t),
+            reference.logprob,
+            ["logits", "targets"],
+        )
     if op == "batch_invariant_logp":
-        return Case(op, [r(n, 1000, scale=4, dtype=F32)], [], lambda lg, row_keys: ws1_ops.batch_invariant_logp(lg),
-                    reference.batch_invariant_logp, ["logits"])
+        return Case(
+            op,
+            [r(n, 1000, scale=4, dtype=F32)],
+            [],
+            lambda lg, row_keys: ws1_ops.batch_invariant_logp(lg),
+            reference.batch_invariant_logp,
+            ["logits"],
+        )
     raise KeyError(op)
 
 
@@ -88,11 +142,14 @@ def gradient_accuracy(c: Case, contract, seed: int = 3) -> list:
 
     th = contract.resolve("gradient_accuracy", c.op, "bfloat16")
     xs = [t.detach().requires_grad_(t.is_floating_point()) for t in c.rows + c.params]
-    n = c.rows[0].shape[0]   # a parameter gradient needs the rows' logical keys (one sample, positions 0..n-1)
+    n = c.rows[0].shape[0]  # a parameter gradient needs the rows' logical keys (one sample, positions 0..n-1)
     out = c.call(*xs, row_keys=ws1_ops.logical_keys(torch.zeros(n, dtype=torch.int64), torch.arange(n)))
     dy = (torch.randn(out.shape, generator=torch.Generator().manual_seed(seed)) * 0.5).to(out.dtype)
     out.backward(dy)
     refs = [t.detach().float().requires_grad_() if t.is_floating_point() else t for t in c.rows + c.params]
     c.ref(*refs).backward(dy.float())
-    return [within_tolerance(a.grad, b.grad, th.atol, th.rtol, f"{c.op} d{name}")
-            for name, a, b in zip(c.names, xs, refs) if a.grad is not None]
+    return [
+        within_tolerance(a.grad, b.grad, th.atol, th.rtol, f"{c.op} d{name}")
+        for name, a, b in zip(c.names, xs, refs)
+        if a.grad is not None
+    ]

@@ -37,7 +37,7 @@ def test_alone_vs_packed_vs_permuted(cpu):
     offs = [0, 11, 27, 40, 59]
     for b, s in enumerate(seqs):
         alone = _prefill([s])
-        r = bitwise(packed[offs[b]:offs[b + 1]], alone, f"seq{b} packed vs alone")
+        r = bitwise(packed[offs[b] : offs[b + 1]], alone, f"seq{b} packed vs alone")
         assert r.passed, r.detail
     perm = _prefill([seqs[i] for i in (2, 0, 3, 1)])
     r = bitwise(perm[:13], packed[27:40], "s2 first in a permuted batch")
@@ -46,18 +46,22 @@ def test_alone_vs_packed_vs_permuted(cpu):
 
 @pytest.mark.parametrize("L", [8, 19, 32, 40])
 def test_prefill_vs_chunked_vs_decode(L, cpu):
-    (q, k, v), = _seqs([L], seed=L)
+    ((q, k, v),) = _seqs([L], seed=L)
     full = _prefill([(q, k, v)])
     # chunked prefill: chunks of 7 queries at absolute positions, keys 0..end of chunk from the "cache"
     for c0 in range(0, L, 7):
         c1 = min(L, c0 + 7)
-        out = ws1_ops.attention(q[c0:c1], k[:c1], v[:c1], torch.tensor([0, c1 - c0]), torch.tensor([0, c1]), torch.arange(c0, c1))
+        out = ws1_ops.attention(
+            q[c0:c1], k[:c1], v[:c1], torch.tensor([0, c1 - c0]), torch.tensor([0, c1]), torch.arange(c0, c1)
+        )
         r = bitwise(out, full[c0:c1], f"L{L} chunk {c0}:{c1}")
         assert r.passed, r.detail
     # decode: one query at t against keys 0..t
     for t in range(L):
-        out = ws1_ops.attention(q[t:t + 1], k[:t + 1], v[:t + 1], torch.tensor([0, 1]), torch.tensor([0, t + 1]), torch.tensor([t]))
-        r = bitwise(out, full[t:t + 1], f"L{L} decode t={t}")
+        out = ws1_ops.attention(
+            q[t : t + 1], k[: t + 1], v[: t + 1], torch.tensor([0, 1]), torch.tensor([0, t + 1]), torch.tensor([t])
+        )
+        r = bitwise(out, full[t : t + 1], f"L{L} decode t={t}")
         assert r.passed, r.detail
 
 
@@ -66,13 +70,19 @@ def test_batched_decode_with_changing_composition(cpu):
     seqs = _seqs([11, 16, 13, 19], seed=5)
     fulls = [_prefill([s]) for s in seqs]
     for step_members, t in (([0, 1, 2, 3], 10), ([1, 3], 12), ([3], 15), ([2, 1, 3], 12)):
-        qs = torch.cat([seqs[i][0][t:t + 1] for i in step_members])
-        ks = torch.cat([seqs[i][1][:t + 1] for i in step_members])
-        vs = torch.cat([seqs[i][2][:t + 1] for i in step_members])
-        out = ws1_ops.attention(qs, ks, vs, torch.arange(len(step_members) + 1), _cu([t + 1] * len(step_members)),
-                                torch.full((len(step_members),), t))
+        qs = torch.cat([seqs[i][0][t : t + 1] for i in step_members])
+        ks = torch.cat([seqs[i][1][: t + 1] for i in step_members])
+        vs = torch.cat([seqs[i][2][: t + 1] for i in step_members])
+        out = ws1_ops.attention(
+            qs,
+            ks,
+            vs,
+            torch.arange(len(step_members) + 1),
+            _cu([t + 1] * len(step_members)),
+            torch.full((len(step_members),), t),
+        )
         for j, i in enumerate(step_members):
-            assert bitwise(out[j:j + 1], fulls[i][t:t + 1], f"req{i} t{t}").passed
+            assert bitwise(out[j : j + 1], fulls[i][t : t + 1], f"req{i} t{t}").passed
 
 
 def test_gradients_alone_vs_packed(cpu):
@@ -129,8 +139,8 @@ def test_negative_control_sdpa_decode_differs_from_prefill():
     full = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     diffs = 0
     for t in range(L):
-        dec = F.scaled_dot_product_attention(q[:, :, t:t + 1], k[:, :, :t + 1], v[:, :, :t + 1])
-        diffs += not bitwise(dec, full[:, :, t:t + 1]).passed
+        dec = F.scaled_dot_product_attention(q[:, :, t : t + 1], k[:, :, : t + 1], v[:, :, : t + 1])
+        diffs += not bitwise(dec, full[:, :, t : t + 1]).passed
     assert diffs > 0, "SDPA decode matched prefill bitwise everywhere: the check could not fail here"
 
 

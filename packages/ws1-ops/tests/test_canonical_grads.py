@@ -32,7 +32,7 @@ def _split_vs_whole(op, splits, scoped=True, n=60):
 
     whole = grads([(0, n)])
     split = grads(splits)
-    return [bitwise(a, b, f"{op} d{name}") for a, b, name in zip(split, whole, c.names[len(c.rows):])]
+    return [bitwise(a, b, f"{op} d{name}") for a, b, name in zip(split, whole, c.names[len(c.rows) :])]
 
 
 @pytest.mark.parametrize("op", ["det_gemm", "lm_head", "rms_norm", "qk_norm", "embedding"])
@@ -55,7 +55,7 @@ def test_missing_row_keys_is_an_error(cpu):
             ws1_ops.det_gemm(x, w).float().sum().backward()
 
 
-PARAM_CALLS = {   # op -> (inputs, weight, call(x, w, row_keys))
+PARAM_CALLS = {  # op -> (inputs, weight, call(x, w, row_keys))
     "det_gemm": lambda r: (r(3, 8), r(4, 8), lambda x, w, k: ws1_ops.det_gemm(x, w, k)),
     "lm_head": lambda r: (r(3, 8), r(5, 8), lambda x, w, k: ws1_ops.lm_head(x, w, k)),
     "rms_norm": lambda r: (r(3, 8, dtype=torch.float32), r(8), lambda x, w, k: ws1_ops.rms_norm(x, w, 1e-6, k)),
@@ -77,7 +77,7 @@ def test_parameter_gradient_without_row_keys_is_an_error(cpu, op):
     x, w, call = PARAM_CALLS[op](r)
     with pytest.raises(ws1_ops.OpInputError, match=f"^{op}: a parameter gradient needs row_keys"):
         call(x, w.clone().requires_grad_(), None).float().sum().backward()
-    if x.is_floating_point():   # a frozen weight: the input gradient needs no order
+    if x.is_floating_point():  # a frozen weight: the input gradient needs no order
         xx = x.clone().requires_grad_()
         call(xx, w, None).float().sum().backward()
         assert xx.grad is not None
@@ -104,7 +104,7 @@ def test_cast_once_casts_a_master_once_per_version_with_the_same_bits():
     assert exec_dtype(w) is not exec_dtype(w)  # no scope: a fresh cast per call
     with torch.inference_mode():
         wi = w.detach().clone()
-    with ws1_ops.cast_once():                  # inference tensors (no version counter): cast per call
+    with ws1_ops.cast_once():  # inference tensors (no version counter): cast per call
         assert torch.equal(exec_dtype(wi).float(), wi)
 
     def run(scope):
@@ -117,6 +117,7 @@ def test_cast_once_casts_a_master_once_per_version_with_the_same_bits():
         return y.detach(), p.grad
 
     import contextlib
+
     y0, g0 = run(contextlib.nullcontext())
     y1, g1 = run(ws1_ops.cast_once())
     assert bitwise(y1, y0).passed and bitwise(g1, g0).passed

@@ -47,7 +47,7 @@ def test_logprob_equals_full_log_softmax_at_target_bitwise(cpu):
 def test_fp32_master_weight_gets_fp32_grad(cpu):
     x = torch.randn(5, 64).bfloat16()
     w32 = (torch.randn(32, 64) * 0.1).requires_grad_()
-    y = ws1_ops.det_gemm(x, w32, torch.arange(5))   # a parameter gradient needs row keys
+    y = ws1_ops.det_gemm(x, w32, torch.arange(5))  # a parameter gradient needs row keys
     # the forward executes the BF16 rounding of the master copy
     assert bitwise(y, ws1_ops.det_gemm(x, w32.detach().bfloat16())).passed
     y.float().sum().backward()

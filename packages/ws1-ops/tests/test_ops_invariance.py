@@ -24,7 +24,9 @@ def test_forward_invariance(op, cpu):
 def test_gradient_invariance(op, cpu):
     c = make(op, n=100)
     layouts = [lay for lay in invariance.standard_layouts(100) if not lay.name.startswith("M")] + [
-        Layout("M7", torch.arange(7)), Layout("M59", torch.arange(59))]
+        Layout("M7", torch.arange(7)),
+        Layout("M59", torch.arange(59)),
+    ]
     verdicts = invariance.check(c.call, c.rows, c.params, layouts=layouts, grad=True, names=c.names)
     assert all(v.passed for v in verdicts), invariance.summarize(verdicts)
     # every differentiable input and every parameter gradient was compared in the full-row layouts
@@ -44,7 +46,9 @@ def test_isa_paths_are_bitwise_equal(cpu, monkeypatch):
             xs = [t.detach().requires_grad_(t.is_floating_point()) for t in c.rows + c.params]
             out = c.call(*xs, row_keys=torch.arange(33))
             out.backward(torch.ones_like(out))
-            outs[isa] = torch.cat([out.detach().float().reshape(-1)] + [t.grad.float().reshape(-1) for t in xs if t.grad is not None])
+            outs[isa] = torch.cat(
+                [out.detach().float().reshape(-1)] + [t.grad.float().reshape(-1) for t in xs if t.grad is not None]
+            )
         base = outs["scalar"]
         for isa, o in outs.items():
             from ws1_contract import bitwise
@@ -62,8 +66,9 @@ def test_negative_control_torch_linear_fp32_is_not_batch_invariant():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(64, 4096, generator=g)
     w = torch.randn(4096, 4096, generator=g) * 0.02
-    verdicts = invariance.check(lambda x, w, row_keys: F.linear(x, w), [x], [w],
-                                layouts=[Layout("alone-row0", torch.tensor([0]))])
+    verdicts = invariance.check(
+        lambda x, w, row_keys: F.linear(x, w), [x], [w], layouts=[Layout("alone-row0", torch.tensor([0]))]
+    )
     assert not verdicts[0].passed, "F.linear FP32 looked batch-invariant: the check cannot fail"
     assert "differ in their bits" in verdicts[0].forward.detail
 
@@ -87,8 +92,9 @@ def test_negative_control_batch_order_weight_grad_is_caught():
     """torch_default reduces dW in batch order (no canonical order): permuting rows changes dW's bits."""
     c = make("det_gemm", n=300)
     with ws1_ops.use_candidate("torch_default"):
-        verdicts = invariance.check(c.call, c.rows, c.params, layouts=[Layout("permuted", torch.randperm(300))],
-                                    grad=True, names=c.names)
+        verdicts = invariance.check(
+            c.call, c.rows, c.params, layouts=[Layout("permuted", torch.randperm(300))], grad=True, names=c.names
+        )
     assert not verdicts[0].grads["weight"].passed
 
 

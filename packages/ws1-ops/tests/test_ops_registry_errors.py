@@ -20,10 +20,19 @@ def test_record_says_what_ran(cpu):
     s = rec.summary()
     # backward: two kernel calls, dx and dW
     label = {k: s["det_gemm"][k] for k in ("kernel_ids", "families", "devices", "forward", "backward")}
-    assert label == {"kernel_ids": ["ws1_cpu::det_gemm"], "families": ["cpu"], "devices": ["cpu"], "forward": 1, "backward": 2}
+    assert label == {
+        "kernel_ids": ["ws1_cpu::det_gemm"],
+        "families": ["cpu"],
+        "devices": ["cpu"],
+        "forward": 1,
+        "backward": 2,
+    }
     # and the kernel package's own count confirms it: det_gemm once, its dx and dW GEMMs twice
     assert s["det_gemm"]["package_problems"] == []
-    assert {kid: sum(p.values()) for kid, p in s["det_gemm"]["package"].items()} == {"ws1_cpu::det_gemm": 1, "ws1_cpu::gemm": 2}
+    assert {kid: sum(p.values()) for kid, p in s["det_gemm"]["package"].items()} == {
+        "ws1_cpu::det_gemm": 1,
+        "ws1_cpu::gemm": 2,
+    }
     assert s["silu"]["kernel_ids"] == ["ws1_cpu::silu"] and s["silu"]["backward"] == 0
 
 
@@ -87,21 +96,48 @@ except ws1_ops.KernelUnavailable as e:
 BF = torch.bfloat16
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: ws1_ops.det_gemm(torch.zeros(2, 8), torch.zeros(4, 8, dtype=BF)), "det_gemm: x must be bfloat16, got float32"),
-    (lambda: ws1_ops.det_gemm(torch.zeros(2, 3, 8, dtype=BF), torch.zeros(4, 8, dtype=BF)), r"det_gemm: x must be \[M, K\], got shape \(2, 3, 8\)"),
-    (lambda: ws1_ops.det_gemm(torch.zeros(2, 8, dtype=BF), torch.zeros(4, 9, dtype=BF)), "K mismatch: x has K=8, weight has K=9"),
-    (lambda: ws1_ops.det_gemm(torch.zeros(2, 8, dtype=BF), torch.zeros(4, 8, dtype=torch.float16)), "weight must be bfloat16 or float32"),
-    (lambda: ws1_ops.embedding(torch.tensor([0, 5, 10]), torch.zeros(10, 4, dtype=BF)), r"token id 10 out of range \[0, 10\)"),
-    (lambda: ws1_ops.embedding(torch.tensor([-1]), torch.zeros(10, 4, dtype=BF)), "token id -1 out of range"),
-    (lambda: ws1_ops.embedding(torch.tensor([0.0]), torch.zeros(10, 4, dtype=BF)), "ids must be an int64 tensor"),
-    (lambda: ws1_ops.logprob(torch.zeros(2, 5), torch.tensor([0, 5])), r"target id 5 out of range \[0, 5\)"),
-    (lambda: ws1_ops.logprob(torch.zeros(2, 5, dtype=BF), torch.tensor([0, 1])), "logits must be float32"),
-    (lambda: ws1_ops.rms_norm(torch.zeros(2, 8), torch.zeros(7, dtype=BF)), r"weight must be \[8\]"),
-    (lambda: ws1_ops.rope(torch.zeros(2, 1, 7, dtype=BF), torch.zeros(2, dtype=torch.int64)), "head_dim must be even"),
-    (lambda: ws1_ops.swiglu(torch.zeros(2, 8, dtype=BF), torch.zeros(2, 9, dtype=BF)), "gate and up must have one shape"),
-    (lambda: ws1_ops.qk_norm(torch.zeros(2, 8, dtype=BF), torch.zeros(8, dtype=BF)), r"x must be \[T, n_heads, D\]"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (
+            lambda: ws1_ops.det_gemm(torch.zeros(2, 8), torch.zeros(4, 8, dtype=BF)),
+            "det_gemm: x must be bfloat16, got float32",
+        ),
+        (
+            lambda: ws1_ops.det_gemm(torch.zeros(2, 3, 8, dtype=BF), torch.zeros(4, 8, dtype=BF)),
+            r"det_gemm: x must be \[M, K\], got shape \(2, 3, 8\)",
+        ),
+        (
+            lambda: ws1_ops.det_gemm(torch.zeros(2, 8, dtype=BF), torch.zeros(4, 9, dtype=BF)),
+            "K mismatch: x has K=8, weight has K=9",
+        ),
+        (
+            lambda: ws1_ops.det_gemm(torch.zeros(2, 8, dtype=BF), torch.zeros(4, 8, dtype=torch.float16)),
+            "weight must be bfloat16 or float32",
+        ),
+        (
+            lambda: ws1_ops.embedding(torch.tensor([0, 5, 10]), torch.zeros(10, 4, dtype=BF)),
+            r"token id 10 out of range \[0, 10\)",
+        ),
+        (lambda: ws1_ops.embedding(torch.tensor([-1]), torch.zeros(10, 4, dtype=BF)), "token id -1 out of range"),
+        (lambda: ws1_ops.embedding(torch.tensor([0.0]), torch.zeros(10, 4, dtype=BF)), "ids must be an int64 tensor"),
+        (lambda: ws1_ops.logprob(torch.zeros(2, 5), torch.tensor([0, 5])), r"target id 5 out of range \[0, 5\)"),
+        (lambda: ws1_ops.logprob(torch.zeros(2, 5, dtype=BF), torch.tensor([0, 1])), "logits must be float32"),
+        (lambda: ws1_ops.rms_norm(torch.zeros(2, 8), torch.zeros(7, dtype=BF)), r"weight must be \[8\]"),
+        (
+            lambda: ws1_ops.rope(torch.zeros(2, 1, 7, dtype=BF), torch.zeros(2, dtype=torch.int64)),
+            "head_dim must be even",
+        ),
+        (
+            lambda: ws1_ops.swiglu(torch.zeros(2, 8, dtype=BF), torch.zeros(2, 9, dtype=BF)),
+            "gate and up must have one shape",
+        ),
+        (
+            lambda: ws1_ops.qk_norm(torch.zeros(2, 8, dtype=BF), torch.zeros(8, dtype=BF)),
+            r"x must be \[T, n_heads, D\]",
+        ),
+    ],
+)
 def test_bad_input_one_line_error(call, match, cpu):
     with pytest.raises(OpInputError, match=match) as ei:
         call()

@@ -21,8 +21,10 @@ def _step(keys, seed=0):
     forward + backward inside canonical_grads(); returns the parameter gradients."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     T, H, V = keys.numel(), 32, 50
-    p = {n: (torch.randn(*s, generator=g, device="cpu") * 0.1).to(BF).requires_grad_()
-         for n, s in (("emb", (V, H)), ("norm", (H,)), ("qk", (8,)), ("w", (H, H)), ("head", (V, H)))}
+    p = {
+        n: (torch.randn(*s, generator=g, device="cpu") * 0.1).to(BF).requires_grad_()
+        for n, s in (("emb", (V, H)), ("norm", (H,)), ("qk", (8,)), ("w", (H, H)), ("head", (V, H)))
+    }
     ids = torch.randint(V, (T,), generator=g, device="cpu")
     with ws1_ops.use_profile("cpu_bf16"):
         x = ws1_ops.embedding(ids, p["emb"], keys)
@@ -50,8 +52,8 @@ def test_in_place_rows_give_the_gathered_rows_bits(monkeypatch):
 
 def test_identity_is_marked_only_when_it_is_one():
     assert not is_identity(canonical_order(torch.tensor([1, 0, 2], device="cpu"), 3), 3)
-    assert not is_identity(canonical_order(torch.tensor([0, -1, 2], device="cpu"), 3), 3)   # padding dropped
-    assert not is_identity(torch.arange(3, device="cpu"), 3)                                 # unmarked: gathered
+    assert not is_identity(canonical_order(torch.tensor([0, -1, 2], device="cpu"), 3), 3)  # padding dropped
+    assert not is_identity(torch.arange(3, device="cpu"), 3)  # unmarked: gathered
     ex = canonical.expand_rows(canonical_order(torch.arange(3, device="cpu"), 3), 4)
     assert is_identity(ex, 12) and torch.equal(ex, torch.arange(12, device="cpu"))
 
@@ -59,8 +61,8 @@ def test_identity_is_marked_only_when_it_is_one():
 def test_canonical_order_once_per_keys_tensor():
     keys = torch.tensor([5, 3, -1, 4], device="cpu")
     a = canonical_order(keys, 4)
-    assert canonical_order(keys, 4) is a                      # cached by identity and version
-    keys[0] = 1                                               # an in-place change: recomputed
+    assert canonical_order(keys, 4) is a  # cached by identity and version
+    keys[0] = 1  # an in-place change: recomputed
     b = canonical_order(keys, 4)
     assert b is not a and b.tolist() == [0, 1, 3]
     with pytest.raises(ValueError, match="share a logical key"):
@@ -80,4 +82,4 @@ def test_value_checks_run_unless_the_caller_vouches():
             with pytest.raises(RuntimeError, match="out of range|outside"):
                 ws1_ops.embedding(bad, w)
         with pytest.raises(OpInputError):
-            ws1_ops.embedding(bad, w)                         # the scope ended: checked again
+            ws1_ops.embedding(bad, w)  # the scope ended: checked again

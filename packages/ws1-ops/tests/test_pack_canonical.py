@@ -29,9 +29,10 @@ def test_pack_gradient_is_an_exact_copy():
 
 
 def test_canonical_order():
-    keys = ws1_ops.logical_keys(torch.tensor([1, 0, 1, 0, 0]), torch.tensor([0, 1, 1, 0, 2]),
-                                torch.tensor([1, 1, 1, 1, 0], dtype=torch.bool))
+    keys = ws1_ops.logical_keys(
+        torch.tensor([1, 0, 1, 0, 0]), torch.tensor([0, 1, 1, 0, 2]), torch.tensor([1, 1, 1, 1, 0], dtype=torch.bool)
+    )
     assert ws1_ops.canonical_order(keys, 5).tolist() == [3, 1, 0, 2]
     with pytest.raises(ws1_ops.OpInputError, match="^det_gemm: a parameter gradient needs row_keys"):
-        ws1_ops.canonical_order(None, 3, "det_gemm")   # no keys is no order: never batch order
+        ws1_ops.canonical_order(None, 3, "det_gemm")  # no keys is no order: never batch order
     assert ws1_ops.expand_rows(torch.tensor([1, 0]), 2).tolist() == [2, 3, 0, 1]

@@ -12,6 +12,7 @@ chunked prefill == decode, and a sequence packed behind another equals it alone;
 Without the profile's device every test is skipped with the reason (a CPU host: none of this can pass there);
 the nox session refuses to run without the device (exit 2), so a GPU host cannot pass this step by skipping.
 """
+
 import os
 
 import pytest
@@ -21,8 +22,11 @@ import ws1_accel
 import ws1_ops
 
 PROFILE = os.environ.get("WS1_DEVICE_PROFILE", "")
-_WHY = ("WS1_DEVICE_PROFILE is not set (nox -s tests_device -- PROFILE sets it)" if not PROFILE
-        else ws1_accel.unavailable_reason(PROFILE))
+_WHY = (
+    "WS1_DEVICE_PROFILE is not set (nox -s tests_device -- PROFILE sets it)"
+    if not PROFILE
+    else ws1_accel.unavailable_reason(PROFILE)
+)
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=str(_WHY))
 BF, F32 = torch.bfloat16, torch.float32
 SIZES = (1, 2, 7, 64, 65, 130)
@@ -53,13 +57,13 @@ def same(a, b, what):
 
 def rows_alone_vs_batched(fn, x, dev, sizes=SIZES, seed=0):
     """Row i alone == row i inside a batch of M rows drawn at random positions (bitwise)."""
-    alone = [fn(x[i:i + 1]) for i in range(x.shape[0])]
+    alone = [fn(x[i : i + 1]) for i in range(x.shape[0])]
     g = torch.Generator(device="cpu").manual_seed(seed)
     for M in sizes:
         idx = torch.randint(0, x.shape[0], (M,), generator=g, device="cpu")
         out = fn(x[idx.to(dev)])
         for r, i in enumerate(idx.tolist()):
-            same(out[r:r + 1], alone[i], f"M={M} row {r} (source row {i})")
+            same(out[r : r + 1], alone[i], f"M={M} row {r} (source row {i})")
 
 
 def test_det_gemm_and_lm_head_rows(dev):
@@ -71,7 +75,9 @@ def test_det_gemm_and_lm_head_rows(dev):
 
 @pytest.mark.parametrize("op", ["rms_norm", "qk_norm"])
 def test_norm_rows(dev, op):
-    x = rnd(dev, 70, 4, 128, seed=3) if op == "qk_norm" else rnd(dev, 70, 1024, seed=3, dtype=F32)   # qk_norm takes BF16 q/k
+    x = (
+        rnd(dev, 70, 4, 128, seed=3) if op == "qk_norm" else rnd(dev, 70, 1024, seed=3, dtype=F32)
+    )  # qk_norm takes BF16 q/k
     w = rnd(dev, x.shape[-1], seed=4)
     f = getattr(ws1_ops, op)
     rows_alone_vs_batched(lambda a: f(a, w, 1e-6), x, dev)
@@ -80,10 +86,10 @@ def test_norm_rows(dev, op):
 def test_rope_activations_and_identities(dev):
     x = rnd(dev, 40, 8, 128, seed=5)
     pos = torch.arange(40, device=dev) * 131
-    alone = torch.cat([ws1_ops.rope(x[i:i + 1], pos[i:i + 1], 1e6) for i in range(40)])
+    alone = torch.cat([ws1_ops.rope(x[i : i + 1], pos[i : i + 1], 1e6) for i in range(40)])
     same(ws1_ops.rope(x, pos, 1e6), alone, "rope batched vs alone")
     g, u = rnd(dev, 70, 1000, seed=6, scale=3), rnd(dev, 70, 1000, seed=7)
-    gu = torch.cat([g, u], 1)   # a row of gate and its row of up travel together
+    gu = torch.cat([g, u], 1)  # a row of gate and its row of up travel together
     rows_alone_vs_batched(lambda a: ws1_ops.swiglu(a[:, :1000].contiguous(), a[:, 1000:].contiguous()), gu, dev)
     same(ws1_ops.silu(g), ws1_ops.swiglu(g, torch.ones_like(g)), "silu vs swiglu(x, 1)")
 
@@ -106,14 +112,21 @@ def test_attention_prefill_chunked_decode_and_packing(dev):
     q, k, v = rnd(dev, S, Hq, D, seed=10), rnd(dev, S, Hkv, D, seed=11), rnd(dev, S, Hkv, D, seed=12)
     pos = torch.arange(S, device=dev)
     out = ws1_ops.attention(q, k, v, _cu([S], dev), _cu([S], dev), pos)
-    for c0, c1 in ((0, 7), (7, 64), (64, 149), (149, 150)):   # chunks; the last a decode step
+    for c0, c1 in ((0, 7), (7, 64), (64, 149), (149, 150)):  # chunks; the last a decode step
         o = ws1_ops.attention(q[c0:c1], k[:c1], v[:c1], _cu([c1 - c0], dev), _cu([c1], dev), pos[c0:c1])
         same(o, out[c0:c1], f"query rows {c0}:{c1} against keys 0:{c1}")
     q2, k2, v2 = rnd(dev, 13, Hq, D, seed=13), rnd(dev, 13, Hkv, D, seed=14), rnd(dev, 13, Hkv, D, seed=15)
-    o = ws1_ops.attention(torch.cat([q2, q]), torch.cat([k2, k]), torch.cat([v2, v]), _cu([13, S], dev), _cu([13, S], dev),
-                          torch.cat([torch.arange(13, device=dev), pos]))
+    o = ws1_ops.attention(
+        torch.cat([q2, q]),
+        torch.cat([k2, k]),
+        torch.cat([v2, v]),
+        _cu([13, S], dev),
+        _cu([13, S], dev),
+        torch.cat([torch.arange(13, device=dev), pos]),
+    )
     same(o[13:], out, "packed behind another sequence vs alone")
     qd, kd, vd = (t.double().transpose(0, 1)[None] for t in (q, k, v))
-    ref = torch.nn.functional.scaled_dot_product_attention(qd, kd.repeat_interleave(Hq // Hkv, 1), vd.repeat_interleave(Hq // Hkv, 1),
-                                                           is_causal=True)[0].transpose(0, 1)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        qd, kd.repeat_interleave(Hq // Hkv, 1), vd.repeat_interleave(Hq // Hkv, 1), is_causal=True
+    )[0].transpose(0, 1)
     torch.testing.assert_close(out.double(), ref, atol=2e-2, rtol=2e-2)

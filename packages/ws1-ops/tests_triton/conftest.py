@@ -30,7 +30,9 @@ sys.path.insert(0, HERE)
 from tdev import MODE, to_cpu, to_dev  # noqa: E402
 
 if os.environ.get("WS1_TRITON_TEST_DEVICE", "") not in ("", "cuda"):
-    raise pytest.UsageError(f"WS1_TRITON_TEST_DEVICE must be 'cuda' or unset, got {os.environ['WS1_TRITON_TEST_DEVICE']!r}")
+    raise pytest.UsageError(
+        f"WS1_TRITON_TEST_DEVICE must be 'cuda' or unset, got {os.environ['WS1_TRITON_TEST_DEVICE']!r}"
+    )
 if MODE == "interpreter":
     os.environ["TRITON_INTERPRET"] = "1"
 elif os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
@@ -53,10 +55,14 @@ warnings.filterwarnings("ignore", category=RuntimeWarning, module="triton")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "interpreter_only: a check of the interpreter itself, or a control that rests on "
-                                       "an interpreter artifact; deselected in device mode")
-    config.addinivalue_line("markers", "device_only: a check of the compiled kernels on the device; deselected in the "
-                                       "interpreter")
+    config.addinivalue_line(
+        "markers",
+        "interpreter_only: a check of the interpreter itself, or a control that rests on "
+        "an interpreter artifact; deselected in device mode",
+    )
+    config.addinivalue_line(
+        "markers", "device_only: a check of the compiled kernels on the device; deselected in the interpreter"
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -83,8 +89,10 @@ def _mode_really_active():
     from ws1_ops.triton import _common
 
     if MODE == "interpreter" and not _common.INTERPRET:
-        pytest.fail("ws1_ops.triton was imported before TRITON_INTERPRET=1 was set: these kernels are compiled "
-                    "for the GPU, not interpreted. Run tests_triton in its own pytest process (nox -s tests does).")
+        pytest.fail(
+            "ws1_ops.triton was imported before TRITON_INTERPRET=1 was set: these kernels are compiled "
+            "for the GPU, not interpreted. Run tests_triton in its own pytest process (nox -s tests does)."
+        )
     if MODE == "device" and _common.INTERPRET:
         pytest.fail("device mode, but ws1_ops.triton was defined under TRITON_INTERPRET=1: the interpreter would run")
 
@@ -122,8 +130,11 @@ def tri():
     import ws1_ops
 
     registry.load_family("triton")
-    overlay = {op: dataclasses.replace(k, fwd=_on_device(k.fwd), bwd=_on_device(k.bwd), param_grad=_on_device(k.param_grad))
-               for (op, fam), k in registry._KERNELS.items() if fam == "triton" and op in ws1_ops.REQUIRED_NODES}
+    overlay = {
+        op: dataclasses.replace(k, fwd=_on_device(k.fwd), bwd=_on_device(k.bwd), param_grad=_on_device(k.param_grad))
+        for (op, fam), k in registry._KERNELS.items()
+        if fam == "triton" and op in ws1_ops.REQUIRED_NODES
+    }
     with registry._activate("triton_device_test", "triton", overlay):
         yield
 

@@ -7,8 +7,14 @@ import os
 
 import torch
 
-MODE = "device" if (os.environ.get("WS1_TRITON_TEST_DEVICE", "") == "cuda"
-                    or os.environ.get("WS1_DEVICE_PROFILE", "") == "triton_cuda_bf16") else "interpreter"
+MODE = (
+    "device"
+    if (
+        os.environ.get("WS1_TRITON_TEST_DEVICE", "") == "cuda"
+        or os.environ.get("WS1_DEVICE_PROFILE", "") == "triton_cuda_bf16"
+    )
+    else "interpreter"
+)
 # where the kernels' tensors live: CPU tensors in the interpreter, the CUDA device otherwise
 DEV = torch.device("cpu") if MODE == "interpreter" else torch.device("cuda")
 

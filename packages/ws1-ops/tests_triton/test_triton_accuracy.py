@@ -61,7 +61,9 @@ def test_logprob_multi_chunk_vocab(tri, contract):
     logits = torch.randn(6, 9001, generator=g) * 4
     t = torch.randint(0, 9001, (6,), generator=g)
     th = contract.resolve("forward_accuracy", "logprob", "bfloat16")
-    assert within_tolerance(ws1_ops.logprob(logits, t), reference.logprob(logits, t), th.atol, th.rtol, "logprob").passed
+    assert within_tolerance(
+        ws1_ops.logprob(logits, t), reference.logprob(logits, t), th.atol, th.rtol, "logprob"
+    ).passed
     full = ws1_ops.batch_invariant_logp(logits)
     r = bitwise(ws1_ops.logprob(logits, t), full.gather(1, t[:, None]).squeeze(1), "logprob vs batch_invariant_logp[t]")
     assert r.passed, r.detail
@@ -82,8 +84,11 @@ def test_logprob_equals_full_log_softmax_at_target_bitwise(tri):
     g = torch.Generator().manual_seed(1)
     logits = torch.randn(27, 5000, generator=g) * 3
     t = torch.randint(0, 5000, (27,), generator=g)
-    r = bitwise(ws1_ops.logprob(logits, t), ws1_ops.batch_invariant_logp(logits).gather(1, t[:, None]).squeeze(1),
-                "logprob vs batch_invariant_logp[t]")
+    r = bitwise(
+        ws1_ops.logprob(logits, t),
+        ws1_ops.batch_invariant_logp(logits).gather(1, t[:, None]).squeeze(1),
+        "logprob vs batch_invariant_logp[t]",
+    )
     assert r.passed, r.detail
 
 
@@ -111,8 +116,21 @@ def test_bf16_rounding_is_round_to_nearest_even():
         ok = offs < n
         tl.store(y_ptr + offs, rne_bf16(tl.load(x_ptr + offs, mask=ok, other=0.0)), mask=ok)
 
-    special = [1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, 1.0 + 2 ** -8 + 2 ** -20, -(1.0 + 2 ** -8), 3.3961e38, -3.3961e38,
-               float("inf"), float("-inf"), 0.0, -0.0, 1e-40, -3e-39, float("nan")]
+    special = [
+        1.0 + 2**-8,
+        1.0 + 3 * 2**-8,
+        1.0 + 2**-8 + 2**-20,
+        -(1.0 + 2**-8),
+        3.3961e38,
+        -3.3961e38,
+        float("inf"),
+        float("-inf"),
+        0.0,
+        -0.0,
+        1e-40,
+        -3e-39,
+        float("nan"),
+    ]
     x = torch.cat([torch.tensor(special), torch.randn(1011, generator=torch.Generator().manual_seed(0)) * 100])
     from tdev import DEV
 
@@ -128,7 +146,7 @@ def test_bf16_rounding_is_round_to_nearest_even():
 def test_det_gemm_fp32_master_weight(tri):
     x = torch.randn(5, 64).bfloat16()
     w32 = (torch.randn(32, 64) * 0.1).requires_grad_()
-    y = ws1_ops.det_gemm(x, w32, torch.arange(5))   # a parameter gradient needs row keys
+    y = ws1_ops.det_gemm(x, w32, torch.arange(5))  # a parameter gradient needs row keys
     assert bitwise(y, ws1_ops.det_gemm(x, w32.detach().bfloat16())).passed
     y.float().sum().backward()
     assert w32.grad.dtype == torch.float32
@@ -173,11 +191,11 @@ def test_norm_dweight_sums_chunks_of_canonical_rows_in_order(tri):
 
     R, H = 600, 40
     x = torch.zeros(R, H)
-    x[0, 0] = 2.0 ** 24
+    x[0, 0] = 2.0**24
     x[[256, 320, 384, 448], 0] = 1.0
     dy, rstd = torch.ones(R, H), torch.ones(R)
     dw = to_cpu(trn.norm_dw(*to_dev((dy, x, rstd, torch.arange(R)))))
-    assert float(dw[0]) == 2.0 ** 24 + 4 and bool((dw[1:] == 0).all()), float(dw[0])
+    assert float(dw[0]) == 2.0**24 + 4 and bool((dw[1:] == 0).all()), float(dw[0])
     flip = torch.arange(R - 1, -1, -1)
     again = to_cpu(trn.norm_dw(*to_dev((dy[flip], x[flip], rstd[flip], flip))))
     assert bitwise(again, dw, "rows stored reversed, canonical order by perm").passed

@@ -41,7 +41,7 @@ def test_alone_vs_packed_vs_permuted(tri):
     packed = _prefill(seqs)
     offs = [0, 11, 27, 40, 110]
     for b, s in enumerate(seqs):
-        _same(packed[offs[b]:offs[b + 1]], _prefill([s]), f"seq{b} packed vs alone")
+        _same(packed[offs[b] : offs[b + 1]], _prefill([s]), f"seq{b} packed vs alone")
     perm = _prefill([seqs[i] for i in (2, 0, 3, 1)])
     _same(perm[:13], packed[27:40], "s2 first in a permuted batch")
     _same(perm[24:94], packed[40:110], "s3 after s2, s0")
@@ -49,28 +49,33 @@ def test_alone_vs_packed_vs_permuted(tri):
 
 def test_prefill_vs_chunked_vs_decode(tri):
     L = 70
-    (q, k, v), = _seqs([L], seed=L)
+    ((q, k, v),) = _seqs([L], seed=L)
     full = _prefill([(q, k, v)])
     for c0 in range(0, L, 7):
         c1 = min(L, c0 + 7)
-        out = ws1_ops.attention(q[c0:c1], k[:c1], v[:c1], torch.tensor([0, c1 - c0]), torch.tensor([0, c1]), torch.arange(c0, c1))
+        out = ws1_ops.attention(
+            q[c0:c1], k[:c1], v[:c1], torch.tensor([0, c1 - c0]), torch.tensor([0, c1]), torch.arange(c0, c1)
+        )
         _same(out, full[c0:c1], f"chunk {c0}:{c1}")
     for t in list(range(0, 8)) + list(range(60, L)):
-        out = ws1_ops.attention(q[t:t + 1], k[:t + 1], v[:t + 1], torch.tensor([0, 1]), torch.tensor([0, t + 1]), torch.tensor([t]))
-        _same(out, full[t:t + 1], f"decode t={t}")
+        out = ws1_ops.attention(
+            q[t : t + 1], k[: t + 1], v[: t + 1], torch.tensor([0, 1]), torch.tensor([0, t + 1]), torch.tensor([t])
+        )
+        _same(out, full[t : t + 1], f"decode t={t}")
 
 
 def test_batched_decode_with_changing_composition(tri):
     seqs = _seqs(LENGTHS, seed=5)
     fulls = [_prefill([s]) for s in seqs]
     for members, t in (([0, 1, 2, 3], 10), ([1, 3], 12), ([3], 66), ([2, 1, 3], 12)):
-        qs = torch.cat([seqs[i][0][t:t + 1] for i in members])
-        ks = torch.cat([seqs[i][1][:t + 1] for i in members])
-        vs = torch.cat([seqs[i][2][:t + 1] for i in members])
-        out = ws1_ops.attention(qs, ks, vs, torch.arange(len(members) + 1), _cu([t + 1] * len(members)),
-                                torch.full((len(members),), t))
+        qs = torch.cat([seqs[i][0][t : t + 1] for i in members])
+        ks = torch.cat([seqs[i][1][: t + 1] for i in members])
+        vs = torch.cat([seqs[i][2][: t + 1] for i in members])
+        out = ws1_ops.attention(
+            qs, ks, vs, torch.arange(len(members) + 1), _cu([t + 1] * len(members)), torch.full((len(members),), t)
+        )
         for j, i in enumerate(members):
-            _same(out[j:j + 1], fulls[i][t:t + 1], f"req{i} t{t}")
+            _same(out[j : j + 1], fulls[i][t : t + 1], f"req{i} t{t}")
 
 
 def test_gradients_alone_vs_packed_vs_permuted(tri):
@@ -137,8 +142,8 @@ def test_gqa_with_qwen3_head_shape(tri, contract):
     out = ws1_ops.attention(q, k, v, cu, cu, pos)
     th = contract.resolve("forward_accuracy", "attention", "bfloat16")
     assert within_tolerance(out, reference.attention(q, k, v, cu, cu, pos), th.atol, th.rtol, "attention").passed
-    last = ws1_ops.attention(q[L - 1:], k, v, torch.tensor([0, 1]), cu, torch.tensor([L - 1]))
-    _same(last, out[L - 1:], "decode of the last token")
+    last = ws1_ops.attention(q[L - 1 :], k, v, torch.tensor([0, 1]), cu, torch.tensor([L - 1]))
+    _same(last, out[L - 1 :], "decode of the last token")
 
 
 def _attention_with(q, k, v, cu_q, cu_k, pos, bn=None, kv_chunk=None):
@@ -152,7 +157,7 @@ def _attention_with(q, k, v, cu_q, cu_k, pos, bn=None, kv_chunk=None):
     saved = ta.BN, ta.KV_CHUNK
     ta.BN, ta.KV_CHUNK = bn or ta.BN, kv_chunk or ta.KV_CHUNK
     try:
-        out, _ = ta.attention(q, k, v, cu_q, cu_k, pos, D ** -0.5)
+        out, _ = ta.attention(q, k, v, cu_q, cu_k, pos, D**-0.5)
     finally:
         ta.BN, ta.KV_CHUNK = saved
     return to_cpu(out)
@@ -164,13 +169,20 @@ def test_negative_control_key_tile_chosen_by_query_count_is_caught(decode_bn, ex
     the query count would) reduces the keys in another order: decode no longer matches prefill
     bitwise, and the check says so. With the fixed tile the same probe matches everywhere."""
     L = 70
-    (q, k, v), = _seqs([L], seed=12)
+    ((q, k, v),) = _seqs([L], seed=12)
     full = _prefill([(q, k, v)])
     diffs = []
     for t in (5, 20, 33, 47, 63, 64, 69):
-        out = _attention_with(q[t:t + 1], k[:t + 1], v[:t + 1], torch.tensor([0, 1]), torch.tensor([0, t + 1]),
-                              torch.tensor([t]), bn=decode_bn)
-        if not bitwise(out, full[t:t + 1]).passed:
+        out = _attention_with(
+            q[t : t + 1],
+            k[: t + 1],
+            v[: t + 1],
+            torch.tensor([0, 1]),
+            torch.tensor([0, t + 1]),
+            torch.tensor([t]),
+            bn=decode_bn,
+        )
+        if not bitwise(out, full[t : t + 1]).passed:
             diffs.append(t)
     assert bool(diffs) == expect_diffs, diffs
 
@@ -184,16 +196,18 @@ def test_split_kv_chunks_decode_equals_prefill(tri, monkeypatch):
 
     monkeypatch.setattr(ta, "KV_CHUNK", 128)
     L = 300
-    (q, k, v), = _seqs([L], seed=21)
+    ((q, k, v),) = _seqs([L], seed=21)
     full = _prefill([(q, k, v)])
-    for c0, c1 in ((120, 140), (100, 230), (250, 300)):      # a decode-layout chunk, prefill-layout chunks
-        out = ws1_ops.attention(q[c0:c1], k[:c1], v[:c1], torch.tensor([0, c1 - c0]), torch.tensor([0, c1]),
-                                torch.arange(c0, c1))
+    for c0, c1 in ((120, 140), (100, 230), (250, 300)):  # a decode-layout chunk, prefill-layout chunks
+        out = ws1_ops.attention(
+            q[c0:c1], k[:c1], v[:c1], torch.tensor([0, c1 - c0]), torch.tensor([0, c1]), torch.arange(c0, c1)
+        )
         _same(out, full[c0:c1], f"chunk {c0}:{c1}")
     for t in (0, 63, 64, 127, 128, 129, 255, 256, 299):
-        out = ws1_ops.attention(q[t:t + 1], k[:t + 1], v[:t + 1], torch.tensor([0, 1]), torch.tensor([0, t + 1]),
-                                torch.tensor([t]))
-        _same(out, full[t:t + 1], f"decode t={t}")
+        out = ws1_ops.attention(
+            q[t : t + 1], k[: t + 1], v[: t + 1], torch.tensor([0, 1]), torch.tensor([0, t + 1]), torch.tensor([t])
+        )
+        _same(out, full[t : t + 1], f"decode t={t}")
     cu, pos = torch.tensor([0, L]), torch.arange(L)
     th = load_contract().resolve("forward_accuracy", "attention", "bfloat16")
     r = within_tolerance(full, reference.attention(q, k, v, cu, cu, pos), th.atol, th.rtol, "attention")
@@ -208,9 +222,10 @@ def test_split_kv_at_the_real_chunk_edge(tri):
     q, k, v = (torch.randn(L, h, 16, generator=g).to(BF) for h in (2, 1, 1))
     chunk = ws1_ops.attention(q[c0:], k, v, torch.tensor([0, L - c0]), torch.tensor([0, L]), torch.arange(c0, L))
     for t in (2030, 2047, 2048, 2099):
-        out = ws1_ops.attention(q[t:t + 1], k[:t + 1], v[:t + 1], torch.tensor([0, 1]), torch.tensor([0, t + 1]),
-                                torch.tensor([t]))
-        _same(out, chunk[t - c0:t - c0 + 1], f"decode t={t}")
+        out = ws1_ops.attention(
+            q[t : t + 1], k[: t + 1], v[: t + 1], torch.tensor([0, 1]), torch.tensor([0, t + 1]), torch.tensor([t])
+        )
+        _same(out, chunk[t - c0 : t - c0 + 1], f"decode t={t}")
 
 
 def test_negative_control_decode_chunk_differs_from_prefill(tri):
@@ -218,13 +233,20 @@ def test_negative_control_decode_chunk_differs_from_prefill(tri):
     other points, decode no longer equals prefill past the first chunk, and the check says so.
     (With the same chunk on both sides the probe matches: test_split_kv_chunks_decode_equals_prefill.)"""
     L = 200
-    (q, k, v), = _seqs([L], seed=22)
+    ((q, k, v),) = _seqs([L], seed=22)
     full = _attention_with(q, k, v, torch.tensor([0, L]), torch.tensor([0, L]), torch.arange(L), kv_chunk=128)
     diffs = []
     for t in (10, 63, 100, 150, 199):
-        out = _attention_with(q[t:t + 1], k[:t + 1], v[:t + 1], torch.tensor([0, 1]), torch.tensor([0, t + 1]),
-                              torch.tensor([t]), kv_chunk=64)
-        if not bitwise(out, full[t:t + 1]).passed:
+        out = _attention_with(
+            q[t : t + 1],
+            k[: t + 1],
+            v[: t + 1],
+            torch.tensor([0, 1]),
+            torch.tensor([0, t + 1]),
+            torch.tensor([t]),
+            kv_chunk=64,
+        )
+        if not bitwise(out, full[t : t + 1]).passed:
             diffs.append(t)
     assert diffs and set(diffs) <= {100, 150, 199} and 10 not in diffs and 63 not in diffs, diffs
 
@@ -237,12 +259,13 @@ def test_null_update_with_tiny_values(tri):
     g = torch.Generator().manual_seed(41)
     L = 150
     q, k, v = (torch.randn(L, h, D, generator=g).to(BF) for h in (HQ, HKV, HKV))
-    v[:, :, 0] = 1e-39                       # denormal (BF16 keeps FP32's exponent range)
+    v[:, :, 0] = 1e-39  # denormal (BF16 keeps FP32's exponent range)
     v[:, :, 1] = 0.0
     v[:, :, 2] = -0.0
     v[:, :, 3] = torch.where(torch.arange(L)[:, None] % 2 == 0, 3e-39, -3e-39).to(BF)
     full = _prefill([(q, k, v)])
     for t in (0, 1, 5, 31, 62, 63):
-        out = ws1_ops.attention(q[t:t + 1], k[:t + 1], v[:t + 1], torch.tensor([0, 1]), torch.tensor([0, t + 1]),
-                                torch.tensor([t]))
-        _same(out, full[t:t + 1], f"decode t={t}")
+        out = ws1_ops.attention(
+            q[t : t + 1], k[: t + 1], v[: t + 1], torch.tensor([0, 1]), torch.tensor([0, t + 1]), torch.tensor([t])
+        )
+        _same(out, full[t : t + 1], f"decode t={t}")

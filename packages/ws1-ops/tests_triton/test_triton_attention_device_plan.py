@@ -13,7 +13,7 @@ from ws1_ops.triton import attention as ta
 
 HQ, HKV, D = 4, 2, 64
 BF = torch.bfloat16
-CHUNK = 128          # KV_CHUNK for these tests: positions up to 300 cross two chunk edges cheaply
+CHUNK = 128  # KV_CHUNK for these tests: positions up to 300 cross two chunk edges cheaply
 
 
 @pytest.fixture
@@ -31,9 +31,9 @@ def _call(args, device_plan: bool):
     q, k, v, cu_q, cu_k, pos = to_dev(args)
     if device_plan:
         with ws1_ops.graph_safe():
-            out, lse = ta.attention(q, k, v, cu_q, cu_k, pos, D ** -0.5)
+            out, lse = ta.attention(q, k, v, cu_q, cu_k, pos, D**-0.5)
     else:
-        out, lse = ta.attention(q, k, v, cu_q, cu_k, pos, D ** -0.5)
+        out, lse = ta.attention(q, k, v, cu_q, cu_k, pos, D**-0.5)
     return to_cpu(out), to_cpu(lse)
 
 
@@ -85,7 +85,7 @@ def test_negative_control_a_plan_with_overlapping_slots_is_caught(tri, small_chu
     q, k, v, cu_q, cu_k, pos = to_dev(args)
     p = ta.plan_on_device(q, k, v, cu_q, cu_k, pos)
     bad = dataclasses.replace(p, base=torch.where(p.base >= 0, torch.zeros_like(p.base), p.base))
-    out, lse = (to_cpu(t) for t in ta.attention_planned(q, k, v, cu_q, cu_k, pos, D ** -0.5, bad))
+    out, lse = (to_cpu(t) for t in ta.attention_planned(q, k, v, cu_q, cu_k, pos, D**-0.5, bad))
     multi = [i for i, x in enumerate(args[5].tolist()) if x >= CHUNK]
     assert multi == [0, 3, 4]
     assert not bitwise(out[multi], host[0][multi], "overlapping slots").passed
@@ -100,7 +100,7 @@ def test_device_plan_has_the_host_plans_items_and_slots(tri, small_chunk):
     host = ta.plan(q, k, v, cu_q, cu_k, pos)
     dev = ta.plan_on_device(q, k, v, cu_q, cu_k, pos)
     n = host.items.shape[0]
-    assert n == 3 + 1 + 1 + 2 + 2 + 1            # chunks per lane (128 keys each): positions 299, 0, 127, 128, 255, 1
+    assert n == 3 + 1 + 1 + 2 + 2 + 1  # chunks per lane (128 keys each): positions 299, 0, 127, 128, 255, 1
     assert torch.equal(to_cpu(dev.items[:n]), to_cpu(host.items))
     assert to_cpu(dev.items[n:]).tolist() == [[0, q.shape[0] - 1, ta.SENTINEL_CHUNK]] * (dev.items.shape[0] - n)
     assert torch.equal(to_cpu(dev.base), to_cpu(host.base)) and to_cpu(dev.status).tolist() == [1]
@@ -116,13 +116,15 @@ def test_unchecked_bad_inputs_give_nan_rows_not_wrong_values(tri, small_chunk):
     row alone; the others keep their bits), and cu_seqlens that do not end at the row counts (every row)."""
     q, k, v, cu_q, cu_k, pos = CASES["decode across chunk edges"]
     good = _call((q, k, v, cu_q, cu_k, pos), False)
-    for bad_pos in (300, -1, 10 ** 6):
+    for bad_pos in (300, -1, 10**6):
         p = pos.clone()
         p[2] = bad_pos
         out, lse = _call((q, k, v, cu_q, cu_k, p), True)
         assert _nan_rows(out, lse).tolist() == [False, False, True, False, False, False], bad_pos
         keep = [0, 1, 3, 4, 5]
-        assert bitwise(out[keep], good[0][keep], "other rows").passed and bitwise(lse[keep], good[1][keep], "lse").passed
+        assert (
+            bitwise(out[keep], good[0][keep], "other rows").passed and bitwise(lse[keep], good[1][keep], "lse").passed
+        )
     cu_bad = cu_k.clone()
     cu_bad[-1] -= 1
     assert _nan_rows(*_call((q, k, v, cu_q, cu_bad, pos), True)).all()
@@ -139,7 +141,7 @@ def test_a_call_needing_more_slots_than_its_shape_allows_is_nan(tri, small_chunk
     assert bitwise(within[0], host[0], "within the budget").passed
     monkeypatch.setattr(ta, "WS_BUDGET_BYTES", 0)
     assert _nan_rows(*_call(args, True)).all()
-    out, lse = _call(CASES["decode across chunk edges"], True)      # one query per sequence: still exact
+    out, lse = _call(CASES["decode across chunk edges"], True)  # one query per sequence: still exact
     assert bitwise(out, _call(CASES["decode across chunk edges"], False)[0], "decode at the small bound").passed
 
 
@@ -159,7 +161,9 @@ def _host_reads(monkeypatch):
 
     for meth in ("tolist", "item"):
         old = getattr(torch.Tensor, meth)
-        monkeypatch.setattr(torch.Tensor, meth, lambda self, *a, _o=old, _m=meth, **kw: (reads.append(_m), _o(self, *a, **kw))[1])
+        monkeypatch.setattr(
+            torch.Tensor, meth, lambda self, *a, _o=old, _m=meth, **kw: (reads.append(_m), _o(self, *a, **kw))[1]
+        )
     return reads, Reads
 
 
@@ -183,15 +187,15 @@ def _bwd(args, device_plan: bool, seed=11):
     forward's out / lse come from the host-planned forward (valid input) or stand-ins of the right shape."""
     q, k, v, cu_q, cu_k, pos = to_dev(args)
     try:
-        out, lse = ta.attention(q, k, v, cu_q, cu_k, pos, D ** -0.5)
-    except ValueError:             # refused input: the backward's device plan must refuse it by itself
+        out, lse = ta.attention(q, k, v, cu_q, cu_k, pos, D**-0.5)
+    except ValueError:  # refused input: the backward's device plan must refuse it by itself
         out, lse = torch.zeros_like(q), torch.zeros(q.shape[:2], dtype=torch.float32, device=q.device)
     dout = to_dev(_rand(seed, *q.shape))
     if device_plan:
         with ws1_ops.graph_safe():
-            grads = ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D ** -0.5)
+            grads = ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D**-0.5)
     else:
-        grads = ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D ** -0.5)
+        grads = ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D**-0.5)
     return to_cpu(grads)
 
 
@@ -219,8 +223,10 @@ def test_backward_device_tiles_are_the_host_tiles_then_sentinels(tri):
     cq, ck, qt, kt = ta.bwd_tiles_on_device(cu_q, cu_k, pos, q.shape[0], k.shape[0], cfg)
     assert torch.equal(to_cpu(cq), to_cpu(cu_q)) and torch.equal(to_cpu(ck), to_cpu(cu_k))
     qs, lq, ks, lk = ta._meta("attention_bwd", q, k, v, cu_q, cu_k, pos)
-    for dev, host, cap, end0 in ((qt, ta._tiles(qs, lq, cfg.BM, False, q.device), 2 // cfg.BM + 3, 1),
-                                 (kt, ta._tiles(ks, lk, cfg.BN_KV, True, q.device), 540 // cfg.BN_KV + 3, 300)):
+    for dev, host, cap, end0 in (
+        (qt, ta._tiles(qs, lq, cfg.BM, False, q.device), 2 // cfg.BM + 3, 1),
+        (kt, ta._tiles(ks, lk, cfg.BN_KV, True, q.device), 540 // cfg.BN_KV + 3, 300),
+    ):
         n = host.shape[0]
         assert dev.shape == (cap, 2) and torch.equal(to_cpu(dev[:n]), to_cpu(host))
         assert to_cpu(dev[n:]).tolist() == [[0, end0]] * (cap - n)
@@ -231,7 +237,7 @@ def test_backward_unchecked_bad_inputs_give_nan_everywhere(tri):
     and dv: a position outside its sequence's keys, cu_seqlens that do not end at the row counts or decrease."""
     q, k, v, cu_q, cu_k, pos = BWD_CASES["decode with an empty lane"]
     cases = []
-    for bad_pos in (300, -1, 10 ** 6):
+    for bad_pos in (300, -1, 10**6):
         p = pos.clone()
         p[0] = bad_pos
         cases.append((f"position {bad_pos}", (q, k, v, cu_q, cu_k, p)))
@@ -253,7 +259,7 @@ def test_negative_control_a_device_plan_missing_a_tile_is_caught(tri, monkeypatc
 
     def drop_last(cu_q, cu_k, q_pos, Tq, Tk, cfg):
         cu_q, cu_k, qt, kt = real(cu_q, cu_k, q_pos, Tq, Tk, cfg)
-        nq = int(((cu_q[1:] - cu_q[:-1] + cfg.BM - 1) // cfg.BM).sum())        # the real tiles (a test may read)
+        nq = int(((cu_q[1:] - cu_q[:-1] + cfg.BM - 1) // cfg.BM).sum())  # the real tiles (a test may read)
         nk = int(((cu_k[1:] - cu_k[:-1] + cfg.BN_KV - 1) // cfg.BN_KV).sum())
         qt, kt = qt.clone(), kt.clone()
         qt[nq - 1] = torch.stack([cu_q.new_tensor(0), cu_q[1]])
@@ -272,14 +278,14 @@ def test_negative_control_a_device_plan_missing_a_tile_is_caught(tri, monkeypatc
 def test_the_backward_device_plan_reads_nothing_back(tri, monkeypatch):
     """No scalar read, value-sized op or tolist in a graph-safe backward; the host-planned one reads."""
     q, k, v, cu_q, cu_k, pos = BWD_CASES["decode with an empty lane"]
-    out, lse = ta.attention(q, k, v, cu_q, cu_k, pos, D ** -0.5)
+    out, lse = ta.attention(q, k, v, cu_q, cu_k, pos, D**-0.5)
     dout = _rand(11, *q.shape)
     reads, Reads = _host_reads(monkeypatch)
     with Reads(), ws1_ops.graph_safe():
-        ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D ** -0.5)
+        ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D**-0.5)
     assert reads == []
     with Reads():
-        ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D ** -0.5)
+        ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D**-0.5)
     assert "tolist" in reads
 
 
@@ -287,17 +293,17 @@ def test_the_backward_device_plan_reads_nothing_back(tri, monkeypatch):
 def test_a_captured_backward_replays_to_the_eager_bits(tri):
     """Under a real CUDA graph capture the backward plans on the device: a replay gives the eager call's bits."""
     q, k, v, cu_q, cu_k, pos = to_dev(BWD_CASES["packed prefill"])
-    out, lse = ta.attention(q, k, v, cu_q, cu_k, pos, D ** -0.5)
+    out, lse = ta.attention(q, k, v, cu_q, cu_k, pos, D**-0.5)
     dout = to_dev(_rand(11, *q.shape))
-    want = ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D ** -0.5)
+    want = ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D**-0.5)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s), ws1_ops.graph_safe():   # compile the graph-safe path outside the capture
-        ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D ** -0.5)
+    with torch.cuda.stream(s), ws1_ops.graph_safe():  # compile the graph-safe path outside the capture
+        ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D**-0.5)
     torch.cuda.current_stream().wait_stream(s)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        grads = ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D ** -0.5)
+        grads = ta.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, pos, D**-0.5)
     graph.replay()
     torch.cuda.synchronize()
     for what, a, b in zip(("dq", "dk", "dv"), grads, want):

@@ -18,7 +18,7 @@ SIZES = (1, 2, 64, 65, 300, 1023, 1024, 1100)
 
 
 def _rows_match(fn, x, what):
-    full = fn(x)                      # 1100 rows: the M >= 1024 tier on Hopper
+    full = fn(x)  # 1100 rows: the M >= 1024 tier on Hopper
     g = torch.Generator().manual_seed(7)
     for M in SIZES:
         idx = torch.randperm(x.shape[0], generator=g)[:M]
@@ -64,7 +64,9 @@ def test_tma_and_pointer_loads_give_the_same_bits(M, tri):
     outs = []
     for tma in (True, False):
         y = torch.empty(M, 1000, dtype=torch.float32, device=DEV)
-        xa, wa = (_gemm.descriptor(x, [p.cfg.BM, p.cfg.BK]), _gemm.descriptor(w, [p.cfg.BN, p.cfg.BK])) if tma else (x, w)
+        xa, wa = (
+            (_gemm.descriptor(x, [p.cfg.BM, p.cfg.BK]), _gemm.descriptor(w, [p.cfg.BN, p.cfg.BK])) if tma else (x, w)
+        )
         kw = {**_gemm.Launch(p.cfg, tma=tma).kwargs(x, w)}
         tl_.lm_head_fwd_kernel[p.grid(M, 1000)](xa, wa, y, M, 1000, 128, x.stride(0), w.stride(0), y.stride(0), **kw)
         outs.append(y.cpu())

@@ -50,13 +50,31 @@ def _lm_head_with(cfg_for_m, split_k_above=None):
         M, K = x.shape
         N = w.shape[0]
         if split_k_above is not None and M > split_k_above:
-            parts = [tl_.lm_head(x[:, k:k + K // 4].contiguous(), w[:, k:k + K // 4].contiguous()) for k in range(0, K, K // 4)]
+            parts = [
+                tl_.lm_head(x[:, k : k + K // 4].contiguous(), w[:, k : k + K // 4].contiguous())
+                for k in range(0, K, K // 4)
+            ]
             return (((parts[0] + parts[1]) + parts[2]) + parts[3]).cpu()
         cfg = cfg_for_m(M)
         y = torch.empty(M, N, dtype=torch.float32, device=DEV)
         tl_.lm_head_fwd_kernel[(-(-M // cfg.BM) * -(-N // cfg.BN),)](
-            x, w, y, M, N, K, x.stride(0), w.stride(0), y.stride(0), BM=cfg.BM, BN=cfg.BN, BK=cfg.BK,
-            GROUP_M=cfg.GROUP_M, DOT_F32=dot_f32(x), TMA=False, num_warps=cfg.num_warps)
+            x,
+            w,
+            y,
+            M,
+            N,
+            K,
+            x.stride(0),
+            w.stride(0),
+            y.stride(0),
+            BM=cfg.BM,
+            BN=cfg.BN,
+            BK=cfg.BK,
+            GROUP_M=cfg.GROUP_M,
+            DOT_F32=dot_f32(x),
+            TMA=False,
+            num_warps=cfg.num_warps,
+        )
         return y.cpu()
 
     return run
@@ -113,7 +131,8 @@ def test_negative_control_batch_order_weight_grad_is_caught(tri):
     c = make("det_gemm", n=N_ROWS)
     lay = [Layout("permuted", torch.randperm(N_ROWS, generator=torch.Generator().manual_seed(3)))]
     batch_order = lambda real: dataclasses.replace(  # noqa: E731
-        real, param_grad=lambda dy, x, perm: real.param_grad(dy, x, torch.arange(x.shape[0], device=x.device)))
+        real, param_grad=lambda dy, x, perm: real.param_grad(dy, x, torch.arange(x.shape[0], device=x.device))
+    )
     with swapped("det_gemm", batch_order):
         verdicts = invariance.check(c.call, c.rows, c.params, layouts=lay, grad=True, names=c.names)
     assert verdicts[0].forward.passed and verdicts[0].grads["x"].passed

@@ -25,7 +25,11 @@ def test_kernels_are_interpreted_and_run_on_cpu_tensors(tri):
         y = ws1_ops.silu(x)
     assert y.device.type == "cpu"
     s = rec.summary()["silu"]
-    assert s["kernel_ids"] == ["ws1_ops.triton.silu:silu_fwd_kernel"] and s["families"] == ["triton"] and s["devices"] == ["cpu"]
+    assert (
+        s["kernel_ids"] == ["ws1_ops.triton.silu:silu_fwd_kernel"]
+        and s["families"] == ["triton"]
+        and s["devices"] == ["cpu"]
+    )
     # the launch itself counted it (the kernels' self-report), on the interpreter path
     assert s["package"] == {"ws1_ops.triton.silu:silu_fwd_kernel": {"interpreter": 1}} and s["package_problems"] == []
 
@@ -117,18 +121,43 @@ def test_cpu_tensors_outside_the_interpreter_are_refused(monkeypatch):
         _common.check_device("det_gemm", torch.zeros(2))
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda m: m["det_gemm"].det_gemm(torch.zeros(2, 8), torch.zeros(4, 8, dtype=torch.bfloat16)), "must be bfloat16"),
-    (lambda m: m["det_gemm"].det_gemm(torch.zeros(2, 8, dtype=torch.bfloat16), torch.zeros(4, 9, dtype=torch.bfloat16)),
-     r"need x \[M, K\] and weight \[N, K\]"),
-    (lambda m: m["logprob"].logprob(torch.zeros(2, 0), torch.zeros(2, dtype=torch.int64)), "V > 0"),
-    (lambda m: m["rms_norm"].rms_norm(torch.zeros(2, 8), torch.zeros(7, dtype=torch.bfloat16), 1e-6), r"weight must be \[8\]"),
-    (lambda m: m["attention"].attention(*(torch.zeros(3, 2, 8, dtype=torch.bfloat16),) * 3, torch.tensor([0, 3]),
-                                        torch.tensor([0, 3]), torch.tensor([0, 1, 3]), 1.0), "query 2 at position 3"),
-    (lambda m: m["swiglu"].swiglu(torch.zeros(2, 8, dtype=torch.bfloat16), torch.zeros(2, 9, dtype=torch.bfloat16)),
-     "one shape"),
-])
-@pytest.mark.interpreter_only   # CPU inputs: on a device the device check answers first
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (
+            lambda m: m["det_gemm"].det_gemm(torch.zeros(2, 8), torch.zeros(4, 8, dtype=torch.bfloat16)),
+            "must be bfloat16",
+        ),
+        (
+            lambda m: m["det_gemm"].det_gemm(
+                torch.zeros(2, 8, dtype=torch.bfloat16), torch.zeros(4, 9, dtype=torch.bfloat16)
+            ),
+            r"need x \[M, K\] and weight \[N, K\]",
+        ),
+        (lambda m: m["logprob"].logprob(torch.zeros(2, 0), torch.zeros(2, dtype=torch.int64)), "V > 0"),
+        (
+            lambda m: m["rms_norm"].rms_norm(torch.zeros(2, 8), torch.zeros(7, dtype=torch.bfloat16), 1e-6),
+            r"weight must be \[8\]",
+        ),
+        (
+            lambda m: m["attention"].attention(
+                *(torch.zeros(3, 2, 8, dtype=torch.bfloat16),) * 3,
+                torch.tensor([0, 3]),
+                torch.tensor([0, 3]),
+                torch.tensor([0, 1, 3]),
+                1.0,
+            ),
+            "query 2 at position 3",
+        ),
+        (
+            lambda m: m["swiglu"].swiglu(
+                torch.zeros(2, 8, dtype=torch.bfloat16), torch.zeros(2, 9, dtype=torch.bfloat16)
+            ),
+            "one shape",
+        ),
+    ],
+)
+@pytest.mark.interpreter_only  # CPU inputs: on a device the device check answers first
 def test_launchers_reject_bad_inputs_with_one_line(call, match):
     from ws1_ops.backends import triton as tb
 
@@ -156,5 +185,7 @@ print("why:", ws1_ops.family_available("triton"))
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert "why: backend family 'triton' is not available: ModuleNotFoundError" in r.stdout or \
-           "why: backend family 'triton' is not available: ImportError" in r.stdout, r.stdout
+    assert (
+        "why: backend family 'triton' is not available: ModuleNotFoundError" in r.stdout
+        or "why: backend family 'triton' is not available: ImportError" in r.stdout
+    ), r.stdout

@@ -16,9 +16,19 @@ from ws1_qwen3 import Sample
 def hf_config(**over):
     from transformers import Qwen3Config
 
-    kw = dict(vocab_size=700, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, head_dim=16, max_position_embeddings=256, rope_theta=1e6, rms_norm_eps=1e-6,
-              tie_word_embeddings=False)
+    kw = dict(
+        vocab_size=700,
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+    )
     kw.update(over)
     return Qwen3Config(**kw)
 
@@ -56,7 +66,7 @@ def hf_rollout(model, samples: list[Sample]) -> torch.Tensor:
     out = {}
     for s in samples:
         cache = DynamicCache()
-        r = model(torch.tensor([s.tokens[:s.n_prompt]]), past_key_values=cache, use_cache=True)
+        r = model(torch.tensor([s.tokens[: s.n_prompt]]), past_key_values=cache, use_cache=True)
         for p in range(s.n_prompt, s.length):
             lp = torch.log_softmax(r.logits[0, -1].float(), -1)
             out[(s.rank, p)] = lp[s.tokens[p]]

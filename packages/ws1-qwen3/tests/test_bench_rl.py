@@ -32,7 +32,7 @@ def test_cpu_logic_runs_every_phase(tmp_path, monkeypatch, capsys):
     assert all(c["logic_check_only"] for c in cases.values())
     assert cases["decode"]["graphs"] and cases["decode"]["host_syncs"] < cases["decode"]["decode_steps"] + 1
     assert cases["train"]["ws1_s"] > 0 and cases["train"]["plain_s"] > 0
-    assert [t["met"] for t in res["targets"]] == [None, None]           # no MET/MISS from a logic check
+    assert [t["met"] for t in res["targets"]] == [None, None]  # no MET/MISS from a logic check
     assert "CPU logic check: ratio meaningless" in text and "MISS" not in text and "MET " not in text
 
 

@@ -26,14 +26,17 @@ def test_hf_roundtrip_and_both_rope_spellings():
         assert Qwen3Config.from_hf(old, name=c.name).rope_theta == c.rope_theta
 
 
-@pytest.mark.parametrize("key,value,match", [
-    ("tie_word_embeddings", True, "tie_word_embeddings"),
-    ("attention_bias", True, "attention_bias"),
-    ("use_sliding_window", True, "use_sliding_window"),
-    ("hidden_act", "gelu", "hidden_act"),
-    ("rope_parameters", {"rope_theta": 1e6, "rope_type": "yarn"}, "rope type 'yarn'"),
-    ("model_type", "llama", "not a dense Qwen3"),
-])
+@pytest.mark.parametrize(
+    "key,value,match",
+    [
+        ("tie_word_embeddings", True, "tie_word_embeddings"),
+        ("attention_bias", True, "attention_bias"),
+        ("use_sliding_window", True, "use_sliding_window"),
+        ("hidden_act", "gelu", "hidden_act"),
+        ("rope_parameters", {"rope_theta": 1e6, "rope_type": "yarn"}, "rope type 'yarn'"),
+        ("model_type", "llama", "not a dense Qwen3"),
+    ],
+)
 def test_other_architectures_are_refused_by_name(key, value, match):
     d = preset("tiny").to_hf()
     d[key] = value

@@ -13,8 +13,16 @@ from ws1_qwen3 import ModelInputError, Request, generate
 
 # what makes a GPU wait for the device: a scalar read (item, int(t), bool(t)), an op whose output size is a
 # value (nonzero, unique, masked_select), a device -> host copy
-SYNC_OPS = {"_local_scalar_dense", "nonzero", "_unique2", "unique_dim", "unique_consecutive", "masked_select", "equal",
-            "is_nonzero"}
+SYNC_OPS = {
+    "_local_scalar_dense",
+    "nonzero",
+    "_unique2",
+    "unique_dim",
+    "unique_consecutive",
+    "masked_select",
+    "equal",
+    "is_nonzero",
+}
 
 
 class SyncCounter(TorchDispatchMode):
@@ -30,8 +38,12 @@ class SyncCounter(TorchDispatchMode):
         name = func._opname
         if func.namespace == "aten" and name in SYNC_OPS:
             self.ops[name] = self.ops.get(name, 0) + 1
-        if func.namespace == "aten" and name == "_to_copy" and args[0].device.type != "cpu" \
-                and torch.device((kwargs or {}).get("device") or args[0].device).type == "cpu":
+        if (
+            func.namespace == "aten"
+            and name == "_to_copy"
+            and args[0].device.type != "cpu"
+            and torch.device((kwargs or {}).get("device") or args[0].device).type == "cpu"
+        ):
             self.ops["device_to_host"] = self.ops.get("device_to_host", 0) + 1
         return func(*args, **(kwargs or {}))
 
@@ -49,6 +61,7 @@ def count_syncs(monkeypatch):
         def wrap(self, *a, _old=old, _m=meth, **k):
             c.ops[f"Tensor.{_m}"] = c.ops.get(f"Tensor.{_m}", 0) + 1
             return _old(self, *a, **k)
+
         monkeypatch.setattr(torch.Tensor, meth, wrap)
     with c:
         yield c
@@ -56,8 +69,16 @@ def count_syncs(monkeypatch):
 
 
 def reqs(n=6, new=(7, 12, 5, 9, 11, 4)):
-    return [Request(prompt=tuple(range(100 + 5 * i, 104 + 5 * i + i % 3)), max_new_tokens=new[i % len(new)],
-                    temperature=(1.0, 0.7, 0.0)[i % 3], seed=10 + i, request_id=f"q{i}") for i in range(n)]
+    return [
+        Request(
+            prompt=tuple(range(100 + 5 * i, 104 + 5 * i + i % 3)),
+            max_new_tokens=new[i % len(new)],
+            temperature=(1.0, 0.7, 0.0)[i % 3],
+            seed=10 + i,
+            request_id=f"q{i}",
+        )
+        for i in range(n)
+    ]
 
 
 def flat(cs):
@@ -65,8 +86,11 @@ def flat(cs):
     return [(c.request_id, c.tokens, [struct.pack("<f", v) for v in c.logprobs], c.finish_reason) for c in cs]
 
 
-@pytest.mark.parametrize("kw", [{}, {"cache": "contiguous"}, {"graphs": True}, {"graphs": True, "max_batch": 3}],
-                         ids=["paged-eager", "contiguous-eager", "static", "static-mb3"])
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"cache": "contiguous"}, {"graphs": True}, {"graphs": True, "max_batch": 3}],
+    ids=["paged-eager", "contiguous-eager", "static", "static-mb3"],
+)
 def test_decode_reads_nothing_back_per_token(tiny, monkeypatch, kw):
     """Over a whole generate() (prefill included): no scalar read, nonzero or device->host copy anywhere, and
     exactly one readback (tolist of the window's tokens and log-probs) per window of sync_every decode steps.
@@ -81,7 +105,7 @@ def test_decode_reads_nothing_back_per_token(tiny, monkeypatch, kw):
     assert tokens == sum(r.max_new_tokens for r in rs)
     assert c.ops == {"Tensor.tolist": stats["host_syncs"]}, c.ops
     windows_needed = -(-stats["decode_steps"] // K)
-    assert stats["host_syncs"] <= windows_needed + 2, stats       # +: windows cut short when every lane ran dry
+    assert stats["host_syncs"] <= windows_needed + 2, stats  # +: windows cut short when every lane ran dry
     assert c.total / tokens < 0.25
 
 
@@ -91,14 +115,24 @@ def test_the_counter_sees_a_per_token_sync(tiny, monkeypatch):
     stats = {}
     with count_syncs(monkeypatch) as c:
         generate(tiny, rs, sync_every=1, stats=stats)
-    assert c.ops["Tensor.tolist"] == stats["host_syncs"] == stats["decode_steps"] >= max(r.max_new_tokens for r in rs) - 1
+    assert (
+        c.ops["Tensor.tolist"] == stats["host_syncs"] == stats["decode_steps"] >= max(r.max_new_tokens for r in rs) - 1
+    )
     with count_syncs(monkeypatch) as c:
         torch.ones(2, device="cpu").sum().item()
     assert c.ops == {"_local_scalar_dense": 1}
 
 
-@pytest.mark.parametrize("kw", [{"max_batch": 6}, {"max_batch": 2}, {"max_batch": 3, "sync_every": 3}, {"max_batch": 5, "sync_every": 1},
-                                {"max_batch": 4, "chunk": 3}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"max_batch": 6},
+        {"max_batch": 2},
+        {"max_batch": 3, "sync_every": 3},
+        {"max_batch": 5, "sync_every": 1},
+        {"max_batch": 4, "chunk": 3},
+    ],
+)
 def test_static_step_equals_eager_in_every_bucket(tiny, kw):
     """The graph path's static step (CPU-capable: the same function, called directly) gives the eager path's
     tokens and log-probs bit for bit. Requests join and leave, so steps run in buckets 1..8 with dummy rows
@@ -147,8 +181,14 @@ def test_unseeded_samples_of_one_prompt_differ(tiny):
     named = generate(tiny, [Request(prompt=(1, 2, 3), max_new_tokens=6, request_id=f"g{i}") for i in range(n)])
     assert len({tuple(o.tokens) for o in named}) == n
     # an unseeded request is reproduced by its id, whatever shares its batch
-    again = generate(tiny, [Request(prompt=(4, 5), max_new_tokens=3, request_id="zz"), *[
-        Request(prompt=(1, 2, 3), max_new_tokens=6, request_id=f"g{i}") for i in (5, 2)]], max_batch=2)
+    again = generate(
+        tiny,
+        [
+            Request(prompt=(4, 5), max_new_tokens=3, request_id="zz"),
+            *[Request(prompt=(1, 2, 3), max_new_tokens=6, request_id=f"g{i}") for i in (5, 2)],
+        ],
+        max_batch=2,
+    )
     assert flat(again[1:]) == flat([named[5], named[2]])
 
 
@@ -174,13 +214,15 @@ def test_stops_found_at_a_sync_end_the_completion_there(tiny):
     base = generate(tiny, [Request(prompt=(5, 6), max_new_tokens=12, seed=9, request_id="s")])[0]
     stop = base.tokens[4]
     first = base.tokens.index(stop)
-    r = [Request(prompt=(5, 6), max_new_tokens=12, seed=9, request_id="s", stop_token_ids=(stop,)),
-         Request(prompt=(8,), max_new_tokens=12, seed=1, request_id="t")]
+    r = [
+        Request(prompt=(5, 6), max_new_tokens=12, seed=9, request_id="s", stop_token_ids=(stop,)),
+        Request(prompt=(8,), max_new_tokens=12, seed=1, request_id="t"),
+    ]
     want = generate(tiny, r, sync_every=1)
     for kw in ({"sync_every": 16}, {"sync_every": 5, "graphs": True}):
         got = generate(tiny, r, **kw)
         assert flat(got) == flat(want), kw
-    assert want[0].tokens == base.tokens[:first + 1] and want[0].finish_reason == "stop"
+    assert want[0].tokens == base.tokens[: first + 1] and want[0].finish_reason == "stop"
 
 
 def test_generated_blocks_are_registered_for_prefix_reuse(tiny):
@@ -189,7 +231,9 @@ def test_generated_blocks_are_registered_for_prefix_reuse(tiny):
     prompt tokens + 9 fed draws = 15 cached positions, 3 full blocks of 4; without the generated tokens'
     registration only the first block, all prompt, would be served)."""
     cache = tiny.new_cache("paged", max_seqs=2, max_len=64, block_size=4)
-    a = generate(tiny, [Request(prompt=tuple(range(30, 36)), max_new_tokens=10, seed=3, request_id="a")], cache=cache)[0]
+    a = generate(tiny, [Request(prompt=tuple(range(30, 36)), max_new_tokens=10, seed=3, request_id="a")], cache=cache)[
+        0
+    ]
     cont = Request(prompt=(*range(30, 36), *a.tokens, 7), max_new_tokens=2, seed=4, request_id="b")
     warm = generate(tiny, [cont], cache=cache)[0]
     cold = generate(tiny, [cont], block_size=4)[0]

@@ -10,10 +10,12 @@ from ws1_qwen3.generate import sample_token
 
 
 def reqs():
-    return [Request(prompt=(100, 101, 102, 103, 104), max_new_tokens=6, seed=1, request_id="a"),
-            Request(prompt=(110, 111, 112), max_new_tokens=3, seed=2, request_id="b"),
-            Request(prompt=tuple(range(120, 133)), max_new_tokens=9, seed=3, request_id="c", temperature=0.7),
-            Request(prompt=(130,), max_new_tokens=2, seed=4, request_id="d", temperature=0.0)]
+    return [
+        Request(prompt=(100, 101, 102, 103, 104), max_new_tokens=6, seed=1, request_id="a"),
+        Request(prompt=(110, 111, 112), max_new_tokens=3, seed=2, request_id="b"),
+        Request(prompt=tuple(range(120, 133)), max_new_tokens=9, seed=3, request_id="c", temperature=0.7),
+        Request(prompt=(130,), max_new_tokens=2, seed=4, request_id="d", temperature=0.0),
+    ]
 
 
 def flat(cs):
@@ -65,7 +67,7 @@ def test_sampler_seeded_greedy_and_stop(tiny):
     logp = torch.log_softmax(torch.randn(50, generator=torch.Generator().manual_seed(0)), -1)
     assert sample_token(logp, 0.0, 1, 0) == int(logp.argmax())
     draws = {sample_token(logp, 1.0, s, 0) for s in range(40)}
-    assert len(draws) > 5                                  # the noise really samples
+    assert len(draws) > 5  # the noise really samples
     assert sample_token(logp, 1.0, 7, 3) == sample_token(logp, 1.0, 7, 3)
     first = generate(tiny, [Request(prompt=(5, 6), max_new_tokens=5, seed=9)])[0]
     stop = generate(tiny, [Request(prompt=(5, 6), max_new_tokens=5, seed=9, stop_token_ids=(first.tokens[1],))])[0]

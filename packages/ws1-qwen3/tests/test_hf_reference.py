@@ -15,10 +15,11 @@ def ckpt(tmp_path_factory):
     return d, hf
 
 
-
 def _dlogp(tf, rollout, contract):
     """dlogp aggregates of teacher forcing vs rollout with the contract's FP32 thresholds."""
-    return aggregates(tf, rollout, thresholds=contract.aggregate_thresholds("float32"), clip_interval=contract.clip_interval)
+    return aggregates(
+        tf, rollout, thresholds=contract.aggregate_thresholds("float32"), clip_interval=contract.clip_interval
+    )
 
 
 def test_fp32_path_matches_transformers(ckpt):
@@ -44,7 +45,7 @@ def test_bf16_chain_within_contract_of_fp32_path(ckpt, contract, samples):
     th = contract.resolve("forward_accuracy", "logprob", "bfloat16")
     cmp = within_tolerance(a.logp, r.logp, th.atol, th.rtol, "bf16 chain vs fp32 path")
     assert cmp.passed, cmp.detail
-    assert cmp.max_abs > 0                      # BF16 really differs from FP32: the check is not vacuous
+    assert cmp.max_abs > 0  # BF16 really differs from FP32: the check is not vacuous
 
 
 def test_decode_parity_check_catches_transformers(ckpt, contract, samples):
@@ -54,14 +55,22 @@ def test_decode_parity_check_catches_transformers(ckpt, contract, samples):
     small = [ws1_qwen3.Sample(s.rank, tuple(t % 700 for t in s.tokens), s.n_prompt) for s in samples]
     agg = _dlogp(hf_teacher_forcing(hf, small), hf_rollout(hf, small), contract)
     assert not agg.bitwise_equal and agg.tokens_different > 0, agg.detail
-    assert agg.max_abs_dlogp < 1e-4                 # small, but not zero: only a bitwise check sees it
+    assert agg.max_abs_dlogp < 1e-4  # small, but not zero: only a bitwise check sees it
 
 
 @pytest.mark.slow
 def test_8b_shapes_against_transformers(tmp_path, contract, samples):
     """The 8B shapes with 2 layers: FP32 logits vs transformers, BF16 vs FP32, HF decode drift."""
-    shape = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=2,
-                 num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960)
+    shape = dict(
+        vocab_size=151936,
+        hidden_size=4096,
+        intermediate_size=12288,
+        num_hidden_layers=2,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+    )
     hf = hf_checkpoint(tmp_path, **shape)
     ref = ws1_qwen3.from_pretrained(tmp_path, profile="reference")
     ids = torch.tensor([samples[3].tokens])
@@ -69,8 +78,9 @@ def test_8b_shapes_against_transformers(tmp_path, contract, samples):
         assert float((ref(ids) - hf(ids).logits).abs().max()) <= 1e-4
     bf = ws1_qwen3.from_pretrained(tmp_path, profile="cpu_bf16")
     th = contract.resolve("forward_accuracy", "logprob", "bfloat16")
-    cmp = within_tolerance(ws1_qwen3.teacher_forcing(bf, samples).logp, ws1_qwen3.teacher_forcing(ref, samples).logp,
-                           th.atol, th.rtol)
+    cmp = within_tolerance(
+        ws1_qwen3.teacher_forcing(bf, samples).logp, ws1_qwen3.teacher_forcing(ref, samples).logp, th.atol, th.rtol
+    )
     assert cmp.passed, cmp.detail
     agg = _dlogp(hf_teacher_forcing(hf, samples), hf_rollout(hf, samples), contract)
     assert not agg.bitwise_equal, agg.detail

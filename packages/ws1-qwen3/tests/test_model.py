@@ -39,7 +39,7 @@ def test_forward_packed_equals_each_sequence_alone(tiny):
     assert packed.shape == (19, 1024) and packed.dtype == torch.float32
     for s, a in zip(seqs, cu[:-1].tolist()):
         alone = tiny(s[None])[0]
-        assert torch.equal(packed[a:a + s.numel()].view(torch.int32), alone.view(torch.int32))
+        assert torch.equal(packed[a : a + s.numel()].view(torch.int32), alone.view(torch.int32))
     with pytest.raises(ModelInputError, match="strictly increasing"):
         tiny.forward_packed(torch.cat(seqs), torch.tensor([0, 5, 5, 19]))
 

@@ -29,16 +29,25 @@ def test_mismatch_metrics_definitions():
     r = torch.tensor([-1.0, -2.0, -0.5, -3.0])
     same = rl.mismatch_metrics(r, r.clone(), [1, 3])
     assert same["ws1/max_abs_dlogp"] == 0 and same["ws1/tokens_different"] == 0 and same["rollout_corr/kl"] == 0
-    assert same["rollout_corr/rollout_is_mean"] == same["rollout_corr/rollout_is_min"] == same["rollout_corr/rollout_is_max"] == 1.0
+    assert (
+        same["rollout_corr/rollout_is_mean"]
+        == same["rollout_corr/rollout_is_min"]
+        == same["rollout_corr/rollout_is_max"]
+        == 1.0
+    )
     assert same["rollout_corr/k3_kl"] == 0 and same["rollout_corr/chi2_token"] == 0 and same["ws1/clip_fraction"] == 0
     t = r + torch.tensor([0.0, 0.5, 0.0, -0.25])
     m = rl.mismatch_metrics(r, t, [1, 3])
     lr = (t - r).double()
     assert m["rollout_corr/kl"] == pytest.approx(float((r.double() - t.double()).mean()))
     assert m["rollout_corr/k3_kl"] == pytest.approx(float((lr.exp() - lr - 1).mean()))
-    assert m["rollout_corr/chi2_seq"] == pytest.approx(float(((torch.tensor([0.0]).exp() ** 2 + lr[1:].sum().exp() ** 2) / 2) - 1))
-    assert m["ws1/max_abs_dlogp"] == 0.5 and m["ws1/tokens_different"] == 2 and m["ws1/tokens_different_fraction"] == 0.5
-    assert m["ws1/clip_fraction"] == 0.5                       # exp(0.5) > 1.2, exp(-0.25) < 0.8
+    assert m["rollout_corr/chi2_seq"] == pytest.approx(
+        float(((torch.tensor([0.0]).exp() ** 2 + lr[1:].sum().exp() ** 2) / 2) - 1)
+    )
+    assert (
+        m["ws1/max_abs_dlogp"] == 0.5 and m["ws1/tokens_different"] == 2 and m["ws1/tokens_different_fraction"] == 0.5
+    )
+    assert m["ws1/clip_fraction"] == 0.5  # exp(0.5) > 1.2, exp(-0.25) < 0.8
     assert m["rollout_corr/rollout_is_max"] == pytest.approx(math.exp(0.5))
     with pytest.raises(rl.RLInputError, match="do not add up"):
         rl.mismatch_metrics(r, t, [1, 2])
@@ -54,7 +63,9 @@ def test_cpu_bf16_is_bitwise_on_policy_and_our_control_is_not():
     for log in logs:
         m = log.metrics
         assert m["ws1/max_abs_dlogp"] == 0 and m["ws1/tokens_different"] == 0, m
-        assert m["rollout_corr/rollout_is_min"] == m["rollout_corr/rollout_is_max"] == 1.0 and m["ws1/clip_fraction"] == 0
+        assert (
+            m["rollout_corr/rollout_is_min"] == m["rollout_corr/rollout_is_max"] == 1.0 and m["ws1/clip_fraction"] == 0
+        )
     _, bad = _run("variant_attn_decode_order")
     for log in bad:
         assert log.metrics["ws1/max_abs_dlogp"] > 0 and log.metrics["ws1/tokens_different"] > 0, log.metrics
@@ -67,7 +78,7 @@ def test_two_runs_are_bitwise_equal_under_the_knobs_that_must_not_matter():
     base, logs = _run(task=WIDE)
     assert all(log.grad_norm > 0 for log in logs), [log.rewards for log in logs]
     digest = rl.weights_digest(base)
-    assert digest != rl.weights_digest(ws1_qwen3.synthetic("tiny", "cpu_bf16"))   # the steps changed the weights
+    assert digest != rl.weights_digest(ws1_qwen3.synthetic("tiny", "cpu_bf16"))  # the steps changed the weights
     for knob, value in KNOBS.items():
         m, _ = _run(task=WIDE, **{knob: value})
         assert rl.weights_digest(m) == digest, knob

@@ -55,21 +55,27 @@ def test_a_rows_noise_and_token_never_depend_on_its_batch(V):
     tok, lp = S.sample(logp, temp, streams, steps)
     g = S.gumbel(S.keys(streams, steps), S.n_blocks(V) + S.BLOCK)
     for i in range(n):
-        t1, l1 = S.sample(logp[i:i + 1], temp[i:i + 1], streams[i:i + 1], steps[i:i + 1])
+        t1, l1 = S.sample(logp[i : i + 1], temp[i : i + 1], streams[i : i + 1], steps[i : i + 1])
         assert t1.item() == tok[i].item() and l1.view(torch.int32).item() == lp[i].view(torch.int32).item(), i
-        g1 = S.gumbel(S.keys(streams[i:i + 1], steps[i:i + 1]), S.n_blocks(V) + S.BLOCK)
-        assert torch.equal(g1.view(torch.int64), g[i:i + 1].view(torch.int64))
-    for perm in (torch.randperm(n, generator=torch.Generator(device="cpu").manual_seed(1), device="cpu"),
-                 torch.arange(n - 1, -1, -1, device="cpu")):
+        g1 = S.gumbel(S.keys(streams[i : i + 1], steps[i : i + 1]), S.n_blocks(V) + S.BLOCK)
+        assert torch.equal(g1.view(torch.int64), g[i : i + 1].view(torch.int64))
+    for perm in (
+        torch.randperm(n, generator=torch.Generator(device="cpu").manual_seed(1), device="cpu"),
+        torch.arange(n - 1, -1, -1, device="cpu"),
+    ):
         t2, l2 = S.sample(logp[perm], temp[perm], streams[perm], steps[perm])
         assert torch.equal(t2, tok[perm]) and torch.equal(l2.view(torch.int32), lp[perm].view(torch.int32))
     # inside a bigger batch padded with rows of garbage (NaN logits: a decode graph's dummy rows)
     junk = torch.full((5, V), float("nan"), device="cpu")
     big = torch.cat([junk[:2], logp, junk[2:]])
-    t3, _ = S.sample(big, torch.cat([torch.ones(2, device="cpu"), temp, torch.ones(3, device="cpu")]),
-                     torch.cat([streams[:2], streams, streams[:3]]), torch.cat([steps[:2], steps, steps[:3]]))
-    assert torch.equal(t3[2:2 + n], tok)
-    assert int(t3.min()) >= 0 and int(t3.max()) < V          # a NaN row still gives an id in range
+    t3, _ = S.sample(
+        big,
+        torch.cat([torch.ones(2, device="cpu"), temp, torch.ones(3, device="cpu")]),
+        torch.cat([streams[:2], streams, streams[:3]]),
+        torch.cat([steps[:2], steps, steps[:3]]),
+    )
+    assert torch.equal(t3[2 : 2 + n], tok)
+    assert int(t3.min()) >= 0 and int(t3.max()) < V  # a NaN row still gives an id in range
 
 
 def test_the_log_prob_is_the_policy_value_and_temperature_zero_is_greedy_lowest_id():
@@ -94,9 +100,13 @@ def test_it_samples_softmax_over_temperature(block):
     g = torch.Generator(device="cpu").manual_seed(3)
     logp = torch.log_softmax(torch.randn(V, generator=g, device="cpu") * 2, -1)
     p = torch.softmax(logp.double() / T, -1)
-    tok, _ = S.sample(logp.expand(N, V).contiguous(), torch.full((N,), T, device="cpu"),
-                      torch.full((N,), S.as_int64([S.stream_of(7, "")])[0], dtype=torch.int64, device="cpu"),
-                      torch.arange(N, device="cpu"), block=block)
+    tok, _ = S.sample(
+        logp.expand(N, V).contiguous(),
+        torch.full((N,), T, device="cpu"),
+        torch.full((N,), S.as_int64([S.stream_of(7, "")])[0], dtype=torch.int64, device="cpu"),
+        torch.arange(N, device="cpu"),
+        block=block,
+    )
     cnt = torch.bincount(tok, minlength=V).double()
     chi2 = float(((cnt - N * p) ** 2 / (N * p)).sum())
     assert chi2 < 72.1, chi2
@@ -106,9 +116,9 @@ def test_it_samples_softmax_over_temperature(block):
 
 
 def test_streams_seeded_and_unseeded():
-    assert S.stream_of(7, "a") == S.stream_of(7, "b")            # a seed names the stream, whatever the id
+    assert S.stream_of(7, "a") == S.stream_of(7, "b")  # a seed names the stream, whatever the id
     assert S.stream_of(None, "a") != S.stream_of(None, "b")
-    assert S.stream_of(None, "7") != S.stream_of(7, "7")          # two domains
+    assert S.stream_of(None, "7") != S.stream_of(7, "7")  # two domains
     assert all(0 <= S.stream_of(s, "") < 1 << 64 for s in (0, -1, 1 << 70))
 
 

@@ -28,7 +28,7 @@ def test_roundtrip_single_and_sharded(saved, tiny, tmp_path):
     for n, p in params(tiny).items():
         assert torch.equal(params(m)[n].view(torch.int16), p.view(torch.int16)), n
     sharded = tmp_path / "sharded"
-    assert save_pretrained(tiny, sharded, max_shard_bytes=200_000) == digest   # hash ignores sharding
+    assert save_pretrained(tiny, sharded, max_shard_bytes=200_000) == digest  # hash ignores sharding
     assert (sharded / "model.safetensors.index.json").exists()
     assert len(list(sharded.glob("*.safetensors"))) > 1
     assert from_pretrained(sharded, expected_sha256=digest).weights_sha256 == digest
@@ -63,6 +63,7 @@ def test_missing_extra_misshaped_tensor_named(saved, tmp_path):
 
     def shrink(t):
         t["model.norm.weight"] = t["model.norm.weight"][:-1].clone()
+
     with pytest.raises(WeightsError, match=r"tensor model.norm.weight: shape \[127\], the config needs \[128\]"):
         read_checkpoint(_copy(src, tmp_path / "c", shrink))
 

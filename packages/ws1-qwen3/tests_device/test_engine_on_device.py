@@ -7,6 +7,7 @@ nothing back per token.
 Without the profile's device every test is skipped with the reason. Never run yet: written without a GPU
 (issue 25); the CPU-capable twins of these checks are packages/ws1-qwen3/tests/test_sampling.py and test_engine.py.
 """
+
 import dataclasses
 import os
 import struct
@@ -22,8 +23,11 @@ from ws1_qwen3 import sampling as S
 from ws1_qwen3.engine import capture_refused
 
 PROFILE = os.environ.get("WS1_DEVICE_PROFILE", "")
-_WHY = ("WS1_DEVICE_PROFILE is not set (nox -s tests_device -- PROFILE sets it)" if not PROFILE
-        else ws1_accel.unavailable_reason(PROFILE))
+_WHY = (
+    "WS1_DEVICE_PROFILE is not set (nox -s tests_device -- PROFILE sets it)"
+    if not PROFILE
+    else ws1_accel.unavailable_reason(PROFILE)
+)
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=str(_WHY))
 
 
@@ -42,8 +46,16 @@ def flat(cs):
 
 
 def reqs(n=6):
-    return [Request(prompt=tuple(range(100 + 5 * i, 104 + 5 * i + i % 3)), max_new_tokens=(7, 12, 5, 9, 11, 4)[i % 6],
-                    temperature=(1.0, 0.7, 0.0)[i % 3], seed=10 + i, request_id=f"q{i}") for i in range(n)]
+    return [
+        Request(
+            prompt=tuple(range(100 + 5 * i, 104 + 5 * i + i % 3)),
+            max_new_tokens=(7, 12, 5, 9, 11, 4)[i % 6],
+            temperature=(1.0, 0.7, 0.0)[i % 3],
+            seed=10 + i,
+            request_id=f"q{i}",
+        )
+        for i in range(n)
+    ]
 
 
 def test_uniform_bits_equal_the_cpu_and_the_reference(dev):
@@ -67,14 +79,16 @@ def test_a_rows_token_never_depends_on_its_batch_on_the_device(dev):
     steps = torch.arange(n, device="cpu").to(dev)
     tok, lp = S.sample(logp, temp, streams, steps)
     for i in range(n):
-        t1, l1 = S.sample(logp[i:i + 1], temp[i:i + 1], streams[i:i + 1], steps[i:i + 1])
+        t1, l1 = S.sample(logp[i : i + 1], temp[i : i + 1], streams[i : i + 1], steps[i : i + 1])
         assert t1.item() == tok[i].item() and l1.view(torch.int32).item() == lp[i].view(torch.int32).item()
     perm = torch.tensor([3, 1, 8, 0, 5, 2, 7, 4, 6], device="cpu").to(dev)
     t2, _ = S.sample(logp[perm], temp[perm], streams[perm], steps[perm])
     assert torch.equal(t2, tok[perm])
 
 
-@pytest.mark.parametrize("kw", [{"max_batch": 6}, {"max_batch": 2}, {"max_batch": 3, "sync_every": 3}, {"max_batch": 4, "chunk": 3}])
+@pytest.mark.parametrize(
+    "kw", [{"max_batch": 6}, {"max_batch": 2}, {"max_batch": 3, "sync_every": 3}, {"max_batch": 4, "chunk": 3}]
+)
 def test_graph_decode_equals_eager_decode(tiny, kw):
     """The CUDA graph of each bucket, replayed, gives eager decode's tokens and log-probs bit for bit (a profile
     whose kernels cannot be captured yet: the eager contiguous path equals the paged one instead)."""
@@ -83,8 +97,10 @@ def test_graph_decode_equals_eager_decode(tiny, kw):
     paged = generate(tiny, rs, graphs=False, **kw)
     assert flat(paged) == flat(eager)
     if capture_refused(tiny) is None:
-        st = {}   # graphs=None: captured on a GPU; the static step called directly under the cpu_bf16 logic check
-        graph = generate(tiny, rs, cache="contiguous", stats=st, graphs=None if tiny.device.type == "cuda" else True, **kw)
+        st = {}  # graphs=None: captured on a GPU; the static step called directly under the cpu_bf16 logic check
+        graph = generate(
+            tiny, rs, cache="contiguous", stats=st, graphs=None if tiny.device.type == "cuda" else True, **kw
+        )
         assert st["graphs"] and st["buckets"], st
         assert flat(graph) == flat(eager)
 
@@ -94,6 +110,7 @@ def test_decode_reads_nothing_back_per_token(tiny, dev):
     CUDA graph path where the profile allows it, else eager). A prefill may read (the Triton attention plans an
     eager call on the host; ws1_cuda reads nothing): the same prompts decoded for 4x as many tokens must add
     exactly the extra windows' copies."""
+
     class Count(TorchDispatchMode):
         def __init__(self):
             super().__init__()
@@ -117,7 +134,7 @@ def test_decode_reads_nothing_back_per_token(tiny, dev):
         assert st["host_syncs"] <= -(-st["decode_steps"] // 4) + 2
         runs.append((c.n, st))
     (n1, s1), (n4, s4) = runs
-    if dev.type != "cuda":      # (WS1_DEVICE_PROFILE=cpu_bf16, the logic check: a CPU tensor's tolist dispatches no copy)
+    if dev.type != "cuda":  # (WS1_DEVICE_PROFILE=cpu_bf16, the logic check: a CPU tensor's tolist dispatches no copy)
         assert n1 == n4 == {}, (n1, n4)
         return
     extra = {k: n4.get(k, 0) - n1.get(k, 0) for k in {*n1, *n4}}

@@ -6,6 +6,7 @@ fixed tiles — run through the same invariance transforms and accuracy judgment
 does not: the NPU's bits (its Exp/Ln/Sqrt/Sin/Cos and the Cube's internal order are assumptions, listed in
 docs/ascend.md). Emulated runs record their own family, ``ascend_emu``; they are never ascend_bf16 evidence.
 """
+
 import json
 
 import torch  # noqa: F401  (the extension links against libtorch)

@@ -37,15 +37,15 @@ class Cost:
     """What one kernel call issues: Cube MACs (padding included), GM bytes per pipe, and the model's extras."""
 
     macs: int = 0
-    mte2: int = 0          # GM -> UB / L1 bytes (MTE2)
-    mte3: int = 0          # UB -> GM bytes (MTE3)
-    fix: int = 0           # L0C -> GM bytes (FIX)
+    mte2: int = 0  # GM -> UB / L1 bytes (MTE2)
+    mte3: int = 0  # UB -> GM bytes (MTE3)
+    fix: int = 0  # L0C -> GM bytes (FIX)
     useful_flops: float = 0.0
-    hbm: int = 0           # unique HBM bytes: every input read once, every output written once
-    ws: int = 0            # of mte2 + mte3 + fix: the per-core workspace round trips (L2-sized, see the doc)
-    vec: int = 0           # vector element-operations, Exp / Ln counted twice (their half rate): an estimate
-    fp32: bool = False     # FP32 Mmads (1024 MACs / cycle / AIC instead of 4096)
-    items: int = 0         # work items: at most this many AI cores can be busy
+    hbm: int = 0  # unique HBM bytes: every input read once, every output written once
+    ws: int = 0  # of mte2 + mte3 + fix: the per-core workspace round trips (L2-sized, see the doc)
+    vec: int = 0  # vector element-operations, Exp / Ln counted twice (their half rate): an estimate
+    fp32: bool = False  # FP32 Mmads (1024 MACs / cycle / AIC instead of 4096)
+    items: int = 0  # work items: at most this many AI cores can be busy
     parts: list["Cost"] = field(default_factory=list)  # a call of several kernels: each its own roofline, summed
 
     def add(self, o: "Cost") -> "Cost":
@@ -95,17 +95,17 @@ def attention_fwd(seqs: list[list[int]], Hq: int, Hkv: int, D: int) -> Cost:
         nt = pmax // KEY_TILE + 1
         r = nq * G  # the block's valid rows: only they cross between the AIC and the AIVs
         tiles += nt * Hkv
-        c.mte2 += Hkv * nq * G * D * 2                      # Q rows (AIC)
+        c.mte2 += Hkv * nq * G * D * 2  # Q rows (AIC)
         for t in range(nt):
             keys = min(KEY_TILE, pmax + 1 - t * KEY_TILE)
-            c.mte2 += Hkv * 2 * keys * D * 2                 # K and V rows (AIC)
-        ws_mte2 += nt * Hkv * r * KEY_TILE * (2 + 4 + 4)     # P (AIC), S and O (AIVs)
-        ws_mte3 += nt * Hkv * r * KEY_TILE * 2               # P
-        ws_fix += nt * Hkv * r * (KEY_TILE * 4 + np_ * 4)    # S, O
+            c.mte2 += Hkv * 2 * keys * D * 2  # K and V rows (AIC)
+        ws_mte2 += nt * Hkv * r * KEY_TILE * (2 + 4 + 4)  # P (AIC), S and O (AIVs)
+        ws_mte3 += nt * Hkv * r * KEY_TILE * 2  # P
+        ws_fix += nt * Hkv * r * (KEY_TILE * 4 + np_ * 4)  # S, O
     c.macs = tiles * (ROWS * KEY_TILE * dk + ROWS * np_ * KEY_TILE)
     Tq = sum(len(p) for p in seqs)
     c.mte2 += ws_mte2
-    c.mte3 = ws_mte3 + Tq * Hq * (D * 2 + 4)                          # + out, lse
+    c.mte3 = ws_mte3 + Tq * Hq * (D * 2 + 4)  # + out, lse
     c.fix = ws_fix
     c.ws = ws_mte2 + ws_mte3 + ws_fix
     pairs = sum(p + 1 for pos in seqs for p in pos)
@@ -136,8 +136,8 @@ def attention_bwd(seqs: list[list[int]], Hq: int, Hkv: int, D: int, dout_bytes: 
     for nq, pmax in blocks:
         nt = pmax // KEY_TILE + 1
         tiles += nt * Hkv
-        wsr += nt * Hkv * nq * G                             # valid rows crossing, per tile
-        dq.mte2 += Hkv * 2 * nq * G * D * 2                  # Q and dO rows
+        wsr += nt * Hkv * nq * G  # valid rows crossing, per tile
+        dq.mte2 += Hkv * 2 * nq * G * D * 2  # Q and dO rows
         for t in range(nt):
             dq.mte2 += Hkv * 2 * min(KEY_TILE, pmax + 1 - t * KEY_TILE) * D * 2  # K, V
     dq.macs = tiles * (2 * ROWS * KEY_TILE * dk + ROWS * np_ * KEY_TILE)
@@ -166,12 +166,12 @@ def attention_bwd(seqs: list[list[int]], Hq: int, Hkv: int, D: int, dout_bytes: 
             if not us:
                 continue
             nk = min(BWD_KEYS, L - j0)
-            kv.mte2 += Hkv * 2 * nk * D * 2                  # K, V rows of the block
-            kv.fix += Hkv * 2 * nk * D * 4                   # dK, dV rows
+            kv.mte2 += Hkv * 2 * nk * D * 2  # K, V rows of the block
+            kv.fix += Hkv * 2 * nk * D * 4  # dK, dV rows
             for u in us:
-                kv.mte2 += Hkv * 2 * slots[u] * D * 2       # Q and dO slot rows
+                kv.mte2 += Hkv * 2 * slots[u] * D * 2  # Q and dO slot rows
             kv_tiles += len(us) * Hkv
-            kv_rows += len(us) * Hkv * nk                    # key rows crossing, per tile
+            kv_rows += len(us) * Hkv * nk  # key rows crossing, per tile
             kv.items += Hkv
     kv.macs = kv_tiles * (2 * BWD_KEYS * BWD_SLOTS * dk + 2 * BWD_KEYS * np_ * BWD_SLOTS)
     kws2 = kv_rows * BWD_SLOTS * (2 * 2 + 2 * 4)
@@ -269,17 +269,23 @@ def bench_cases() -> list[tuple[str, str, Cost]]:
 
 
 def markdown(chip: Chip = B2) -> str:
-    lines = [f"| kernel | shape | useful GFLOP | issued GMAC (Cube) | GM MB issued (MTE2 + MTE3 + FIX) | of it workspace MB | "
-             f"HBM MB (unique) | busy AI cores | Cube / HBM / GM port / vector µs | roofline ({chip.name}) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| kernel | shape | useful GFLOP | issued GMAC (Cube) | GM MB issued (MTE2 + MTE3 + FIX) | of it workspace MB | "
+        f"HBM MB (unique) | busy AI cores | Cube / HBM / GM port / vector µs | roofline ({chip.name}) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, shape, c in bench_cases():
         us, bound = roofline(c, chip)
         gm = (c.mte2 + c.mte3 + c.fix) / 1e6
-        b = bounds(Cost(**{f: getattr(c, f) for f in ("macs", "mte2", "mte3", "fix", "hbm", "vec", "fp32", "items")}), chip)
+        b = bounds(
+            Cost(**{f: getattr(c, f) for f in ("macs", "mte2", "mte3", "fix", "hbm", "vec", "fp32", "items")}), chip
+        )
         busy = "per kernel" if c.parts else str(min(c.items, chip.aic))
-        lines.append(f"| {name} | {shape} | {c.useful_flops / 1e9:.3g} | {c.macs / 1e9:.4g} | {gm:.4g} | {c.ws / 1e6:.3g} | "
-                     f"{c.hbm / 1e6:.4g} | {busy} | {b['Cube']:.3g} / {b['HBM']:.3g} / {b['GM port']:.3g} / "
-                     f"{b['vector']:.3g} | {us:.4g} µs ({bound}) |")
+        lines.append(
+            f"| {name} | {shape} | {c.useful_flops / 1e9:.3g} | {c.macs / 1e9:.4g} | {gm:.4g} | {c.ws / 1e6:.3g} | "
+            f"{c.hbm / 1e6:.4g} | {busy} | {b['Cube']:.3g} / {b['HBM']:.3g} / {b['GM port']:.3g} / "
+            f"{b['vector']:.3g} | {us:.4g} µs ({bound}) |"
+        )
     return "\n".join(lines)
 
 
@@ -344,8 +350,13 @@ def emulated(name: str, call) -> dict:
     emu.op_counts(reset=True)
     call()
     p = emu.op_counts(reset=True)[name]
-    return {"mmad_macs": p["mmad_macs"], "vec_elems": p["vec_elems"], "MTE2": p["gm_read"]["MTE2"],
-            "MTE3": p["gm_write"]["MTE3"], "FIX": p["gm_write"]["FIX"]}
+    return {
+        "mmad_macs": p["mmad_macs"],
+        "vec_elems": p["vec_elems"],
+        "MTE2": p["gm_read"]["MTE2"],
+        "MTE3": p["gm_write"]["MTE3"],
+        "FIX": p["gm_write"]["FIX"],
+    }
 
 
 def main() -> None:
@@ -353,19 +364,25 @@ def main() -> None:
     ap.add_argument("--emulate", action="store_true", help="run the emulator at small shapes and print its counts")
     a = ap.parse_args()
     for chip in (B2, B4):
-        print(f"{chip.name}: {chip.aic} AIC / {chip.aiv} AIV at {chip.ghz} GHz -> Cube BF16 {chip.bf16_tflops:.1f} TFLOPS, "
-              f"FP32 {chip.fp32_tflops:.1f}; vector FP32 {chip.vec_gops / 1e3:.2f} Tops; HBM {chip.hbm_tbs} TB/s (assumed)")
+        print(
+            f"{chip.name}: {chip.aic} AIC / {chip.aiv} AIV at {chip.ghz} GHz -> Cube BF16 {chip.bf16_tflops:.1f} TFLOPS, "
+            f"FP32 {chip.fp32_tflops:.1f}; vector FP32 {chip.vec_gops / 1e3:.2f} Tops; HBM {chip.hbm_tbs} TB/s (assumed)"
+        )
     print()
     print(markdown(B2))
     if a.emulate:
         print()
-        print("| kernel (small shape) | Cube MACs: model / emulator | MTE2 B: model / emulator | MTE3 B | FIX B | vector "
-              "element-ops (emulator) |")
+        print(
+            "| kernel (small shape) | Cube MACs: model / emulator | MTE2 B: model / emulator | MTE3 B | FIX B | vector "
+            "element-ops (emulator) |"
+        )
         print("|---|---|---|---|---|---|")
         for name, call, model in small_cases():
             e = emulated(name, call)
-            print(f"| {name} | {model.macs} / {e['mmad_macs']} | {model.mte2} / {e['MTE2']} | {model.mte3} / {e['MTE3']} | "
-                  f"{model.fix} / {e['FIX']} | {e['vec_elems']} |")
+            print(
+                f"| {name} | {model.macs} / {e['mmad_macs']} | {model.mte2} / {e['MTE2']} | {model.mte3} / {e['MTE3']} | "
+                f"{model.fix} / {e['FIX']} | {e['vec_elems']} |"
+            )
 
 
 if __name__ == "__main__":

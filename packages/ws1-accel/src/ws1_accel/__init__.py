@@ -72,12 +72,14 @@ class UnknownProfile(AcceleratorError, KeyError):
 # The one declaration of WS1's backend families (whose kernels run) and the device type each runs on,
 # and of the built-in profiles (ws1-contract, ws1-ops' registry and the gates derive theirs from here).
 FAMILY_DEVICE_TYPE: dict[str, str] = {"cpu": "cpu", "triton": "cuda", "cuda": "cuda", "ascend": "npu"}
-BUILTIN_PROFILES: types.MappingProxyType = types.MappingProxyType({
-    "cpu_bf16": "cpu",
-    "triton_cuda_bf16": "triton",
-    "cuda_bf16": "cuda",
-    "ascend_bf16": "ascend",
-})
+BUILTIN_PROFILES: types.MappingProxyType = types.MappingProxyType(
+    {
+        "cpu_bf16": "cpu",
+        "triton_cuda_bf16": "triton",
+        "cuda_bf16": "cuda",
+        "ascend_bf16": "ascend",
+    }
+)
 # profile -> family: the built-in ones and any added with register_profile()
 PROFILE_FAMILY: dict[str, str] = dict(BUILTIN_PROFILES)
 
@@ -153,7 +155,11 @@ class _Cuda:
     def probe(self) -> tuple[bool, str]:
         if not torch.cuda.is_available():
             build = torch.version.cuda
-            why = "this torch build has no CUDA support" if build is None else f"no CUDA device visible (torch built for CUDA {build})"
+            why = (
+                "this torch build has no CUDA support"
+                if build is None
+                else f"no CUDA device visible (torch built for CUDA {build})"
+            )
             return False, why
         return True, ""
 
@@ -335,9 +341,11 @@ def tf32_enabled(device: str | torch.device) -> bool:
 
 def tf32_flags() -> dict:
     """torch's process-wide TF32 switches as they are now (for a record's provenance)."""
-    return {"cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
-            "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
-            "float32_matmul_precision": torch.get_float32_matmul_precision()}
+    return {
+        "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
 
 
 def seed_all(seed: int, device: str | torch.device = "cpu") -> None:

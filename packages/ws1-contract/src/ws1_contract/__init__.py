@@ -18,14 +18,28 @@ import importlib
 
 # public name -> the submodule that defines it
 _EXPORTS = {
-    "AggregateResult": "compare", "Comparison": "compare", "aggregates": "compare", "bitwise": "compare",
+    "AggregateResult": "compare",
+    "Comparison": "compare",
+    "aggregates": "compare",
+    "bitwise": "compare",
     "within_tolerance": "compare",
-    "Contract": "contract", "Threshold": "contract", "load_contract": "contract",
-    "ContractError": "errors", "EvidenceError": "errors",
-    "Manifest": "manifest", "Node": "manifest", "load_manifest": "manifest",
-    "Cell": "evidence", "judged": "evidence", "read_evidence": "evidence", "red_not_executed": "evidence", "write_evidence": "evidence",
-    "GateRun": "gate", "gate_main": "gate",
-    "Provenance": "provenance", "validate_provenance": "provenance",
+    "Contract": "contract",
+    "Threshold": "contract",
+    "load_contract": "contract",
+    "ContractError": "errors",
+    "EvidenceError": "errors",
+    "Manifest": "manifest",
+    "Node": "manifest",
+    "load_manifest": "manifest",
+    "Cell": "evidence",
+    "judged": "evidence",
+    "read_evidence": "evidence",
+    "red_not_executed": "evidence",
+    "write_evidence": "evidence",
+    "GateRun": "gate",
+    "gate_main": "gate",
+    "Provenance": "provenance",
+    "validate_provenance": "provenance",
 }
 _RENAMED = {"collect_provenance": ("provenance", "collect")}
 

@@ -1,12 +1,12 @@
 """``ws1-contract``: the C1/C2 gates and small tools for the contract and manifest.
 
-    ws1-contract c1 [PROFILE ...] [--json]     contract gate
-    ws1-contract c2 [PROFILE ...] [--json]     manifest gate (static)
-    ws1-contract show [--json]                 where the files are read from, versions, fingerprints
-    ws1-contract rehash                        recompute fixture_identity_sha256 after an intended edit
-    ws1-contract report EVIDENCE_DIR [--run-id ID]   write report.md and report.html from a profile's evidence
-                                               (one run's records: ID, default the run of its c11_ci.json)
-    ws1-contract closure DIR ... [--json]      the WS1 verdict from several hosts' C11 records
+ws1-contract c1 [PROFILE ...] [--json]     contract gate
+ws1-contract c2 [PROFILE ...] [--json]     manifest gate (static)
+ws1-contract show [--json]                 where the files are read from, versions, fingerprints
+ws1-contract rehash                        recompute fixture_identity_sha256 after an intended edit
+ws1-contract report EVIDENCE_DIR [--run-id ID]   write report.md and report.html from a profile's evidence
+                                           (one run's records: ID, default the run of its c11_ci.json)
+ws1-contract closure DIR ... [--json]      the WS1 verdict from several hosts' C11 records
 """
 
 from __future__ import annotations
@@ -35,9 +35,16 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "show":
             c = load_contract()
             m = load_manifest(contract=c)
-            info = {"contract": c.source, "contract_version": c.version, "contract_fingerprint": c.fingerprint,
-                    "manifest": m.source, "manifest_version": m.version, "workload_id": m.workload_id,
-                    "fixture_identity_sha256": m.fixture_identity_sha256, "profiles": sorted(c.profiles)}
+            info = {
+                "contract": c.source,
+                "contract_version": c.version,
+                "contract_fingerprint": c.fingerprint,
+                "manifest": m.source,
+                "manifest_version": m.version,
+                "workload_id": m.workload_id,
+                "fixture_identity_sha256": m.fixture_identity_sha256,
+                "profiles": sorted(c.profiles),
+            }
             if "--json" in rest:
                 print(json.dumps(info, indent=1))
             else:
@@ -53,9 +60,12 @@ def main(argv: list[str] | None = None) -> int:
             if "--run-id" in rest:
                 i = rest.index("--run-id")
                 run_id = rest[i + 1] if i + 1 < len(rest) else ""
-                rest = rest[:i] + rest[i + 2:]
+                rest = rest[:i] + rest[i + 2 :]
             if len(rest) != 1 or run_id == "":
-                print("ws1-contract report: give one evidence folder, e.g. evidence/cpu_bf16 [--run-id ID]", file=sys.stderr)
+                print(
+                    "ws1-contract report: give one evidence folder, e.g. evidence/cpu_bf16 [--run-id ID]",
+                    file=sys.stderr,
+                )
                 return 2
             from .report import write_report
 
@@ -64,7 +74,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if cmd == "rehash":
             old, new = rehash()
-            print(f"fixture_identity_sha256: {old} -> {new}" if old != new else f"fixture_identity_sha256 unchanged: {new}")
+            print(
+                f"fixture_identity_sha256: {old} -> {new}"
+                if old != new
+                else f"fixture_identity_sha256 unchanged: {new}"
+            )
             return 0
     except (ContractError, EvidenceError, FileNotFoundError) as exc:
         print(f"ws1-contract {cmd}: {exc}", file=sys.stderr)

@@ -37,13 +37,29 @@ from .manifest import load_manifest
 
 EXIT_CLOSED, EXIT_OPEN, EXIT_BAD_INPUT = 0, 1, 2
 # The C11 flow's steps (ci/c11.py steps_for; ci/tests/test_c11.py keeps the two lists equal).
-REQUIRED_STEPS = ("c1_contract", "c2_manifest", "build", "linkage", "tests", "c2_runtime", "c3_forward", "c4_gradient",
-                  "c5_inventory", "c6_decode_prefill", "c7_stateful_kv", "c9_model", "c8_matrix", "c10_chain_gate",
-                  "c10_negative_control")
+REQUIRED_STEPS = (
+    "c1_contract",
+    "c2_manifest",
+    "build",
+    "linkage",
+    "tests",
+    "c2_runtime",
+    "c3_forward",
+    "c4_gradient",
+    "c5_inventory",
+    "c6_decode_prefill",
+    "c7_stateful_kv",
+    "c9_model",
+    "c8_matrix",
+    "c10_chain_gate",
+    "c10_negative_control",
+)
 # what an arch key of each device type looks like (ws1_accel.arch_key): the hardware, not a label
-ARCH_OF = {"cpu": lambda a: bool(a) and not a.startswith(("sm", "Ascend")),
-           "cuda": lambda a: re.fullmatch(r"sm\d+", a or "") is not None,
-           "npu": lambda a: (a or "").startswith("Ascend")}
+ARCH_OF = {
+    "cpu": lambda a: bool(a) and not a.startswith(("sm", "Ascend")),
+    "cuda": lambda a: re.fullmatch(r"sm\d+", a or "") is not None,
+    "npu": lambda a: (a or "").startswith("Ascend"),
+}
 
 
 class BadInput(Exception):
@@ -90,7 +106,9 @@ def full_run_problems(rec: dict) -> list[str]:
         return [f"not a record of nox -s tests (kind {rec.get('kind')!r}, session {rec.get('session')!r})"]
     if not rec.get("passed"):
         red = [p for p in rec.get("processes", []) if p.get("exit_code") != 0]
-        probs.append(f"red: suites {', '.join(red[0]['suites']) if red else '?'} (exit {red[0]['exit_code'] if red else '?'})")
+        probs.append(
+            f"red: suites {', '.join(red[0]['suites']) if red else '?'} (exit {red[0]['exit_code'] if red else '?'})"
+        )
     if not rec.get("suites") or set(rec["suites"]) != set(rec.get("of", [])):
         probs.append(f"ran suites {rec.get('suites')} of {rec.get('of')}: not the full run")
     if rec.get("marker") != "not slow" or rec.get("posargs"):
@@ -131,7 +149,9 @@ def record_problems(rec: dict, contract, fixture_hash: str) -> list[str]:
         probs.append("no device provenance (the flow never reached the profile's device)")
     else:
         if prov.get("profile") != profile or prov.get("family") != spec.backend_family:
-            probs.append(f"provenance names {prov.get('profile')}/{prov.get('family')}, not {profile}/{spec.backend_family}")
+            probs.append(
+                f"provenance names {prov.get('profile')}/{prov.get('family')}, not {profile}/{spec.backend_family}"
+            )
         if prov.get("device_type") != spec.device_type:
             probs.append(f"ran on a {prov.get('device_type')!r} device, {profile} needs {spec.device_type!r}")
         elif not ARCH_OF[spec.device_type](prov.get("arch_key")):
@@ -149,35 +169,68 @@ def verdict(dirs: list[str]) -> dict:
     profiles = {}
     for name in contract.profiles:
         mine = [(p, r) for p, r in recs if r["profile"] == name]
-        entries = [{"path": str(p), "git_sha": r["git_sha"], "run_id": r.get("run_id"), "created_at": r["created_at"],
-                    "host": (r["provenance"] or {}).get("host"), "device_name": (r["provenance"] or {}).get("device_name"),
-                    "arch_key": (r["provenance"] or {}).get("arch_key"),
-                    "problems": record_problems(r, contract, fixture_hash)} for p, r in mine]
+        entries = [
+            {
+                "path": str(p),
+                "git_sha": r["git_sha"],
+                "run_id": r.get("run_id"),
+                "created_at": r["created_at"],
+                "host": (r["provenance"] or {}).get("host"),
+                "device_name": (r["provenance"] or {}).get("device_name"),
+                "arch_key": (r["provenance"] or {}).get("arch_key"),
+                "problems": record_problems(r, contract, fixture_hash),
+            }
+            for p, r in mine
+        ]
         if not entries:
             status, why = "missing", ["no C11 record"]
         else:
             why = [f"{e['path']}: {x}" for e in entries for x in e["problems"]]
             status = "red" if why else "green"
-        profiles[name] = {"status": status, "family": contract.profiles[name].backend_family, "problems": why, "records": entries}
+        profiles[name] = {
+            "status": status,
+            "family": contract.profiles[name].backend_family,
+            "problems": why,
+            "records": entries,
+        }
     commits = sorted({e["git_sha"] for v in profiles.values() if v["status"] == "green" for e in v["records"]})
     missing = [f"{n}: {v['problems'][0]}" for n, v in profiles.items() if v["status"] != "green"]
     if len(commits) > 1:
-        missing.append(f"the green records come from {len(commits)} commits ({', '.join(c[:12] for c in commits)}): one state of the code only")
-    runs = [{"path": str(p), "git_sha": r.get("git_sha"), "created_at": r.get("created_at"), "suites": r.get("suites"),
-             "problems": full_run_problems(r)} for p, r in find_full_runs(dirs)]
+        missing.append(
+            f"the green records come from {len(commits)} commits ({', '.join(c[:12] for c in commits)}): one state of the code only"
+        )
+    runs = [
+        {
+            "path": str(p),
+            "git_sha": r.get("git_sha"),
+            "created_at": r.get("created_at"),
+            "suites": r.get("suites"),
+            "problems": full_run_problems(r),
+        }
+        for p, r in find_full_runs(dirs)
+    ]
     at = [r for r in runs if r["git_sha"] in commits]
     if not any(not r["problems"] for r in at):
         where = "; ".join(f"{r['path']}: {r['problems'][0]}" for r in at) or (
             f"none at {', '.join(c[:12] for c in commits) or 'the records’ commit'}"
-            + (f" (found at {', '.join(sorted({str(r['git_sha'])[:12] for r in runs}))})" if runs else ""))
+            + (f" (found at {', '.join(sorted({str(r['git_sha'])[:12] for r in runs}))})" if runs else "")
+        )
         missing.append(f"CI's full test run (nox -s tests, evidence/ci/tests.json) green at the same commit: {where}")
-    return {"closed": not missing, "contract_fingerprint": contract.fingerprint, "commits": commits,
-            "profiles": profiles, "full_test_runs": runs, "missing": missing}
+    return {
+        "closed": not missing,
+        "contract_fingerprint": contract.fingerprint,
+        "commits": commits,
+        "profiles": profiles,
+        "full_test_runs": runs,
+        "missing": missing,
+    }
 
 
 def render(v: dict) -> str:
-    lines = [f"WS1 closure: {'CLOSED' if v['closed'] else 'NOT CLOSED'}  (contract {v['contract_fingerprint'][:16]}, "
-             f"commit {', '.join(c[:12] for c in v['commits']) or '-'})"]
+    lines = [
+        f"WS1 closure: {'CLOSED' if v['closed'] else 'NOT CLOSED'}  (contract {v['contract_fingerprint'][:16]}, "
+        f"commit {', '.join(c[:12] for c in v['commits']) or '-'})"
+    ]
     for name, p in v["profiles"].items():
         if p["status"] == "green":
             hosts = "; ".join(f"{e['host']} {e['device_name']} ({e['arch_key']})" for e in p["records"])
@@ -187,7 +240,9 @@ def render(v: dict) -> str:
             lines += [f"  {'':<18} {'':<8} {x[:200]}" for x in p["problems"][1:4]]
     green_runs = [r for r in v.get("full_test_runs", []) if not r["problems"] and r["git_sha"] in v["commits"]]
     if green_runs:
-        lines.append(f"  {'CI full run':<18} green    {green_runs[0]['path']} (nox -s tests: {', '.join(green_runs[0]['suites'])})")
+        lines.append(
+            f"  {'CI full run':<18} green    {green_runs[0]['path']} (nox -s tests: {', '.join(green_runs[0]['suites'])})"
+        )
     if v["missing"]:
         lines.append("missing:")
         lines += [f"  - {m[:220]}" for m in v["missing"]]
@@ -195,7 +250,9 @@ def render(v: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="ws1-contract closure", description="the WS1 verdict from several hosts' C11 records")
+    ap = argparse.ArgumentParser(
+        prog="ws1-contract closure", description="the WS1 verdict from several hosts' C11 records"
+    )
     ap.add_argument("dirs", nargs="*", help="evidence roots or profile folders holding c11_ci.json")
     ap.add_argument("--json", action="store_true", help="print the verdict as JSON")
     args = ap.parse_args(argv)

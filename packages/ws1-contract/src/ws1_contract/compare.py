@@ -44,7 +44,7 @@ def _blocks(*ts: torch.Tensor):
     flats = [(t.detach() if same else t.detach().cpu()).contiguous().reshape(-1) for t in ts]
     n = flats[0].numel()
     for i in range(0, n, BLOCK):
-        yield i, [f[i:i + BLOCK] for f in flats]
+        yield i, [f[i : i + BLOCK] for f in flats]
 
 
 def _unravel(flat: int, shape) -> list[int]:
@@ -57,8 +57,12 @@ def _unravel(flat: int, shape) -> list[int]:
 
 # NaN and Inf are exactly the values whose exponent bits are all ones: testing that on the integer
 # view is exact and several times faster than torch.isfinite on BF16 (which converts first).
-_EXP_MASK = {torch.bfloat16: (torch.int16, 0x7F80), torch.float16: (torch.int16, 0x7C00),
-             torch.float32: (torch.int32, 0x7F800000), torch.float64: (torch.int64, 0x7FF0000000000000)}
+_EXP_MASK = {
+    torch.bfloat16: (torch.int16, 0x7F80),
+    torch.float16: (torch.int16, 0x7C00),
+    torch.float32: (torch.int32, 0x7F800000),
+    torch.float64: (torch.int64, 0x7FF0000000000000),
+}
 
 
 def _nonfinite_mask(b: torch.Tensor) -> torch.Tensor:
@@ -94,13 +98,21 @@ def _nonfinite(t: torch.Tensor) -> tuple[int, int | None]:
     return n, first
 
 
-def _structural(lhs: torch.Tensor, rhs: torch.Tensor, name: str, sides=("lhs", "rhs"), same_dtype: bool = True,
-                check_rhs: bool = True) -> Comparison | None:
+def _structural(
+    lhs: torch.Tensor,
+    rhs: torch.Tensor,
+    name: str,
+    sides=("lhs", "rhs"),
+    same_dtype: bool = True,
+    check_rhs: bool = True,
+) -> Comparison | None:
     """A failed Comparison if the two sides cannot be compared at all, else None.
 
     ``check_rhs=False`` skips the rhs's NaN/Inf scan (the caller proves it another way)."""
     if not isinstance(lhs, torch.Tensor) or not isinstance(rhs, torch.Tensor):
-        return Comparison(False, f"{name}: both sides must be tensors, got {type(lhs).__name__} and {type(rhs).__name__}")
+        return Comparison(
+            False, f"{name}: both sides must be tensors, got {type(lhs).__name__} and {type(rhs).__name__}"
+        )
     if lhs.shape != rhs.shape:
         return Comparison(False, f"{name}: shape mismatch {tuple(lhs.shape)} vs {tuple(rhs.shape)}")
     if same_dtype and lhs.dtype != rhs.dtype:
@@ -108,8 +120,12 @@ def _structural(lhs: torch.Tensor, rhs: torch.Tensor, name: str, sides=("lhs", "
     for side, t in zip(sides, (lhs, rhs) if check_rhs else (lhs,)):
         n, first = _nonfinite(t)
         if n:
-            return Comparison(False, f"{name}: {n} non-finite value(s) in {side}, first at index {tuple(_unravel(first, t.shape))} "
-                                     "— a hard failure", n_total=t.numel())
+            return Comparison(
+                False,
+                f"{name}: {n} non-finite value(s) in {side}, first at index {tuple(_unravel(first, t.shape))} "
+                "— a hard failure",
+                n_total=t.numel(),
+            )
     if lhs.numel() == 0:
         return Comparison(False, f"{name}: empty tensors: nothing was compared")
     return None
@@ -137,9 +153,9 @@ def bitwise(lhs: torch.Tensor, rhs: torch.Tensor, name: str = "tensor") -> Compa
         if first is None:
             first = off + int(torch.nonzero(diff)[0])
         max_abs = max(max_abs, float((x[diff].double() - y[diff].double()).abs().max()))
-    if n == 0:   # equal bits: the rhs holds exactly the lhs's (finite) values
+    if n == 0:  # equal bits: the rhs holds exactly the lhs's (finite) values
         return Comparison(True, f"{name}: bitwise equal ({a.numel()} elements)", n_total=a.numel(), max_abs=0.0)
-    bad = _structural(lhs, rhs, name)          # a NaN/Inf on the rhs is reported as such
+    bad = _structural(lhs, rhs, name)  # a NaN/Inf on the rhs is reported as such
     if bad is not None:
         return bad
     idx = _unravel(first, a.shape)
@@ -148,11 +164,16 @@ def bitwise(lhs: torch.Tensor, rhs: torch.Tensor, name: str = "tensor") -> Compa
         False,
         f"{name}: {n} of {a.numel()} elements differ in their bits; max |delta| {max_abs:.3e}; "
         f"first at {idx}: lhs {fl!r} vs rhs {fr!r}",
-        n_total=a.numel(), n_diff=n, max_abs=max_abs, first_diff={"index": idx, "lhs": fl, "rhs": fr},
+        n_total=a.numel(),
+        n_diff=n,
+        max_abs=max_abs,
+        first_diff={"index": idx, "lhs": fl, "rhs": fr},
     )
 
 
-def within_tolerance(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, name: str = "tensor") -> Comparison:
+def within_tolerance(
+    cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, name: str = "tensor"
+) -> Comparison:
     """``|cand - ref| <= atol + rtol * |ref|`` elementwise, in FP32 (ref is the FP32 reference) — or in
     FP64 when either side is FP64 (an FP64 reference is never rounded to FP32 before it judges)."""
     bad = _structural(cand, ref, name, sides=("the candidate", "the reference"), same_dtype=False)
@@ -163,7 +184,7 @@ def within_tolerance(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: f
     n, first, max_abs, max_rel = 0, None, 0.0, 0.0
     for off, (cb, rb) in _blocks(cand, ref):
         c, r = cb.to(work), rb.to(work)
-        if torch.equal(c, r):   # equal values (both finite, checked above): every error here is 0
+        if torch.equal(c, r):  # equal values (both finite, checked above): every error here is 0
             continue
         err = (c - r).abs()
         over = err > atol + rtol * r.abs()
@@ -175,15 +196,23 @@ def within_tolerance(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: f
         max_rel = max(max_rel, float((err / r.abs().clamp_min(tiny)).max()))
     total = cand.numel()
     if n == 0:
-        return Comparison(True, f"{name}: within atol {atol:g} rtol {rtol:g}; max |err| {max_abs:.3e}",
-                          n_total=total, max_abs=max_abs, max_rel=max_rel)
+        return Comparison(
+            True,
+            f"{name}: within atol {atol:g} rtol {rtol:g}; max |err| {max_abs:.3e}",
+            n_total=total,
+            max_abs=max_abs,
+            max_rel=max_rel,
+        )
     idx = _unravel(first, cand.shape)
     fc, fr = float(cand.detach().cpu().reshape(-1)[first]), float(ref.detach().cpu().reshape(-1)[first])
     return Comparison(
         False,
         f"{name}: {n} of {total} elements exceed atol {atol:g} + rtol {rtol:g}*|ref|; max |err| {max_abs:.3e}; "
         f"first at {idx}: candidate {fc!r} vs reference {fr!r}",
-        n_total=total, n_diff=n, max_abs=max_abs, max_rel=max_rel,
+        n_total=total,
+        n_diff=n,
+        max_abs=max_abs,
+        max_rel=max_rel,
         first_diff={"index": idx, "lhs": fc, "rhs": fr},
     )
 
@@ -193,10 +222,10 @@ class NormStats:
     """The sums behind the tensor-norm rule, accumulated in FP64 over blocks of one tensor pair —
     so a reference produced block by block (a vocabulary-sized gradient) is judged as one tensor."""
 
-    err2: float = 0.0   # sum (cand - ref)^2
-    ref2: float = 0.0   # sum ref^2
+    err2: float = 0.0  # sum (cand - ref)^2
+    ref2: float = 0.0  # sum ref^2
     cand2: float = 0.0  # sum cand^2
-    dot: float = 0.0    # sum cand * ref
+    dot: float = 0.0  # sum cand * ref
     n: int = 0
 
     def add(self, cand: torch.Tensor, ref: torch.Tensor) -> None:
@@ -210,7 +239,7 @@ class NormStats:
                 self.dot += r2
                 self.n += r.numel()
                 continue
-            c, r = cb.double(), rb.double()   # FP64: squares of tiny gradients must not underflow
+            c, r = cb.double(), rb.double()  # FP64: squares of tiny gradients must not underflow
             d = c - r
             self.err2 += float(torch.dot(d, d))
             self.ref2 += float(torch.dot(r, r))
@@ -227,17 +256,28 @@ class NormStats:
             cos = self.dot / math.sqrt(self.cand2 * self.ref2)
         else:
             cos = 1.0 if self.cand2 == self.ref2 == 0 else 0.0
-        ok = self.n > 0 and rel <= max_rel_l2 and cos >= min_cosine   # NaN compares False: fails
-        what = (f"{name}: rel L2 {rel:.3e} (max {max_rel_l2:g}), cosine {cos:.9f} (min {min_cosine:g}) "
-                f"over {self.n} elements")
+        ok = self.n > 0 and rel <= max_rel_l2 and cos >= min_cosine  # NaN compares False: fails
+        what = (
+            f"{name}: rel L2 {rel:.3e} (max {max_rel_l2:g}), cosine {cos:.9f} (min {min_cosine:g}) "
+            f"over {self.n} elements"
+        )
         if not ok:
-            why = [w for w, bad in (("rel L2", not rel <= max_rel_l2), ("cosine", not cos >= min_cosine),
-                                    ("nothing compared", self.n == 0)) if bad]
+            why = [
+                w
+                for w, bad in (
+                    ("rel L2", not rel <= max_rel_l2),
+                    ("cosine", not cos >= min_cosine),
+                    ("nothing compared", self.n == 0),
+                )
+                if bad
+            ]
             what += f" — FAIL: {', '.join(why)} against the FP32 reference"
         return Comparison(ok, what, n_total=self.n, rel_l2=rel, cosine=cos)
 
 
-def within_norm(cand: torch.Tensor, ref: torch.Tensor, max_rel_l2: float, min_cosine: float, name: str = "tensor") -> Comparison:
+def within_norm(
+    cand: torch.Tensor, ref: torch.Tensor, max_rel_l2: float, min_cosine: float, name: str = "tensor"
+) -> Comparison:
     """The scale-aware per-tensor rule (:class:`NormStats`) on a whole tensor pair."""
     bad = _structural(cand, ref, name, sides=("the candidate", "the reference"), same_dtype=False)
     if bad is not None:
@@ -296,10 +336,19 @@ def aggregates(
     non-finite value fails.
     """
     if lhs_logp.shape != rhs_logp.shape:
-        return AggregateResult(math.inf, math.inf, 1.0, False, -1, 0, False,
-                               f"shape mismatch {tuple(lhs_logp.shape)} vs {tuple(rhs_logp.shape)}", thresholds)
+        return AggregateResult(
+            math.inf,
+            math.inf,
+            1.0,
+            False,
+            -1,
+            0,
+            False,
+            f"shape mismatch {tuple(lhs_logp.shape)} vs {tuple(rhs_logp.shape)}",
+            thresholds,
+        )
     if active is None:
-        active = torch.ones(lhs_logp.shape, dtype=torch.bool, device="cpu")   # judged on the host (below)
+        active = torch.ones(lhs_logp.shape, dtype=torch.bool, device="cpu")  # judged on the host (below)
     active = active.to(torch.bool).cpu()
     lhs = lhs_logp.detach().cpu()[active]
     rhs = rhs_logp.detach().cpu()[active]

@@ -36,10 +36,10 @@ REPORT_KINDS = {
     "train_infer_parity": ("training_style_teacher_forcing", "inference_style_rollout_decode"),
 }
 METRICS = ("max_abs_dlogp", "approx_kl0", "clipfrac0")
-NORM_REQUIRED = ("gradient_accuracy",)   # judgments that must carry a tensor-norm rule
+NORM_REQUIRED = ("gradient_accuracy",)  # judgments that must carry a tensor-norm rule
 # judgment -> op classes that must carry an FP64-reference row (at the class's judged dtype)
 FP64_REQUIRED = {"forward_accuracy": ("logprob",)}
-REFERENCES = ("float32", "float64")      # what Contract.resolve(..., reference=) accepts
+REFERENCES = ("float32", "float64")  # what Contract.resolve(..., reference=) accepts
 DTYPE_ALIASES = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16", "half": "float16", "float": "float32"}
 
 
@@ -169,7 +169,9 @@ class Contract:
         try:
             return self.profiles[profile].backend_family
         except KeyError:
-            raise ContractError("profiles", f"unknown profile {profile!r}; expected one of {sorted(self.profiles)}") from None
+            raise ContractError(
+                "profiles", f"unknown profile {profile!r}; expected one of {sorted(self.profiles)}"
+            ) from None
 
     def dtype_name(self, dtype) -> str:
         """'bfloat16' from torch.bfloat16, 'bf16' or 'bfloat16'; out-of-scope dtypes are an error."""
@@ -193,14 +195,18 @@ class Contract:
         if judgment not in self.judgments:
             raise ContractError("judgments", f"unknown judgment {judgment!r}; expected one of {sorted(self.judgments)}")
         if reference not in REFERENCES:
-            raise ContractError("dtype_policy.reference_dtype", f"unknown reference {reference!r}; expected one of {list(REFERENCES)}")
+            raise ContractError(
+                "dtype_policy.reference_dtype", f"unknown reference {reference!r}; expected one of {list(REFERENCES)}"
+            )
         cls, name = self.op_class(op), self.dtype_name(dtype)
         j = self.judgments[judgment]
         if reference == "float64":
             row = (j.fp64_reference.by_op_class.get(cls, {}) if j.fp64_reference is not None else {}).get(name)
             if row is None:
-                raise ContractError(f"judgments.{judgment}.fp64_reference.by_op_class.{cls}.{name}",
-                                    f"no FP64-reference row for {op} ({cls}) at {name}")
+                raise ContractError(
+                    f"judgments.{judgment}.fp64_reference.by_op_class.{cls}.{name}",
+                    f"no FP64-reference row for {op} ({cls}) at {name}",
+                )
             return row
         th = j.by_op_class[cls][name]
         if j.tensor_norm is None:
@@ -246,14 +252,20 @@ class Contract:
         roles = self.comparison_roles
         for side, role in (("lhs", lhs), ("rhs", rhs)):
             if role in roles.forbidden:
-                raise ContractError("comparison_roles.forbidden", f"role {role!r} may not be a comparison side ({side})")
+                raise ContractError(
+                    "comparison_roles.forbidden", f"role {role!r} may not be a comparison side ({side})"
+                )
             if role not in roles.allowed:
                 raise ContractError("comparison_roles.allowed", f"unknown role {role!r} ({side})")
         if kind not in roles.pairs:
-            raise ContractError("comparison_roles.pairs", f"unknown report kind {kind!r}; expected one of {sorted(roles.pairs)}")
+            raise ContractError(
+                "comparison_roles.pairs", f"unknown report kind {kind!r}; expected one of {sorted(roles.pairs)}"
+            )
         want = roles.pairs[kind]
         if (lhs, rhs) == (want.rhs, want.lhs):
-            raise ContractError(f"comparison_roles.pairs.{kind}", f"reversed role pair: lhs must be {want.lhs!r}, rhs {want.rhs!r}")
+            raise ContractError(
+                f"comparison_roles.pairs.{kind}", f"reversed role pair: lhs must be {want.lhs!r}, rhs {want.rhs!r}"
+            )
         if (lhs, rhs) != (want.lhs, want.rhs):
             raise ContractError(
                 f"comparison_roles.pairs.{kind}", f"role pair ({lhs!r}, {rhs!r}) is not ({want.lhs!r}, {want.rhs!r})"
@@ -290,23 +302,51 @@ def validate(c: Contract) -> None:
         _check(name in c.profiles, "profiles", f"required profile {name!r} is missing")
     for name, p in c.profiles.items():
         path = f"profiles.{name}"
-        _check(p.backend_family in FAMILIES, f"{path}.backend_family", f"unknown family {p.backend_family!r}; expected one of {list(FAMILIES)}")
+        _check(
+            p.backend_family in FAMILIES,
+            f"{path}.backend_family",
+            f"unknown family {p.backend_family!r}; expected one of {list(FAMILIES)}",
+        )
         if name in REQUIRED_PROFILES:
-            _check(p.backend_family == REQUIRED_PROFILES[name], f"{path}.backend_family",
-                   f"{name} must be family {REQUIRED_PROFILES[name]!r}, got {p.backend_family!r}")
-        _check(p.device_type == FAMILY_DEVICE_TYPE[p.backend_family], f"{path}.device_type",
-               f"family {p.backend_family} runs on {FAMILY_DEVICE_TYPE[p.backend_family]!r}, got {p.device_type!r}")
+            _check(
+                p.backend_family == REQUIRED_PROFILES[name],
+                f"{path}.backend_family",
+                f"{name} must be family {REQUIRED_PROFILES[name]!r}, got {p.backend_family!r}",
+            )
+        _check(
+            p.device_type == FAMILY_DEVICE_TYPE[p.backend_family],
+            f"{path}.device_type",
+            f"family {p.backend_family} runs on {FAMILY_DEVICE_TYPE[p.backend_family]!r}, got {p.device_type!r}",
+        )
     # dtype policy
     d = c.dtype_policy
-    for field, want in (("execution_dtype", "bfloat16"), ("accumulation_dtype", "float32"), ("reference_dtype", "float32"),
-                        ("output_dtype", "execution"), ("logits_dtype", "float32"), ("logprob_dtype", "float32"),
-                        ("residual_stream_dtype", "float32"), ("tf32", "disabled")):
+    for field, want in (
+        ("execution_dtype", "bfloat16"),
+        ("accumulation_dtype", "float32"),
+        ("reference_dtype", "float32"),
+        ("output_dtype", "execution"),
+        ("logits_dtype", "float32"),
+        ("logprob_dtype", "float32"),
+        ("residual_stream_dtype", "float32"),
+        ("tf32", "disabled"),
+    ):
         _check(getattr(d, field) == want, f"dtype_policy.{field}", f"must be {want!r}, got {getattr(d, field)!r}")
-    _check({"float32", "bfloat16"} <= set(d.supported_dtypes), "dtype_policy.supported_dtypes", "must include float32 and bfloat16")
-    _check(not set(d.out_of_scope_dtypes) & set(d.supported_dtypes), "dtype_policy.out_of_scope_dtypes",
-           "a dtype cannot be both supported and out of scope")
+    _check(
+        {"float32", "bfloat16"} <= set(d.supported_dtypes),
+        "dtype_policy.supported_dtypes",
+        "must include float32 and bfloat16",
+    )
+    _check(
+        not set(d.out_of_scope_dtypes) & set(d.supported_dtypes),
+        "dtype_policy.out_of_scope_dtypes",
+        "a dtype cannot be both supported and out of scope",
+    )
     for name, p in c.profiles.items():
-        _check(p.execution_dtype in d.supported_dtypes, f"profiles.{name}.execution_dtype", f"unsupported dtype {p.execution_dtype!r}")
+        _check(
+            p.execution_dtype in d.supported_dtypes,
+            f"profiles.{name}.execution_dtype",
+            f"unsupported dtype {p.execution_dtype!r}",
+        )
     # op classes
     _same_keys(c.op_classes, OP_CLASSES, "op_classes", "op class(es)")
     seen: dict[str, str] = {}
@@ -330,10 +370,16 @@ def validate(c: Contract) -> None:
                     _check(math.isfinite(v) and v >= 0, fpath, f"must be a finite number >= 0, got {v}")
                     if j.kind == "bitwise":
                         _check(v == 0, fpath, "an invariance threshold must be 0")
-                _check(th.max_rel_l2 is None and th.min_cosine is None, f"{path}.by_op_class.{cls}.{dt}",
-                       f"max_rel_l2/min_cosine belong in {path}.tensor_norm, not in an atol/rtol row")
-        _check(j.tensor_norm is not None or jname not in NORM_REQUIRED, f"{path}.tensor_norm",
-               "required: the elementwise atol alone cannot see a zeroed, halved or sign-flipped gradient")
+                _check(
+                    th.max_rel_l2 is None and th.min_cosine is None,
+                    f"{path}.by_op_class.{cls}.{dt}",
+                    f"max_rel_l2/min_cosine belong in {path}.tensor_norm, not in an atol/rtol row",
+                )
+        _check(
+            j.tensor_norm is not None or jname not in NORM_REQUIRED,
+            f"{path}.tensor_norm",
+            "required: the elementwise atol alone cannot see a zeroed, halved or sign-flipped gradient",
+        )
         if j.tensor_norm is not None:
             _check(j.kind == "tolerance", f"{path}.tensor_norm", "only a tolerance judgment has a tensor-norm rule")
             _check(j.tensor_norm.note != "", f"{path}.tensor_norm.note", "must say how the limits were chosen")
@@ -343,10 +389,16 @@ def validate(c: Contract) -> None:
                 for dt, lim in by_dtype.items():
                     lpath = f"{path}.tensor_norm.by_op_class.{cls}.{dt}"
                     # rel L2 1 is a zeroed tensor, 0.5 a halved one: a limit must sit below both
-                    _check(math.isfinite(lim.max_rel_l2) and 0 <= lim.max_rel_l2 < 0.5, f"{lpath}.max_rel_l2",
-                           f"must be in [0, 0.5) (a halved tensor has rel L2 0.5), got {lim.max_rel_l2}")
-                    _check(math.isfinite(lim.min_cosine) and 0 < lim.min_cosine <= 1, f"{lpath}.min_cosine",
-                           f"must be in (0, 1] (a zeroed tensor has cosine 0), got {lim.min_cosine}")
+                    _check(
+                        math.isfinite(lim.max_rel_l2) and 0 <= lim.max_rel_l2 < 0.5,
+                        f"{lpath}.max_rel_l2",
+                        f"must be in [0, 0.5) (a halved tensor has rel L2 0.5), got {lim.max_rel_l2}",
+                    )
+                    _check(
+                        math.isfinite(lim.min_cosine) and 0 < lim.min_cosine <= 1,
+                        f"{lpath}.min_cosine",
+                        f"must be in (0, 1] (a zeroed tensor has cosine 0), got {lim.min_cosine}",
+                    )
         _validate_fp64_reference(c, jname, j)
     # roles
     r = c.comparison_roles
@@ -362,17 +414,28 @@ def validate(c: Contract) -> None:
             _check(role not in r.forbidden, f"{path}.{side}", f"forbidden role {role!r} used as a comparison side")
             _check(role in r.allowed, f"{path}.{side}", f"role {role!r} is not in comparison_roles.allowed")
         want = REPORT_KINDS[kind]
-        _check((pair.lhs, pair.rhs) != (want[1], want[0]), path, f"reversed role pair: lhs must be {want[0]!r}, rhs {want[1]!r}")
+        _check(
+            (pair.lhs, pair.rhs) != (want[1], want[0]),
+            path,
+            f"reversed role pair: lhs must be {want[0]!r}, rhs {want[1]!r}",
+        )
         _check((pair.lhs, pair.rhs) == want, path, f"must be lhs {want[0]!r}, rhs {want[1]!r}")
     # aggregates
     a = c.aggregates
     _same_keys(a.metrics, METRICS, "aggregates.metrics", "metric(s)")
-    _check(len(a.clip_interval) == 2 and a.clip_interval[0] < 1.0 < a.clip_interval[1], "aggregates.clip_interval",
-           f"must be [lo, hi] with lo < 1 < hi, got {a.clip_interval}")
+    _check(
+        len(a.clip_interval) == 2 and a.clip_interval[0] < 1.0 < a.clip_interval[1],
+        "aggregates.clip_interval",
+        f"must be [lo, hi] with lo < 1 < hi, got {a.clip_interval}",
+    )
     for m, spec in a.metrics.items():
         _same_keys(spec.thresholds, d.supported_dtypes, f"aggregates.metrics.{m}.thresholds", "dtype(s)")
         for dt, v in spec.thresholds.items():
-            _check(math.isfinite(v) and v >= 0, f"aggregates.metrics.{m}.thresholds.{dt}", f"must be a finite number >= 0, got {v}")
+            _check(
+                math.isfinite(v) and v >= 0,
+                f"aggregates.metrics.{m}.thresholds.{dt}",
+                f"must be a finite number >= 0, got {v}",
+            )
 
 
 def _validate_fp64_reference(c: Contract, jname: str, j: Judgment) -> None:
@@ -384,8 +447,12 @@ def _validate_fp64_reference(c: Contract, jname: str, j: Judgment) -> None:
     rule = j.fp64_reference
     for cls in FP64_REQUIRED.get(jname, ()):
         want = d.logprob_dtype if cls == "logprob" else d.execution_dtype
-        _check(rule is not None, path, f"required: the {cls} class is judged in {want}, and its {d.execution_dtype} row "
-                                       f"cannot see a {want}-level error against the FP32 reference")
+        _check(
+            rule is not None,
+            path,
+            f"required: the {cls} class is judged in {want}, and its {d.execution_dtype} row "
+            f"cannot see a {want}-level error against the FP32 reference",
+        )
         _check(cls in rule.by_op_class, f"{path}.by_op_class", f"missing op class(es) [{cls!r}] (required)")
         _check(want in rule.by_op_class[cls], f"{path}.by_op_class.{cls}", f"missing dtype(s) [{want!r}] (required)")
     if rule is None:
@@ -406,10 +473,17 @@ def _validate_fp64_reference(c: Contract, jname: str, j: Judgment) -> None:
                 fpath = f"{path}.by_op_class.{cls}.{dt}.{field}"
                 _check(math.isfinite(v) and v >= 0, fpath, f"must be a finite number >= 0, got {v}")
                 limit = getattr(beside, field)
-                _check(v <= limit, fpath, f"{v:g} is looser than judgments.{jname}.by_op_class.{cls}.{d.execution_dtype}.{field} "
-                                          f"({limit:g}): an FP64-reference row adds a check beside it, never relaxes one")
-            _check(th.max_rel_l2 is None and th.min_cosine is None, f"{path}.by_op_class.{cls}.{dt}",
-                   "an FP64-reference row is elementwise: atol and rtol only")
+                _check(
+                    v <= limit,
+                    fpath,
+                    f"{v:g} is looser than judgments.{jname}.by_op_class.{cls}.{d.execution_dtype}.{field} "
+                    f"({limit:g}): an FP64-reference row adds a check beside it, never relaxes one",
+                )
+            _check(
+                th.max_rel_l2 is None and th.min_cosine is None,
+                f"{path}.by_op_class.{cls}.{dt}",
+                "an FP64-reference row is elementwise: atol and rtol only",
+            )
 
 
 def fingerprint_of(data) -> str:

@@ -36,8 +36,11 @@ NOT_EXECUTED = "not executed on this host"
 @functools.lru_cache(maxsize=8)
 def _na_pairs_of(path: str, mtime_ns: int) -> frozenset[tuple[str, str]]:
     data = json.loads(Path(path).read_text())
-    return frozenset((op, "profile_independent") for op, d in (data.get("nodes") or {}).items()
-                     if isinstance(d, dict) and d.get("required") is False and d.get("profile_independent") is True)
+    return frozenset(
+        (op, "profile_independent")
+        for op, d in (data.get("nodes") or {}).items()
+        if isinstance(d, dict) and d.get("required") is False and d.get("profile_independent") is True
+    )
 
 
 def allowed_na_pairs() -> frozenset[tuple[str, str]]:
@@ -181,8 +184,20 @@ def write_evidence(
     return path
 
 
-REQUIRED_KEYS = ("schema", "gate", "profile", "passed", "counts", "cells", "provenance", "git_sha", "dirty",
-                 "contract_fingerprint", "fixture_hash", "created_at")
+REQUIRED_KEYS = (
+    "schema",
+    "gate",
+    "profile",
+    "passed",
+    "counts",
+    "cells",
+    "provenance",
+    "git_sha",
+    "dirty",
+    "contract_fingerprint",
+    "fixture_hash",
+    "created_at",
+)
 
 
 def read_evidence(path: str | Path) -> dict:

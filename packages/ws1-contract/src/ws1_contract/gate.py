@@ -56,10 +56,16 @@ class GateRun:
         if isinstance(prov, dict):
             prov = {**prov, "tf32": tf32}
         return write_evidence(
-            self.gate, self.profile, self.cells, prov,
+            self.gate,
+            self.profile,
+            self.cells,
+            prov,
             contract_fingerprint=self.contract.fingerprint,
             fixture_hash=self.manifest.fixture_identity_sha256,
-            git_sha=sha, dirty=dirty, root=root, extra=info,
+            git_sha=sha,
+            dirty=dirty,
+            root=root,
+            extra=info,
         )
 
     @property
@@ -128,15 +134,23 @@ def gate_main(
         if needs_device:
             why = ws1_accel.unavailable_reason(profile)
             if why is not None:
-                print(f"ws1 {gate}: {profile} needs a {ws1_accel.device_type_of(profile)} device: {why}", file=sys.stderr)
+                print(
+                    f"ws1 {gate}: {profile} needs a {ws1_accel.device_type_of(profile)} device: {why}", file=sys.stderr
+                )
                 outcomes.append(EXIT_UNAVAILABLE)
                 continue
         run = GateRun(gate, profile, contract, manifest)
         try:
             run.extra["tf32"] = disable_tf32(profile)
-            if run.extra["tf32"]["left_on"]:   # fail closed: nothing this gate computes could be trusted
-                run.add(Cell(id="tf32", judgment="provenance", status="red",
-                             detail=f"TF32 still enabled on {run.extra['tf32']['left_on']} after disabling it"))
+            if run.extra["tf32"]["left_on"]:  # fail closed: nothing this gate computes could be trusted
+                run.add(
+                    Cell(
+                        id="tf32",
+                        judgment="provenance",
+                        status="red",
+                        detail=f"TF32 still enabled on {run.extra['tf32']['left_on']} after disabling it",
+                    )
+                )
             body(run, args)
         except (ContractError, EvidenceError) as exc:
             print(f"ws1 {gate}: {profile}: {exc}", file=sys.stderr)

@@ -39,8 +39,20 @@ def c1_contract(run: GateRun, args) -> None:
     c, profile = run.contract, run.profile
     raw = read_json(c.source)
     fam = c.family(profile)
-    _cell(run, "contract-loads", "contract", True, f"{Path(c.source).name} {c.version} validated; fingerprint {c.fingerprint[:16]}…")
-    _cell(run, f"profile-{profile}", "contract", True, f"{profile} -> family {fam}, device {c.profiles[profile].device_type}")
+    _cell(
+        run,
+        "contract-loads",
+        "contract",
+        True,
+        f"{Path(c.source).name} {c.version} validated; fingerprint {c.fingerprint[:16]}…",
+    )
+    _cell(
+        run,
+        f"profile-{profile}",
+        "contract",
+        True,
+        f"{profile} -> family {fam}, device {c.profiles[profile].device_type}",
+    )
     # resolver: every judgment x op x dtype resolves; invariance rows are exactly 0
     for j in JUDGMENTS:
         n, bad = 0, []
@@ -50,7 +62,13 @@ def c1_contract(run: GateRun, args) -> None:
                 n += 1
                 if c.is_bitwise(j) and (th.atol, th.rtol) != (0.0, 0.0):
                     bad.append(f"{op}/{dt}")
-        _cell(run, f"resolve-{j}", "contract", not bad, f"{n} (op, dtype) rows resolve" + (f"; non-zero: {bad}" if bad else ""))
+        _cell(
+            run,
+            f"resolve-{j}",
+            "contract",
+            not bad,
+            f"{n} (op, dtype) rows resolve" + (f"; non-zero: {bad}" if bad else ""),
+        )
     # the FP64-reference rows: every op of a class that has one resolves it at the dtype its values are in,
     # no looser than the execution dtype's row beside it (validate() refuses that too)
     rows64, bad, judged64 = [], [], set()
@@ -64,12 +82,23 @@ def c1_contract(run: GateRun, args) -> None:
                 if th.atol > beside.atol or th.rtol > beside.rtol:
                     bad.append(op)
     need = [op for op in c.op_classes["logprob"] if ("forward_accuracy", op) not in judged64]
-    _cell(run, "resolve-fp64-reference", "contract", bool(rows64) and not bad and not need,
-          f"{len(rows64)} FP64-reference row(s): {'; '.join(rows64)}" + (f"; looser than their BF16 row: {bad}" if bad else "")
-          + (f"; logprob-class op(s) without one: {need}" if need else ""))
+    _cell(
+        run,
+        "resolve-fp64-reference",
+        "contract",
+        bool(rows64) and not bad and not need,
+        f"{len(rows64)} FP64-reference row(s): {'; '.join(rows64)}"
+        + (f"; looser than their BF16 row: {bad}" if bad else "")
+        + (f"; logprob-class op(s) without one: {need}" if need else ""),
+    )
     bf = c.resolve("forward_accuracy", "det_gemm", "bfloat16")
-    _cell(run, "resolve-example", "contract", (bf.atol, bf.rtol) == (5e-2, 2e-2),
-          f"forward_accuracy det_gemm bfloat16 -> atol {bf.atol:g} rtol {bf.rtol:g}")
+    _cell(
+        run,
+        "resolve-example",
+        "contract",
+        (bf.atol, bf.rtol) == (5e-2, 2e-2),
+        f"forward_accuracy det_gemm bfloat16 -> atol {bf.atol:g} rtol {bf.rtol:g}",
+    )
     try:
         c.resolve("forward_accuracy", "det_gemm", "float8_e4m3fn")
         _cell(run, "fp8-out-of-scope", "contract", False, "an FP8 request was accepted")
@@ -80,23 +109,43 @@ def c1_contract(run: GateRun, args) -> None:
     bumped = copy.deepcopy(raw)
     bumped["judgments"]["forward_accuracy"]["by_op_class"]["reduction"]["bfloat16"]["atol"] = 0.051
     moved = contract_from_dict(bumped).fingerprint != c.fingerprint
-    _cell(run, "fingerprint", "contract", again == c.fingerprint and moved,
-          f"sha256 of sorted-key compact JSON {c.fingerprint[:16]}…; stable {again == c.fingerprint}, moves on an edit {moved}")
+    _cell(
+        run,
+        "fingerprint",
+        "contract",
+        again == c.fingerprint and moved,
+        f"sha256 of sorted-key compact JSON {c.fingerprint[:16]}…; stable {again == c.fingerprint}, moves on an edit {moved}",
+    )
     # provenance: its own family accepted, any other family rejected
     prov = Provenance(
-        backend_profile=profile, requested_backend=fam, actual_backend=fam,
-        execution_dtype=c.profiles[profile].execution_dtype, accumulation_dtype="float32",
-        output_dtype=c.profiles[profile].execution_dtype, reference_dtype="float32",
-        candidate_tf32_enabled=False, reference_tf32_enabled=False, device_name="(static check)", arch_key="-",
-        torch_version="-", git_sha="-", git_dirty=False, contract_fingerprint=c.fingerprint,
+        backend_profile=profile,
+        requested_backend=fam,
+        actual_backend=fam,
+        execution_dtype=c.profiles[profile].execution_dtype,
+        accumulation_dtype="float32",
+        output_dtype=c.profiles[profile].execution_dtype,
+        reference_dtype="float32",
+        candidate_tf32_enabled=False,
+        reference_tf32_enabled=False,
+        device_name="(static check)",
+        arch_key="-",
+        torch_version="-",
+        git_sha="-",
+        git_dirty=False,
+        contract_fingerprint=c.fingerprint,
         manifest_fixture_hash=run.manifest.fixture_identity_sha256,
     )
     own = validate_provenance(prov, c, run.manifest.fixture_identity_sha256)
     _cell(run, "provenance-own-family", "contract", not own, "accepted" if not own else "; ".join(own))
     for other in sorted({p.backend_family for p in c.profiles.values()} - {fam}):
         probs = validate_provenance(attrs.evolve(prov, actual_backend=other), c)
-        _cell(run, f"provenance-rejects-{other}", "contract", bool(probs),
-              probs[0] if probs else f"actual backend {other} was ACCEPTED for {profile}")
+        _cell(
+            run,
+            f"provenance-rejects-{other}",
+            "contract",
+            bool(probs),
+            probs[0] if probs else f"actual backend {other} was ACCEPTED for {profile}",
+        )
     tf = validate_provenance(attrs.evolve(prov, candidate_tf32_enabled=True), c)
     _cell(run, "provenance-rejects-tf32", "contract", bool(tf), tf[0] if tf else "TF32 on was ACCEPTED")
     # roles
@@ -109,20 +158,31 @@ def c1_contract(run: GateRun, args) -> None:
                 bad.append(f"({lhs}, {rhs}) accepted")
             except ContractError:
                 pass
-        _cell(run, f"roles-{kind}", "contract", not bad,
-              f"{pair.lhs} vs {pair.rhs}; reversed and forbidden pairs rejected" if not bad else "; ".join(bad))
+        _cell(
+            run,
+            f"roles-{kind}",
+            "contract",
+            not bad,
+            f"{pair.lhs} vs {pair.rhs}; reversed and forbidden pairs rejected" if not bad else "; ".join(bad),
+        )
     # the validator can fail: each broken copy must be rejected
     mutations = {
-        "nonzero-invariance": lambda d: d["judgments"]["forward_invariance"]["by_op_class"]["reduction"]["bfloat16"].update(atol=1e-6),
+        "nonzero-invariance": lambda d: d["judgments"]["forward_invariance"]["by_op_class"]["reduction"][
+            "bfloat16"
+        ].update(atol=1e-6),
         "private-relaxation": lambda d: d.update(backend_private_tolerance_relaxation=True),
         "wrong-family": lambda d: d["profiles"][profile].update(backend_family="cuda" if fam != "cuda" else "cpu"),
         "reversed-pair": lambda d: d["comparison_roles"]["pairs"].update(
-            accuracy={"lhs": "fp32_reference", "rhs": "bf16_candidate"}),
-        "string-threshold": lambda d: d["judgments"]["forward_accuracy"]["by_op_class"]["logprob"]["bfloat16"].update(atol="0.06"),
+            accuracy={"lhs": "fp32_reference", "rhs": "bf16_candidate"}
+        ),
+        "string-threshold": lambda d: d["judgments"]["forward_accuracy"]["by_op_class"]["logprob"]["bfloat16"].update(
+            atol="0.06"
+        ),
         "missing-key": lambda d: d.pop("aggregates"),
         "fp64-row-missing": lambda d: d["judgments"]["forward_accuracy"].pop("fp64_reference"),
-        "fp64-row-looser": lambda d: d["judgments"]["forward_accuracy"]["fp64_reference"]["by_op_class"]["logprob"]["float32"]
-        .update(atol=0.1),
+        "fp64-row-looser": lambda d: d["judgments"]["forward_accuracy"]["fp64_reference"]["by_op_class"]["logprob"][
+            "float32"
+        ].update(atol=0.1),
     }
     for name, mutate in mutations.items():
         ok, detail = _rejects(mutate, raw, contract_from_dict)
@@ -186,30 +246,58 @@ def c2_manifest(run: GateRun, args) -> None:
     for op, ts in tiers.items():
         for t in ts:
             cases = m.cases(profile=profile, op=op, tier=t)
-            _cell(run, f"cases-{op}-{t}", "manifest", bool(cases),
-                  ", ".join(x.case_id for x in cases) if cases else f"no representative case for {op} × {t}", op=op, tier=t)
+            _cell(
+                run,
+                f"cases-{op}-{t}",
+                "manifest",
+                bool(cases),
+                ", ".join(x.case_id for x in cases) if cases else f"no representative case for {op} × {t}",
+                op=op,
+                tier=t,
+            )
     raw = read_json(m.source)
     computed = fixture_hash(raw["fixtures"])
-    _cell(run, "fixture-hash", "manifest", computed == m.fixture_identity_sha256, f"fixture_identity_sha256 {computed[:16]}… matches")
+    _cell(
+        run,
+        "fixture-hash",
+        "manifest",
+        computed == m.fixture_identity_sha256,
+        f"fixture_identity_sha256 {computed[:16]}… matches",
+    )
     fx = m.fixtures
     lengths = [s.length for s in fx.primary]
-    sm = m.fixture_summary   # checked against the fixtures on load; here the cell shows it
-    ok = (m.active_tokens, m.total_tokens, fx.padded_length, lengths) == (sm.active_tokens, sm.total_tokens, sm.padded_length,
-                                                                          sm.primary_lengths)
-    _cell(run, "fixtures-primary", "manifest", ok,
-          f"{len(fx.primary)} samples, lengths {lengths}, {m.active_tokens} active / {m.total_tokens} tokens, padded to {fx.padded_length}")
-    _cell(run, "fixtures-short-long", "manifest", (fx.short.length, fx.long.length) == (sm.short_length, sm.long_length),
-          f"short length {fx.short.length}, long length {fx.long.length}")
+    sm = m.fixture_summary  # checked against the fixtures on load; here the cell shows it
+    ok = (m.active_tokens, m.total_tokens, fx.padded_length, lengths) == (
+        sm.active_tokens,
+        sm.total_tokens,
+        sm.padded_length,
+        sm.primary_lengths,
+    )
+    _cell(
+        run,
+        "fixtures-primary",
+        "manifest",
+        ok,
+        f"{len(fx.primary)} samples, lengths {lengths}, {m.active_tokens} active / {m.total_tokens} tokens, padded to {fx.padded_length}",
+    )
+    _cell(
+        run,
+        "fixtures-short-long",
+        "manifest",
+        (fx.short.length, fx.long.length) == (sm.short_length, sm.long_length),
+        f"short length {fx.short.length}, long length {fx.long.length}",
+    )
     mutations = {
         "fixture-edit": lambda d: d["fixtures"]["primary"][0]["completion"].append(203),
         "empty-kernel-id": lambda d: d["nodes"]["rope"]["kernels"][profile].update(kernel_id=""),
         "cross-family-kernel": lambda d: d["nodes"]["det_gemm"]["kernels"][profile].update(
-            kernel_id="ws1_cuda::det_gemm" if decl.backend_family != "cuda" else "ws1_cpu::det_gemm"),
+            kernel_id="ws1_cuda::det_gemm" if decl.backend_family != "cuda" else "ws1_cpu::det_gemm"
+        ),
         "duplicate-kernel-id": lambda d: d["nodes"]["silu"]["kernels"][profile].update(
-            kernel_id=d["nodes"]["swiglu"]["kernels"][profile]["kernel_id"]),
+            kernel_id=d["nodes"]["swiglu"]["kernels"][profile]["kernel_id"]
+        ),
         "unknown-op": lambda d: d["nodes"].update(softmax=d["nodes"]["silu"]),
     }
     for name, mutate in mutations.items():
         ok, detail = _rejects(mutate, raw, lambda bad: manifest_from_dict(bad, c))
         _cell(run, f"validator-rejects-{name}", "manifest", ok, detail)
-

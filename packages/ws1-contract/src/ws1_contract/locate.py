@@ -29,7 +29,9 @@ def contracts_dir() -> Path:
     bundled = here.parent / "data"
     if (bundled / CONTRACT_NAME).is_file():
         return bundled
-    raise FileNotFoundError("no contracts/ found: set WS1_CONTRACTS_DIR or install ws1-contract from the WS1 repository")
+    raise FileNotFoundError(
+        "no contracts/ found: set WS1_CONTRACTS_DIR or install ws1-contract from the WS1 repository"
+    )
 
 
 def contract_path() -> Path:

@@ -33,7 +33,9 @@ def kernel_id_pattern(family: str) -> re.Pattern:
     compiled kernel package (torch.ops namespace), ``ws1_ops.<family>.<module>:<kernel>`` for a Python
     one (Triton). A cpu profile declaring a CUDA kernel is a cross-profile fallback written into the
     manifest, and is rejected here."""
-    return re.compile(rf"^(ws1_{family}::[a-z_][a-z0-9_]*|ws1_ops\.{family}\.[a-z_][a-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*)$")
+    return re.compile(
+        rf"^(ws1_{family}::[a-z_][a-z0-9_]*|ws1_ops\.{family}\.[a-z_][a-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*)$"
+    )
 
 
 ShapeValue = Union[int, str]
@@ -55,7 +57,7 @@ class ProfileDecl:
 
 @attrs.frozen
 class CaseDecl:
-    tag: str                          # the <shape> part of the case id, e.g. "M8K4096N4096"
+    tag: str  # the <shape> part of the case id, e.g. "M8K4096N4096"
     shape: dict[str, Union[int, str]]
 
 
@@ -64,13 +66,14 @@ class Node:
     """One row of the node table."""
 
     required: bool
-    rows: str                         # "token" | "sequence" | "layout"
-    param: Optional[str]              # the parameter whose gradient is a row reduction, or None
-    inventory: bool                   # a C5 elementwise inventory item that is a ws1 kernel
-    cases: dict[str, CaseDecl]        # tier -> representative case
-    kernels: dict[str, Declaration] = attrs.field(factory=dict)   # profile -> kernel (required nodes)
+    rows: str  # "token" | "sequence" | "layout"
+    param: Optional[str]  # the parameter whose gradient is a row reduction, or None
+    inventory: bool  # a C5 elementwise inventory item that is a ws1 kernel
+    cases: dict[str, CaseDecl]  # tier -> representative case
+    kernels: dict[str, Declaration] = attrs.field(factory=dict)  # profile -> kernel (required nodes)
     profile_independent: bool = False  # helpers only: one implementation serves every profile
-    reason: str = ""                   # helpers only: why
+    reason: str = ""  # helpers only: why
+
 
 @attrs.frozen
 class Sample:
@@ -188,14 +191,20 @@ class Manifest:
 
     @functools.cached_property
     def profiles(self) -> dict[str, ProfileDecl]:
-        return {p: ProfileDecl(fam, {n: d.kernels[p] for n, d in self.nodes.items() if d.required and p in d.kernels})
-                for p, fam in self.profile_families.items()}
+        return {
+            p: ProfileDecl(fam, {n: d.kernels[p] for n, d in self.nodes.items() if d.required and p in d.kernels})
+            for p, fam in self.profile_families.items()
+        }
 
     @functools.cached_property
     def representative_cases(self) -> list[Case]:
         """One case per profile × node × tier of the node table; id ``<node>-<tier>-<tag>-<profile>``."""
-        return [Case(case_id=f"{n}-{t}-{c.tag}-{p}", profile=p, op=n, tier=t, shape=dict(c.shape))
-                for p in self.profile_families for n, d in self.nodes.items() for t, c in d.cases.items()]
+        return [
+            Case(case_id=f"{n}-{t}-{c.tag}-{p}", profile=p, op=n, tier=t, shape=dict(c.shape))
+            for p in self.profile_families
+            for n, d in self.nodes.items()
+            for t, c in d.cases.items()
+        ]
 
     def kernel_id(self, profile: str, node: str) -> str:
         if profile not in self.profiles:
@@ -207,8 +216,11 @@ class Manifest:
 
     def cases(self, profile: str | None = None, op: str | None = None, tier: str | None = None) -> list[Case]:
         return [
-            c for c in self.representative_cases
-            if (profile is None or c.profile == profile) and (op is None or c.op == op) and (tier is None or c.tier == tier)
+            c
+            for c in self.representative_cases
+            if (profile is None or c.profile == profile)
+            and (op is None or c.op == op)
+            and (tier is None or c.tier == tier)
         ]
 
     @property
@@ -239,7 +251,11 @@ def validate(m: Manifest, contract: Contract, fixtures_json: dict) -> None:
     # the node table: its node set is the contract's op set (each op has an op class there)
     ops = contract.ops
     for node in m.nodes:
-        _check(node in ops, f"nodes.{node}", f"unknown op {node!r}: the contract's op_classes do not name it (expected one of {ops})")
+        _check(
+            node in ops,
+            f"nodes.{node}",
+            f"unknown op {node!r}: the contract's op_classes do not name it (expected one of {ops})",
+        )
     for op in ops:
         _check(op in m.nodes, "nodes", f"the contract's op {op!r} has no row in the node table")
     for name in contract.profiles:
@@ -250,24 +266,38 @@ def validate(m: Manifest, contract: Contract, fixtures_json: dict) -> None:
         _check(d.rows in ROW_KINDS, f"{path}.rows", f"must be one of {list(ROW_KINDS)}, got {d.rows!r}")
         for t, c in d.cases.items():
             _check(t in TIERS, f"{path}.cases.{t}", f"unknown tier {t!r}; expected one of {list(TIERS)}")
-            _check(bool(re.fullmatch(r"[A-Za-z0-9]+", c.tag)), f"{path}.cases.{t}.tag", f"{c.tag!r} must be letters and digits")
+            _check(
+                bool(re.fullmatch(r"[A-Za-z0-9]+", c.tag)),
+                f"{path}.cases.{t}.tag",
+                f"{c.tag!r} must be letters and digits",
+            )
             for k, v in c.shape.items():
                 if isinstance(v, int):
                     _check(v > 0, f"{path}.cases.{t}.shape.{k}", f"must be > 0, got {v}")
         if not d.required:
-            _check(d.profile_independent and d.reason.strip() != "", path,
-                   "a node that is not required must be a profile_independent helper with a reason")
+            _check(
+                d.profile_independent and d.reason.strip() != "",
+                path,
+                "a node that is not required must be a profile_independent helper with a reason",
+            )
             _check(not d.kernels, f"{path}.kernels", "a profile-independent helper declares no kernels")
             continue
         for profile in contract.profiles:
-            _check(profile in d.kernels, f"{path}.kernels", f"no kernel declared for profile {profile!r} (missing_required)")
+            _check(
+                profile in d.kernels,
+                f"{path}.kernels",
+                f"no kernel declared for profile {profile!r} (missing_required)",
+            )
         for profile, decl in d.kernels.items():
             kpath = f"{path}.kernels.{profile}"
             _check(profile in contract.profiles, kpath, f"unknown profile {profile!r} (not in the contract)")
             fam = contract.family(profile)
             _check(decl.kernel_id.strip() != "", f"{kpath}.kernel_id", "empty kernel id")
-            _check(bool(kernel_id_pattern(fam).match(decl.kernel_id)), f"{kpath}.kernel_id",
-                   f"{decl.kernel_id!r} is not a {fam} kernel id (pattern {kernel_id_pattern(fam).pattern})")
+            _check(
+                bool(kernel_id_pattern(fam).match(decl.kernel_id)),
+                f"{kpath}.kernel_id",
+                f"{decl.kernel_id!r} is not a {fam} kernel id (pattern {kernel_id_pattern(fam).pattern})",
+            )
             other = seen_kernel.get((profile, decl.kernel_id))
             _check(other is None, f"{kpath}.kernel_id", f"duplicate kernel id {decl.kernel_id!r} (also {other})")
             seen_kernel[(profile, decl.kernel_id)] = node
@@ -275,21 +305,31 @@ def validate(m: Manifest, contract: Contract, fixtures_json: dict) -> None:
     fx = m.fixtures
     declared = m.fixture_identity_sha256
     computed = fixture_hash(fixtures_json)
-    _check(declared == computed, "fixture_identity_sha256", f"fixture hash mismatch: declared {declared}, computed {computed}")
+    _check(
+        declared == computed,
+        "fixture_identity_sha256",
+        f"fixture hash mismatch: declared {declared}, computed {computed}",
+    )
     for i, s in enumerate(fx.primary + [fx.short, fx.long]):
         where = f"fixtures.primary[{i}]" if i < len(fx.primary) else f"fixtures.{s.sample_id}"
         _check(len(s.prompt) > 0 and len(s.completion) > 0, where, "a sample needs prompt and completion tokens")
         _check(all(t >= 0 for t in s.tokens), where, "token ids must be >= 0")
     ids = [s.sample_id for s in fx.primary]
     _check(len(set(ids)) == len(ids), "fixtures.primary", f"duplicate sample ids {ids}")
-    _check(fx.padded_length >= max(s.length for s in fx.primary), "fixtures.padded_length", "shorter than the longest sample")
+    _check(
+        fx.padded_length >= max(s.length for s in fx.primary),
+        "fixtures.padded_length",
+        "shorter than the longest sample",
+    )
     sm = m.fixture_summary
-    for name, declared_v, actual in (("primary_lengths", sm.primary_lengths, [s.length for s in fx.primary]),
-                                     ("active_tokens", sm.active_tokens, m.active_tokens),
-                                     ("total_tokens", sm.total_tokens, m.total_tokens),
-                                     ("padded_length", sm.padded_length, fx.padded_length),
-                                     ("short_length", sm.short_length, fx.short.length),
-                                     ("long_length", sm.long_length, fx.long.length)):
+    for name, declared_v, actual in (
+        ("primary_lengths", sm.primary_lengths, [s.length for s in fx.primary]),
+        ("active_tokens", sm.active_tokens, m.active_tokens),
+        ("total_tokens", sm.total_tokens, m.total_tokens),
+        ("padded_length", sm.padded_length, fx.padded_length),
+        ("short_length", sm.short_length, fx.short.length),
+        ("long_length", sm.long_length, fx.long.length),
+    ):
         _check(declared_v == actual, f"fixture_summary.{name}", f"declares {declared_v}, the fixtures give {actual}")
 
 

@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-_active: list[Progress] = []    # the open bars, innermost last: log() writes above them
+_active: list[Progress] = []  # the open bars, innermost last: log() writes above them
 
 
 def log(msg: str, stream=None) -> None:
@@ -76,8 +76,11 @@ class Progress:
         if now - self._last >= self.every_s:
             self._last = now
             now_doing = f" — {self.what}" if self.what else ""
-            print(f"  · {self.desc}: {self.n}/{self.total} {self.unit}s{now_doing} ({now - self.t0:.0f}s)",
-                  file=self.stream, flush=True)
+            print(
+                f"  · {self.desc}: {self.n}/{self.total} {self.unit}s{now_doing} ({now - self.t0:.0f}s)",
+                file=self.stream,
+                flush=True,
+            )
 
     def close(self) -> None:
         if self in _active:

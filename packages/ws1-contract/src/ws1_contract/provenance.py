@@ -20,8 +20,13 @@ def git_state(cwd: str | None = None) -> tuple[str, bool | None]:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10)
         if sha.returncode != 0:
             return "unknown", None
-        st = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
-                            capture_output=True, text=True, timeout=10)
+        st = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return sha.stdout.strip(), bool(st.stdout.strip())
     except (OSError, subprocess.SubprocessError):
         return "unknown", None
@@ -77,7 +82,9 @@ def collect(
         actual_backend=actual_backend,
         execution_dtype=contract.profiles[profile].execution_dtype,
         accumulation_dtype=pol.accumulation_dtype,
-        output_dtype=contract.profiles[profile].execution_dtype if pol.output_dtype == "execution" else pol.output_dtype,
+        output_dtype=contract.profiles[profile].execution_dtype
+        if pol.output_dtype == "execution"
+        else pol.output_dtype,
         reference_dtype=pol.reference_dtype,
         candidate_tf32_enabled=tf32 if candidate_tf32 is None else candidate_tf32,
         reference_tf32_enabled=tf32 if reference_tf32 is None else reference_tf32,
@@ -98,15 +105,21 @@ def validate_provenance(p: Provenance, contract: Contract, fixture_hash: str | N
         return [f"unknown profile {p.backend_profile!r}"]
     fam = contract.family(p.backend_profile)
     if p.actual_backend != fam:
-        problems.append(f"actual backend {p.actual_backend!r} is not {p.backend_profile}'s family {fam!r} (undeclared fallback)")
+        problems.append(
+            f"actual backend {p.actual_backend!r} is not {p.backend_profile}'s family {fam!r} (undeclared fallback)"
+        )
     if p.requested_backend != fam:
         problems.append(f"requested backend {p.requested_backend!r} is not {p.backend_profile}'s family {fam!r}")
     if p.candidate_tf32_enabled or p.reference_tf32_enabled:
         problems.append("TF32 must be disabled for candidate and reference")
     pol = contract.dtype_policy
     want_exec = contract.profiles[p.backend_profile].execution_dtype
-    for field, want in (("execution_dtype", want_exec), ("accumulation_dtype", pol.accumulation_dtype),
-                        ("reference_dtype", pol.reference_dtype), ("output_dtype", want_exec)):
+    for field, want in (
+        ("execution_dtype", want_exec),
+        ("accumulation_dtype", pol.accumulation_dtype),
+        ("reference_dtype", pol.reference_dtype),
+        ("output_dtype", want_exec),
+    ):
         if getattr(p, field) != want:
             problems.append(f"{field} {getattr(p, field)!r} is not the policy's {want!r}")
     if p.contract_fingerprint != contract.fingerprint:

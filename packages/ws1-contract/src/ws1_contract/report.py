@@ -20,8 +20,21 @@ from pathlib import Path
 from .errors import EvidenceError
 from .evidence import read_evidence
 
-GATE_ORDER = ("c1_contract", "c2_manifest", "c2_runtime", "c3_forward", "c4_gradient", "c5_inventory", "c6_decode_prefill",
-              "c7_stateful_kv", "c9_model", "c8_matrix", "c10_chain_gate", "c10_negative_control", "c11_ci")
+GATE_ORDER = (
+    "c1_contract",
+    "c2_manifest",
+    "c2_runtime",
+    "c3_forward",
+    "c4_gradient",
+    "c5_inventory",
+    "c6_decode_prefill",
+    "c7_stateful_kv",
+    "c9_model",
+    "c8_matrix",
+    "c10_chain_gate",
+    "c10_negative_control",
+    "c11_ci",
+)
 
 
 def drift_columns(d: dict) -> list[str]:
@@ -34,6 +47,7 @@ def drift_columns(d: dict) -> list[str]:
         seen.setdefault(row["node"], None)
     return list(seen)
 
+
 def load_records(folder: Path, run_id: str | None = None) -> list[tuple[Path, dict]]:
     """The folder's gate records (all of them, or only those of ``run_id``)."""
     recs = []
@@ -42,7 +56,7 @@ def load_records(folder: Path, run_id: str | None = None) -> list[tuple[Path, di
             recs.append((p, read_evidence(p)))
         except EvidenceError as exc:
             if "schema" in str(exc) and "is not" in str(exc):
-                continue                      # not a gate record (e.g. a benchmark's JSON)
+                continue  # not a gate record (e.g. a benchmark's JSON)
             raise
     if run_id is not None:
         recs = [(p, r) for p, r in recs if r.get("run_id") == run_id]
@@ -91,15 +105,20 @@ def render_markdown(folder: Path, recs: list[tuple[Path, dict]], note: str | Non
     out = [f"# WS1 report — `{profile}`", ""] + ([note, ""] if note else [])
     if recs:
         r0 = recs[0][1]
-        out += [f"git `{r0['git_sha'][:12]}`{' (dirty)' if r0['dirty'] else ''} · contract `{r0['contract_fingerprint'][:16]}` · "
-                f"fixtures `{r0['fixture_hash'][:16]}`", ""]
+        out += [
+            f"git `{r0['git_sha'][:12]}`{' (dirty)' if r0['dirty'] else ''} · contract `{r0['contract_fingerprint'][:16]}` · "
+            f"fixtures `{r0['fixture_hash'][:16]}`",
+            "",
+        ]
         mixed = _mixed(recs)
         if mixed:
             out += [f"**Warning:** {mixed}", ""]
     out += ["| gate | verdict | green | red | N/A | wall s | evidence |", "|---|---|---|---|---|---|---|"]
     for p, r in recs:
         c = r["counts"]
-        out.append(f"| {r['gate']} | {_verdict(r)} | {c['green']} | {c['red']} | {c['N/A']} | {r.get('wall_time_s', '')} | `{p.name}` |")
+        out.append(
+            f"| {r['gate']} | {_verdict(r)} | {c['green']} | {c['red']} | {c['N/A']} | {r.get('wall_time_s', '')} | `{p.name}` |"
+        )
     out.append("")
     for p, r in recs:
         if r["gate"] in ("c10_chain_gate", "c10_negative_control"):
@@ -109,8 +128,10 @@ def render_markdown(folder: Path, recs: list[tuple[Path, dict]], note: str | Non
             out += ["## C8 matrix", ""]
             if svg.exists():
                 out += [f"![C8 matrix]({svg.name})", ""]
-            if md.exists():   # its headings one level down, under this section
-                out += ["#" + line if line.startswith("#") else line for line in md.read_text().strip().splitlines()] + [""]
+            if md.exists():  # its headings one level down, under this section
+                out += [
+                    "#" + line if line.startswith("#") else line for line in md.read_text().strip().splitlines()
+                ] + [""]
     for _p, r in recs:
         red = [c for c in r["cells"] if c["status"] == "red"]
         if red and r["gate"] != "c10_negative_control":
@@ -125,15 +146,27 @@ def render_markdown(folder: Path, recs: list[tuple[Path, dict]], note: str | Non
 def _c10_items(r: dict, code, bold, text) -> list[str]:
     """The C10 summary lines, formatted by ``code``/``bold``/``text`` (Markdown or escaped HTML)."""
     ti, gi = r.get("train_infer") or {}, r.get("gradient_invariance") or {}
-    out = [f"mode {bold(r.get('mode'))}, model {code(r.get('model'))}, gradients compared as {text(r.get('grad_compare'))}"]
+    out = [
+        f"mode {bold(r.get('mode'))}, model {code(r.get('model'))}, gradients compared as {text(r.get('grad_compare'))}"
+    ]
     if ti:
-        out.append(f"train/infer max |Δlogp| {ti['max_abs_dlogp']:.3e} — {'bitwise' if ti['bitwise'] else 'NOT bitwise'}")
+        out.append(
+            f"train/infer max |Δlogp| {ti['max_abs_dlogp']:.3e} — {'bitwise' if ti['bitwise'] else 'NOT bitwise'}"
+        )
     if gi:
-        out.append(f"gradient invariance: {gi['min_bitwise']} of {gi['of']} parameters bitwise (worst of {gi['cells']} cells)")
+        out.append(
+            f"gradient invariance: {gi['min_bitwise']} of {gi['of']} parameters bitwise (worst of {gi['cells']} cells)"
+        )
     fd = r.get("first_drift")
-    out.append("first_drift: " + ("null" if fd is None else
-               f"{code(fd.get('cell', '?'))} layer {fd['layer']} {code(fd['node'])}, {fd['tokens_differ']} of {fd['tokens']} tokens, "
-               f"first at {text(_key(fd['first_key']))}"))
+    out.append(
+        "first_drift: "
+        + (
+            "null"
+            if fd is None
+            else f"{code(fd.get('cell', '?'))} layer {fd['layer']} {code(fd['node'])}, {fd['tokens_differ']} of {fd['tokens']} tokens, "
+            f"first at {text(_key(fd['first_key']))}"
+        )
+    )
     return out
 
 
@@ -154,7 +187,10 @@ def _c10_md(r: dict) -> list[str]:
     out += [f"- {x}" for x in _c10_items(r, lambda s: f"`{s}`", lambda s: f"**{s}**", str)]
     out.append("")
     for d in (r.get("drift_maps") or [])[:1]:
-        out += [f"First-drift view — `{d['cell']}` vs the canonical run (tokens whose bits differ / tokens compared):", ""]
+        out += [
+            f"First-drift view — `{d['cell']}` vs the canonical run (tokens whose bits differ / tokens compared):",
+            "",
+        ]
         layers, cells = drift_table(d["map"])
         columns = drift_columns(d)
         out.append("| | " + " | ".join(columns) + " |")
@@ -163,7 +199,11 @@ def _c10_md(r: dict) -> list[str]:
             row = []
             for node in columns:
                 c = cells.get((layer, node))
-                row.append("" if c is None else (f"**{c['tokens_differ']}**/{c['tokens']}" if c["tokens_differ"] else f"0/{c['tokens']}"))
+                row.append(
+                    ""
+                    if c is None
+                    else (f"**{c['tokens_differ']}**/{c['tokens']}" if c["tokens_differ"] else f"0/{c['tokens']}")
+                )
             out.append(f"| {_layer_name(layer, cells)} | " + " | ".join(row) + " |")
         out.append("")
     return out
@@ -181,12 +221,16 @@ td.none{background:#fafafa}td.first{outline:3px solid #000}"""
 def render_html(folder: Path, recs: list[tuple[Path, dict]], note: str | None = None) -> str:
     e = html.escape
     profile = recs[0][1]["profile"] if recs else folder.name
-    parts = [f"<!doctype html><meta charset=utf-8><title>WS1 report {e(profile)}</title><style>{_CSS}</style>",
-             f"<h1>WS1 report — <code>{e(profile)}</code></h1>"] + ([f"<p>{e(note.replace('`', ''))}</p>"] if note else [])
+    parts = [
+        f"<!doctype html><meta charset=utf-8><title>WS1 report {e(profile)}</title><style>{_CSS}</style>",
+        f"<h1>WS1 report — <code>{e(profile)}</code></h1>",
+    ] + ([f"<p>{e(note.replace('`', ''))}</p>"] if note else [])
     if recs:
         r0 = recs[0][1]
-        parts.append(f"<p>git <code>{e(r0['git_sha'][:12])}</code>{' (dirty)' if r0['dirty'] else ''} · contract "
-                     f"<code>{e(r0['contract_fingerprint'][:16])}</code> · fixtures <code>{e(r0['fixture_hash'][:16])}</code></p>")
+        parts.append(
+            f"<p>git <code>{e(r0['git_sha'][:12])}</code>{' (dirty)' if r0['dirty'] else ''} · contract "
+            f"<code>{e(r0['contract_fingerprint'][:16])}</code> · fixtures <code>{e(r0['fixture_hash'][:16])}</code></p>"
+        )
         mixed = _mixed(recs)
         if mixed:
             parts.append(f"<p class=red><b>Warning:</b> {e(mixed)}</p>")
@@ -194,8 +238,10 @@ def render_html(folder: Path, recs: list[tuple[Path, dict]], note: str | None = 
     for p, r in recs:
         c = r["counts"]
         ok = r["passed"] != (r["gate"] == "c10_negative_control")
-        parts.append(f"<tr class={'green' if ok else 'red'}><td>{e(r['gate'])}<td>{e(_verdict(r))}<td>{c['green']}<td>{c['red']}"
-                     f"<td>{c['N/A']}<td>{r.get('wall_time_s', '')}<td><code>{e(p.name)}</code></tr>")
+        parts.append(
+            f"<tr class={'green' if ok else 'red'}><td>{e(r['gate'])}<td>{e(_verdict(r))}<td>{c['green']}<td>{c['red']}"
+            f"<td>{c['N/A']}<td>{r.get('wall_time_s', '')}<td><code>{e(p.name)}</code></tr>"
+        )
     parts.append("</table>")
     for p, r in recs:
         if r["gate"] in ("c10_chain_gate", "c10_negative_control"):
@@ -203,11 +249,16 @@ def render_html(folder: Path, recs: list[tuple[Path, dict]], note: str | None = 
         if r["gate"] == "c8_matrix" and p.with_suffix(".svg").exists():
             parts.append("<h2>C8 matrix</h2>" + p.with_suffix(".svg").read_text())
     for _p, r in recs:
-        rows = "".join(f"<tr class={'green' if c['status'] == 'green' else 'red' if c['status'] == 'red' else 'na'}>"
-                       f"<td>{e(c['status'])}<td><code>{e(c['id'])}</code><td>{e(str(c['detail']))}</tr>" for c in r["cells"])
+        rows = "".join(
+            f"<tr class={'green' if c['status'] == 'green' else 'red' if c['status'] == 'red' else 'na'}>"
+            f"<td>{e(c['status'])}<td><code>{e(c['id'])}</code><td>{e(str(c['detail']))}</tr>"
+            for c in r["cells"]
+        )
         red = r["counts"]["red"]
-        parts.append(f"<details{' open' if red and r['gate'] != 'c10_negative_control' else ''}><summary>{e(r['gate'])}: "
-                     f"{len(r['cells'])} cells, {red} red</summary><table>{rows}</table></details>")
+        parts.append(
+            f"<details{' open' if red and r['gate'] != 'c10_negative_control' else ''}><summary>{e(r['gate'])}: "
+            f"{len(r['cells'])} cells, {red} red</summary><table>{rows}</table></details>"
+        )
     return "\n".join(parts) + "\n"
 
 
@@ -217,9 +268,11 @@ def _c10_html(r: dict) -> str:
     head = [f"<h2>{e(_c10_title(r))}</h2><ul>"] + [f"<li>{x}</li>" for x in items] + ["</ul>"]
     for d in (r.get("drift_maps") or [])[:1]:
         layers, cells = drift_table(d["map"])
-        head.append(f"<p>First-drift view — <code>{e(d['cell'])}</code> vs the canonical run "
-                    "(tokens whose bits differ / tokens compared; the first drifting node outlined):</p>"
-                    "<div class=wide><table class=drift><tr><th>")
+        head.append(
+            f"<p>First-drift view — <code>{e(d['cell'])}</code> vs the canonical run "
+            "(tokens whose bits differ / tokens compared; the first drifting node outlined):</p>"
+            "<div class=wide><table class=drift><tr><th>"
+        )
         # node names break after "_" so 23 columns fit a page; the kind (the ws1 op) under each
         columns = drift_columns(d)
         head.append("".join(f"<th title='{e(n)}'>{e(n).replace('_', '_<wbr>')}</th>" for n in columns) + "</tr>")

@@ -18,5 +18,15 @@ from .errors import CacheFull, KVCacheError, SequenceFinished, UnknownSequence
 from .paged import PagedKVCache
 from .step import cached_attention
 
-__all__ = ["CacheFull", "ContiguousKVCache", "KVCache", "KVCacheError", "PagedKVCache", "SeqState", "SequenceFinished",
-           "Step", "UnknownSequence", "cached_attention"]
+__all__ = [
+    "CacheFull",
+    "ContiguousKVCache",
+    "KVCache",
+    "KVCacheError",
+    "PagedKVCache",
+    "SeqState",
+    "SequenceFinished",
+    "Step",
+    "UnknownSequence",
+    "cached_attention",
+]

@@ -28,9 +28,9 @@ from .errors import CacheFull, KVCacheError, SequenceFinished, UnknownSequence
 
 @dataclass
 class SeqState:
-    length: int = 0                     # tokens whose K/V are committed (the cursor)
+    length: int = 0  # tokens whose K/V are committed (the cursor)
     finished: bool = False
-    tokens: list[int] = field(default_factory=list)   # committed token ids (B2 hashes full blocks of them)
+    tokens: list[int] = field(default_factory=list)  # committed token ids (B2 hashes full blocks of them)
 
 
 @dataclass(frozen=True)
@@ -81,9 +81,22 @@ class KVCache(ABC):
 
     kind = "abstract"
 
-    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, *, max_len: int,
-                 dtype: torch.dtype = torch.bfloat16, device: str | torch.device = "cpu"):
-        for name, val in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim), ("max_len", max_len)):
+    def __init__(
+        self,
+        n_layers: int,
+        n_kv_heads: int,
+        head_dim: int,
+        *,
+        max_len: int,
+        dtype: torch.dtype = torch.bfloat16,
+        device: str | torch.device = "cpu",
+    ):
+        for name, val in (
+            ("n_layers", n_layers),
+            ("n_kv_heads", n_kv_heads),
+            ("head_dim", head_dim),
+            ("max_len", max_len),
+        ):
             if not isinstance(val, int) or val <= 0:
                 raise KVCacheError(f"{self.kind} cache: {name} must be a positive int, got {val!r}")
         self.n_layers, self.n_kv_heads, self.head_dim, self.max_len = n_layers, n_kv_heads, head_dim, max_len
@@ -161,9 +174,13 @@ class KVCache(ABC):
             if st.finished:
                 raise SequenceFinished(f"{self.kind} cache: sequence {sid!r} is finished; it takes no more tokens")
             if not isinstance(n, int) or n <= 0:
-                raise KVCacheError(f"{self.kind} cache: sequence {sid!r}: new token count must be a positive int, got {n!r}")
+                raise KVCacheError(
+                    f"{self.kind} cache: sequence {sid!r}: new token count must be a positive int, got {n!r}"
+                )
             if st.length + n > self.max_len:
-                raise CacheFull(f"{self.kind} cache: sequence {sid!r} would hold {st.length + n} tokens; max_len is {self.max_len}")
+                raise CacheFull(
+                    f"{self.kind} cache: sequence {sid!r} would hold {st.length + n} tokens; max_len is {self.max_len}"
+                )
             plan.append((sid, st.length, st.length + n))
         self._allocate(plan)
         write = torch.cat([self._rows(s, a, b) for s, a, b in plan])
@@ -171,17 +188,30 @@ class KVCache(ABC):
         q_pos = torch.cat([torch.arange(a, b, dtype=torch.int64, device="cpu") for _, a, b in plan])
         cu_q, cu_k = _offsets([b - a for _, a, b in plan]), _offsets([b for _, _, b in plan])
         # the index tensors on the storage's device, once per step (every layer uses them)
-        dev = {"q_pos": q_pos.to(self.device), "cu_seqlens_q": cu_q.to(self.device), "cu_seqlens_k": cu_k.to(self.device)}
+        dev = {
+            "q_pos": q_pos.to(self.device),
+            "cu_seqlens_q": cu_q.to(self.device),
+            "cu_seqlens_k": cu_k.to(self.device),
+        }
         starts = self._view_starts(plan)
         view = None
         if starts is not None:
             lo, hi = starts[0], starts[-1] + plan[-1][2]
             view = (lo, hi)
-            dev["cu_view_k"] = torch.tensor([s - lo for s in starts] + [hi - lo], dtype=torch.int64, device="cpu").to(self.device)
+            dev["cu_view_k"] = torch.tensor([s - lo for s in starts] + [hi - lo], dtype=torch.int64, device="cpu").to(
+                self.device
+            )
         return Step(
-            seq_ids=tuple(s for s, _, _ in plan), starts=tuple(a for _, a, _ in plan), counts=tuple(b - a for _, a, b in plan),
-            write_rows=write.to(self.device), read_host=read,   # write rows index the storage where it lives
-            q_pos=q_pos, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, dev=dev, view=view,
+            seq_ids=tuple(s for s, _, _ in plan),
+            starts=tuple(a for _, a, _ in plan),
+            counts=tuple(b - a for _, a, b in plan),
+            write_rows=write.to(self.device),
+            read_host=read,  # write rows index the storage where it lives
+            q_pos=q_pos,
+            cu_seqlens_q=cu_q,
+            cu_seqlens_k=cu_k,
+            dev=dev,
+            view=view,
         )
 
     def _view_starts(self, plan) -> list[int] | None:
@@ -205,7 +235,9 @@ class KVCache(ABC):
             if tuple(t.shape) != want:
                 raise KVCacheError(f"{self.kind} cache: {name} must be {list(want)}, got {list(t.shape)}")
             if t.dtype != self.dtype:
-                raise KVCacheError(f"{self.kind} cache: {name} must be {self.dtype} (stored exactly, never cast), got {t.dtype}")
+                raise KVCacheError(
+                    f"{self.kind} cache: {name} must be {self.dtype} (stored exactly, never cast), got {t.dtype}"
+                )
         ks, vs = self._storage(layer, k)
         ks.index_copy_(0, step.write_rows, k.detach())
         vs.index_copy_(0, step.write_rows, v.detach())
@@ -231,7 +263,9 @@ class KVCache(ABC):
         for sid, start, n in zip(step.seq_ids, step.starts, step.counts):
             st = self._state(sid)
             if st.length != start:
-                raise KVCacheError(f"{self.kind} cache: sequence {sid!r} moved from {start} to {st.length} during the step")
+                raise KVCacheError(
+                    f"{self.kind} cache: sequence {sid!r} moved from {start} to {st.length} during the step"
+                )
             st.length = start + n
             ids = list(tokens[sid]) if tokens and sid in tokens else None
             if ids is not None and len(ids) != n:
@@ -252,7 +286,9 @@ class KVCache(ABC):
             if st.finished:
                 raise SequenceFinished(f"{self.kind} cache: sequence {sid!r} is finished; it takes no more tokens")
             if st.length + n > self.max_len:
-                raise CacheFull(f"{self.kind} cache: sequence {sid!r} would hold {st.length + n} tokens; max_len is {self.max_len}")
+                raise CacheFull(
+                    f"{self.kind} cache: sequence {sid!r} would hold {st.length + n} tokens; max_len is {self.max_len}"
+                )
             plan.append((sid, st.length, st.length + n))
         self._allocate(plan)
         for sid, start, end in plan:
@@ -268,9 +304,11 @@ class KVCache(ABC):
         st = self._state(seq_id)
         ids = [int(t) for t in ids]
         if start < 0 or start + len(ids) > st.length:
-            raise KVCacheError(f"{self.kind} cache: sequence {seq_id!r}: positions [{start}, {start + len(ids)}) are not all "
-                               f"committed (length {st.length})")
-        st.tokens[start:start + len(ids)] = ids
+            raise KVCacheError(
+                f"{self.kind} cache: sequence {seq_id!r}: positions [{start}, {start + len(ids)}) are not all "
+                f"committed (length {st.length})"
+            )
+        st.tokens[start : start + len(ids)] = ids
         self._on_commit(seq_id, st, start)
 
     def read(self, layer: int, seq_id: Hashable) -> tuple[torch.Tensor, torch.Tensor]:
@@ -281,7 +319,12 @@ class KVCache(ABC):
         return ks.index_select(0, rows), vs.index_select(0, rows)
 
     def stats(self) -> dict:
-        return {"kind": self.kind, "sequences": len(self.seqs), "max_len": self.max_len, "capacity_rows": self.capacity_rows}
+        return {
+            "kind": self.kind,
+            "sequences": len(self.seqs),
+            "max_len": self.max_len,
+            "capacity_rows": self.capacity_rows,
+        }
 
 
 def check_room(kind: str, need: int, have: int, what: str) -> None:

@@ -40,8 +40,18 @@ class PagedKVCache(KVCache):
 
     kind = "paged"
 
-    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, *, num_blocks: int, block_size: int = 16,
-                 max_len: int | None = None, prefix_reuse: bool = True, **kw):
+    def __init__(
+        self,
+        n_layers: int,
+        n_kv_heads: int,
+        head_dim: int,
+        *,
+        num_blocks: int,
+        block_size: int = 16,
+        max_len: int | None = None,
+        prefix_reuse: bool = True,
+        **kw,
+    ):
         for name, val in (("num_blocks", num_blocks), ("block_size", block_size)):
             if not isinstance(val, int) or val <= 0:
                 raise KVCacheError(f"paged cache: {name} must be a positive int, got {val!r}")
@@ -50,9 +60,9 @@ class PagedKVCache(KVCache):
         self._free: list[int] = list(range(num_blocks))
         self._ref = [0] * num_blocks
         self._tables: dict[Hashable, list[int]] = {}
-        self._key_of_block: dict[int, bytes] = {}      # registered full blocks: block -> chain key
+        self._key_of_block: dict[int, bytes] = {}  # registered full blocks: block -> chain key
         self._block_of_key: dict[bytes, int] = {}
-        self.hits = 0                                   # prompt tokens served from cached blocks
+        self.hits = 0  # prompt tokens served from cached blocks
 
     @property
     def capacity_rows(self) -> int:
@@ -62,7 +72,7 @@ class PagedKVCache(KVCache):
 
     def _take(self) -> int:
         b = self._free.pop(0)
-        key = self._key_of_block.pop(b, None)     # reusing a registered block ends its registration
+        key = self._key_of_block.pop(b, None)  # reusing a registered block ends its registration
         if key is not None:
             del self._block_of_key[key]
         self._ref[b] = 1
@@ -106,14 +116,14 @@ class PagedKVCache(KVCache):
             key = b""
             bs = self.block_size
             for i in range((len(prompt) - 1) // bs):
-                key = _block_key(key, prompt[i * bs:(i + 1) * bs])
+                key = _block_key(key, prompt[i * bs : (i + 1) * bs])
                 b = self._block_of_key.get(key)
                 if b is None:
                     break
                 blocks.append(b)
         for b in blocks:
             if self._ref[b] == 0:
-                self._free.remove(b)                # a freed but still registered block: revived
+                self._free.remove(b)  # a freed but still registered block: revived
             self._ref[b] += 1
         n = len(blocks) * self.block_size
         self._tables[seq_id] = blocks
@@ -130,14 +140,20 @@ class PagedKVCache(KVCache):
         for i in range(start // bs, st.length // bs):
             ids = st.tokens[: (i + 1) * bs]
             if any(t < 0 for t in ids):
-                return                             # ids unknown (commit without tokens): not shareable
+                return  # ids unknown (commit without tokens): not shareable
             key = b""
             for j in range(i + 1):
-                key = _block_key(key, ids[j * bs:(j + 1) * bs])
+                key = _block_key(key, ids[j * bs : (j + 1) * bs])
             if key not in self._block_of_key and table[i] not in self._key_of_block:
                 self._block_of_key[key] = table[i]
                 self._key_of_block[table[i]] = key
 
     def stats(self) -> dict:
-        return {**super().stats(), "num_blocks": self.num_blocks, "block_size": self.block_size,
-                "free_blocks": len(self._free), "registered_blocks": len(self._block_of_key), "prefix_hit_tokens": self.hits}
+        return {
+            **super().stats(),
+            "num_blocks": self.num_blocks,
+            "block_size": self.block_size,
+            "free_blocks": len(self._free),
+            "registered_blocks": len(self._block_of_key),
+            "prefix_hit_tokens": self.hits,
+        }

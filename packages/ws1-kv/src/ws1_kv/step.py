@@ -17,8 +17,15 @@ import ws1_ops
 from .base import KVCache, Step
 
 
-def cached_attention(cache: KVCache, layer: int, step: Step, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                     scale: float | None = None) -> torch.Tensor:
+def cached_attention(
+    cache: KVCache,
+    layer: int,
+    step: Step,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float | None = None,
+) -> torch.Tensor:
     """Write the step's K/V into ``cache`` at ``layer``, then attend its queries to the cache."""
     cache.write(layer, step, k, v)
     K, V, cu_k = cache.keys_for_attention(layer, step)

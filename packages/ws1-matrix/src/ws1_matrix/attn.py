@@ -68,9 +68,13 @@ def call(items: list[Item], dev: torch.device, chunk: int | None = None) -> list
     lq = torch.tensor([it.q.shape[0] for it in items], device="cpu")
     lk = torch.tensor([it.k.shape[0] for it in items], device="cpu")
     out = ws1_ops.attention(
-        torch.cat([it.q for it in items]), torch.cat([it.k for it in items]), torch.cat([it.v for it in items]),
-        ws1_ops.cu_seqlens_from_lengths(lq).to(dev), ws1_ops.cu_seqlens_from_lengths(lk).to(dev),
-        torch.cat([it.q_pos for it in items]).to(dev), chunk=chunk,
+        torch.cat([it.q for it in items]),
+        torch.cat([it.k for it in items]),
+        torch.cat([it.v for it in items]),
+        ws1_ops.cu_seqlens_from_lengths(lq).to(dev),
+        ws1_ops.cu_seqlens_from_lengths(lk).to(dev),
+        torch.cat([it.q_pos for it in items]).to(dev),
+        chunk=chunk,
     )
     return list(torch.split(out, lq.tolist()))
 
@@ -78,13 +82,15 @@ def call(items: list[Item], dev: torch.device, chunk: int | None = None) -> list
 def _filler_seqs(ac: AttnCase, lengths: list[int], seed: int) -> list[tuple[torch.Tensor, ...]]:
     g = torch.Generator().manual_seed(seed + 11)
     Hq, Hkv, D = ac.heads
-    return [tuple((torch.randn(L, h, D, generator=g, device="cpu") * 2).to(BF16) for h in (Hq, Hkv, Hkv)) for L in lengths]
+    return [
+        tuple((torch.randn(L, h, D, generator=g, device="cpu") * 2).to(BF16) for h in (Hq, Hkv, Hkv)) for L in lengths
+    ]
 
 
 @dataclass
 class SeqRun:
-    out: list[torch.Tensor]                       # per canonical sequence: its query rows' outputs (CPU)
-    grads: list[dict[str, torch.Tensor]] | None   # per sequence: dq, dk, dv (CPU); None forward-only
+    out: list[torch.Tensor]  # per canonical sequence: its query rows' outputs (CPU)
+    grads: list[dict[str, torch.Tensor]] | None  # per sequence: dq, dk, dv (CPU); None forward-only
 
 
 class _Leaves:
@@ -164,7 +170,7 @@ def _padded(left: bool):
         valid = torch.zeros(B, P, dtype=torch.bool, device="cpu")
         for b, Lb in enumerate(ac.lengths):
             if left:
-                valid[b, P - Lb:] = True
+                valid[b, P - Lb :] = True
             else:
                 valid[b, :Lb] = True
         g = torch.Generator().manual_seed(p.seed + 5)
@@ -179,8 +185,9 @@ def _padded(left: bool):
         pq, pk, pv = padded(0, Hq), padded(1, Hkv), padded(2, Hkv)
         vd = valid.to(dev)
         cu, seg_pos = ws1_ops.padded_segments(valid)
-        out_pad = ws1_ops.attention(pq.flatten(0, 1), pk.flatten(0, 1), pv.flatten(0, 1), cu.to(dev), cu.to(dev),
-                                    seg_pos.to(dev)).view(B, P, Hq, D)
+        out_pad = ws1_ops.attention(
+            pq.flatten(0, 1), pk.flatten(0, 1), pv.flatten(0, 1), cu.to(dev), cu.to(dev), seg_pos.to(dev)
+        ).view(B, P, Hq, D)
         outs = [out_pad[b][vd[b]] for b in range(B)]
         if not grad:
             return outs, None, None, None
@@ -211,8 +218,13 @@ def _padded_inline(p: _Prefill):
     if not grad:
         return outs, None, None, None
     # padding rows get dO = 0: the loss ignores them
-    _backward(got, [torch.cat([p.douts[b], torch.zeros(P - Lb, *p.douts[b].shape[1:], dtype=BF16, device=dev)])
-                    for b, Lb in enumerate(ac.lengths)])
+    _backward(
+        got,
+        [
+            torch.cat([p.douts[b], torch.zeros(P - Lb, *p.douts[b].shape[1:], dtype=BF16, device=dev)])
+            for b, Lb in enumerate(ac.lengths)
+        ],
+    )
     return (outs, *([e[i].grad[:Lb] for e, Lb in zip(ext, ac.lengths)] for i in range(3)))
 
 
@@ -222,8 +234,10 @@ def _chunk_calls(p: _Prefill):
     not comparable (see the module docstring)."""
     ac, dev, grad, L = p.ac, p.dev, p.grad, p.leaves
     B, lengths = len(ac.seqs), ac.lengths
-    qs = [[s[0][c0:c0 + CHUNK].detach().to(dev).requires_grad_(grad) for c0 in range(0, Lb, CHUNK)]
-          for s, Lb in zip(ac.seqs, lengths)]
+    qs = [
+        [s[0][c0 : c0 + CHUNK].detach().to(dev).requires_grad_(grad) for c0 in range(0, Lb, CHUNK)]
+        for s, Lb in zip(ac.seqs, lengths)
+    ]
     per_seq: list[list[torch.Tensor]] = [[] for _ in range(B)]
     outs_all, douts_all = [], []
     for c in range(max(len(x) for x in qs)):
@@ -238,7 +252,7 @@ def _chunk_calls(p: _Prefill):
             per_seq[b].append(o)
             if grad:
                 outs_all.append(o)
-                douts_all.append(p.douts[b][c * CHUNK: c * CHUNK + o.shape[0]])
+                douts_all.append(p.douts[b][c * CHUNK : c * CHUNK + o.shape[0]])
     outs = [torch.cat(x) for x in per_seq]
     if not grad:
         return outs, None, None, None
@@ -247,13 +261,21 @@ def _chunk_calls(p: _Prefill):
 
 
 PREFILL = {
-    "canonical": _together, "B1": _singles, "permuted": _permuted, "fillers": _fillers,
-    "padded_right": _padded(left=False), "padded_left": _padded(left=True), "padded_inline": _padded_inline,
-    f"chunked{CHUNK}": _chunk_calls, f"chunked{CHUNK}_op": lambda p: _together(p, chunk=CHUNK),
+    "canonical": _together,
+    "B1": _singles,
+    "permuted": _permuted,
+    "fillers": _fillers,
+    "padded_right": _padded(left=False),
+    "padded_left": _padded(left=True),
+    "padded_inline": _padded_inline,
+    f"chunked{CHUNK}": _chunk_calls,
+    f"chunked{CHUNK}_op": lambda p: _together(p, chunk=CHUNK),
 }
 
 
-def _prefill_run(ac: AttnCase, transform: str, dev: torch.device, douts: list[torch.Tensor] | None, seed: int) -> SeqRun:
+def _prefill_run(
+    ac: AttnCase, transform: str, dev: torch.device, douts: list[torch.Tensor] | None, seed: int
+) -> SeqRun:
     """Run one prefill transform (``canonical`` included; ``threadsN``: the canonical call on N
     threads). ``douts`` [L_b, Hq, D] per sequence, or None for forward only."""
     threads = _threads(transform)
@@ -262,14 +284,23 @@ def _prefill_run(ac: AttnCase, transform: str, dev: torch.device, douts: list[to
         raise ValueError(f"unknown attention transform {transform!r}")
     grad = douts is not None
     B = len(ac.seqs)
-    with num_threads(threads), (torch.enable_grad() if grad else torch.no_grad()):
-        p = _Prefill(ac, dev, grad, _Leaves(ac.seqs, dev, grad), [torch.arange(L, device=dev) for L in ac.lengths],
-                     [None if not grad else d.to(dev) for d in (douts or [None] * B)], seed)
+    with num_threads(threads), torch.enable_grad() if grad else torch.no_grad():
+        p = _Prefill(
+            ac,
+            dev,
+            grad,
+            _Leaves(ac.seqs, dev, grad),
+            [torch.arange(L, device=dev) for L in ac.lengths],
+            [None if not grad else d.to(dev) for d in (douts or [None] * B)],
+            seed,
+        )
         outs, dq, dk, dv = run(p)
     res = SeqRun([o.detach().cpu() for o in outs], None)
     if grad:
-        res.grads = [{name: g[b].detach().cpu() for name, g in (("dq", dq), ("dk", dk), ("dv", dv)) if g is not None}
-                     for b in range(B)]
+        res.grads = [
+            {name: g[b].detach().cpu() for name, g in (("dq", dq), ("dk", dk), ("dv", dv)) if g is not None}
+            for b in range(B)
+        ]
     return res
 
 
@@ -291,7 +322,7 @@ def _thread_transforms() -> list[str]:
 
 def _threads(transform: str) -> int | None:
     """The thread count a ``threadsN`` transform runs (None: the canonical run's default)."""
-    return int(transform[len("threads"):]) if transform.startswith("threads") else None
+    return int(transform[len("threads") :]) if transform.startswith("threads") else None
 
 
 def _douts(ac: AttnCase, seed: int) -> list[torch.Tensor]:
@@ -307,7 +338,11 @@ def _cmp_grads(name: str, got: SeqRun, ref: SeqRun) -> list:
     comps = []
     for key in ("dq", "dk", "dv"):
         if all(key in g for g in got.grads):
-            comps.append(bitwise_blocks(torch.cat([g[key] for g in got.grads]), torch.cat([r[key] for r in ref.grads]), f"{name} {key}"))
+            comps.append(
+                bitwise_blocks(
+                    torch.cat([g[key] for g in got.grads]), torch.cat([r[key] for r in ref.grads]), f"{name} {key}"
+                )
+            )
     return comps
 
 
@@ -321,26 +356,28 @@ def _decode_run(ac: AttnCase, transform: str, dev: torch.device, dout: torch.Ten
     t = ac.decode_pos
     q, k, v = ac.seqs[0]
     threads = _threads(transform)
-    with num_threads(threads), (torch.enable_grad() if grad else torch.no_grad()):
+    with num_threads(threads), torch.enable_grad() if grad else torch.no_grad():
         K = k[: t + 1].detach().to(dev).requires_grad_(grad)
         V = v[: t + 1].detach().to(dev).requires_grad_(grad)
         if transform == "canonical":
             Q = q[: t + 1].detach().to(dev).requires_grad_(grad)
             full = call([Item(Q, K, V, torch.arange(t + 1, device=dev))], dev)[0]
-            out = full[t:t + 1]
+            out = full[t : t + 1]
             if grad:
                 d = torch.zeros(full.shape, dtype=BF16, device=dev)
                 d[t] = dout[0].to(dev)
                 full.backward(d)
-            dq = None if not grad else Q.grad[t:t + 1]
+            dq = None if not grad else Q.grad[t : t + 1]
         else:
-            Q = q[t:t + 1].detach().to(dev).requires_grad_(grad)
+            Q = q[t : t + 1].detach().to(dev).requires_grad_(grad)
             me = Item(Q, K, V, torch.tensor([t], device=dev))
             if transform == "decode_batched":
                 # two other requests' decode steps in the same call, at other lengths
                 f1, f2 = _filler_seqs(ac, [10, t + 9], seed)
-                others = [Item(f[0][-1:].to(dev), f[1].to(dev), f[2].to(dev), torch.tensor([f[0].shape[0] - 1], device=dev))
-                          for f in (f1, f2)]
+                others = [
+                    Item(f[0][-1:].to(dev), f[1].to(dev), f[2].to(dev), torch.tensor([f[0].shape[0] - 1], device=dev))
+                    for f in (f1, f2)
+                ]
                 out = call([others[0], me, others[1]], dev)[1]
             else:
                 out = call([me], dev)[0]
@@ -363,21 +400,39 @@ def decode_transforms(device_type: str) -> list[str]:
 def forward_invariance(ac: AttnCase, dev: torch.device, seed: int = 0) -> list[Verdict]:
     if ac.mode == "decode":
         ref = _decode_run(ac, "canonical", dev, None, seed)
-        return [Verdict(tr, _cmp_out(tr, _decode_run(ac, tr, dev, None, seed), ref), thread_note(_threads(tr)))
-                for tr in decode_transforms(dev.type)]
+        return [
+            Verdict(tr, _cmp_out(tr, _decode_run(ac, tr, dev, None, seed), ref), thread_note(_threads(tr)))
+            for tr in decode_transforms(dev.type)
+        ]
     ref = _prefill_run(ac, "canonical", dev, None, seed)
-    return [Verdict(tr, _cmp_out(tr, _prefill_run(ac, tr, dev, None, seed), ref), thread_note(_threads(tr)))
-            for tr in prefill_transforms(ac, dev.type)]
+    return [
+        Verdict(tr, _cmp_out(tr, _prefill_run(ac, tr, dev, None, seed), ref), thread_note(_threads(tr)))
+        for tr in prefill_transforms(ac, dev.type)
+    ]
 
 
 def gradient_invariance(ac: AttnCase, dev: torch.device, seed: int = 0) -> list[Verdict]:
     if ac.mode == "decode":
-        dout = torch.randn((1, *ac.seqs[0][0].shape[1:]), generator=torch.Generator().manual_seed(seed + 3), device="cpu").to(BF16)
+        dout = torch.randn(
+            (1, *ac.seqs[0][0].shape[1:]), generator=torch.Generator().manual_seed(seed + 3), device="cpu"
+        ).to(BF16)
         ref = _decode_run(ac, "canonical", dev, dout, seed)
-        return [Verdict(tr, _cmp_grads(tr, _decode_run(ac, tr, dev, dout, seed), ref),
-                        "; ".join(filter(None, ["canonical: the prefill's backward with dO on the decoded row only",
-                                                thread_note(_threads(tr))])))
-                for tr in decode_transforms(dev.type)]
+        return [
+            Verdict(
+                tr,
+                _cmp_grads(tr, _decode_run(ac, tr, dev, dout, seed), ref),
+                "; ".join(
+                    filter(
+                        None,
+                        [
+                            "canonical: the prefill's backward with dO on the decoded row only",
+                            thread_note(_threads(tr)),
+                        ],
+                    )
+                ),
+            )
+            for tr in decode_transforms(dev.type)
+        ]
     douts = _douts(ac, seed)
     ref = _prefill_run(ac, "canonical", dev, douts, seed)
     out = []
@@ -391,9 +446,14 @@ def _reference_inputs(ac: AttnCase, grad: bool):
     if ac.mode == "decode":
         t = ac.decode_pos
         q, k, v = ac.seqs[0]
-        return (q[t:t + 1].float().requires_grad_(grad), k[: t + 1].float().requires_grad_(grad),
-                v[: t + 1].float().requires_grad_(grad), torch.tensor([0, 1], device="cpu"), torch.tensor([0, t + 1], device="cpu"),
-                torch.tensor([t], device="cpu"))
+        return (
+            q[t : t + 1].float().requires_grad_(grad),
+            k[: t + 1].float().requires_grad_(grad),
+            v[: t + 1].float().requires_grad_(grad),
+            torch.tensor([0, 1], device="cpu"),
+            torch.tensor([0, t + 1], device="cpu"),
+            torch.tensor([t], device="cpu"),
+        )
     cu = ws1_ops.cu_seqlens_from_lengths(torch.tensor(ac.lengths, device="cpu"))
     q, k, v = (torch.cat([s[i] for s in ac.seqs]).float().requires_grad_(grad) for i in range(3))
     return q, k, v, cu, cu, torch.cat([torch.arange(L, device="cpu") for L in ac.lengths])
@@ -403,7 +463,7 @@ def _candidate(ac: AttnCase, dev: torch.device, grad: bool):
     if ac.mode == "decode":
         t = ac.decode_pos
         q, k, v = ac.seqs[0]
-        Q = q[t:t + 1].detach().to(dev).requires_grad_(grad)
+        Q = q[t : t + 1].detach().to(dev).requires_grad_(grad)
         K = k[: t + 1].detach().to(dev).requires_grad_(grad)
         V = v[: t + 1].detach().to(dev).requires_grad_(grad)
         out = call([Item(Q, K, V, torch.tensor([t], device=dev))], dev)[0]
@@ -425,7 +485,7 @@ def gradient_accuracy(ac: AttnCase, dev: torch.device, seed: int = 0) -> list[tu
     dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed + 3), device="cpu").to(BF16)
     out.backward(dout.to(dev))
 
-    def cat(x):   # None when any leaf got no gradient: judged red, never skipped
+    def cat(x):  # None when any leaf got no gradient: judged red, never skipped
         ts = x if isinstance(x, list) else [x]
         return None if any(t.grad is None for t in ts) else torch.cat([t.grad for t in ts]).detach().cpu()
 

@@ -85,7 +85,9 @@ def _shape(case: Case, *keys: str) -> list[int]:
     for k in keys:
         v = case.shape.get(k)
         if not isinstance(v, int) or v <= 0:
-            raise ContractError(f"representative_cases[{case.case_id}].shape.{k}", f"{case.op} needs a positive int {k!r}, got {v!r}")
+            raise ContractError(
+                f"representative_cases[{case.case_id}].shape.{k}", f"{case.op} needs a positive int {k!r}, got {v!r}"
+            )
         out.append(v)
     return out
 
@@ -144,7 +146,10 @@ def fixture_rows(manifest: Manifest, tier: str, T: int) -> Rows:
     elif T == len(active):
         picked, source = active, f"{tier} fixture: the {T} active (completion) tokens"
     else:
-        picked, source = [(0, p, 0) for p in range(T)], f"synthetic: one sample at positions 0..{T - 1} (T={T} matches no {tier} fixture)"
+        picked, source = (
+            [(0, p, 0) for p in range(T)],
+            f"synthetic: one sample at positions 0..{T - 1} (T={T} matches no {tier} fixture)",
+        )
     t = torch.tensor(picked, dtype=torch.int64, device="cpu").reshape(-1, 3)
     return Rows(t[:, 0].clone(), t[:, 1].clone(), t[:, 2].clone(), source)
 
@@ -158,14 +163,14 @@ class TokenCase:
 
     case: Case
     rows: Rows
-    inputs: list[torch.Tensor]          # [n, ...] row inputs, CPU, canonical order
+    inputs: list[torch.Tensor]  # [n, ...] row inputs, CPU, canonical order
     # shared tensors (weights), CPU: FP32 *masters* holding BF16-representable values. Forward
     # judgments pass their BF16 copy (the rollout's weights); gradient judgments pass the masters
     # (the trainer's layout: exec rounding is exact, the gradient lands in FP32 unrounded).
     params: list[torch.Tensor]
-    names: list[str]                    # inputs then params
-    call: Callable                      # (*inputs, *params, row_keys) -> output
-    ref: Callable                       # (*inputs, *params) -> FP32 output (ws1_ops.reference)
+    names: list[str]  # inputs then params
+    call: Callable  # (*inputs, *params, row_keys) -> output
+    ref: Callable  # (*inputs, *params) -> FP32 output (ws1_ops.reference)
     int_fill: list[int | None] = field(default_factory=list)  # filler value of each int input (padding)
     # vocabulary-sized weights: the FP32 reference gradient over a block of weight rows
     # (inputs, weight rows [v0, v1) as a leaf, v0, v1, dy) -> runs backward; see rows.gradient_accuracy
@@ -197,7 +202,11 @@ class _Draw:
     def __init__(self, case: Case, manifest: Manifest, rows_key: str = "T"):
         self.g = _generator(manifest, case)
         cfg = manifest.model.config
-        self.eps, self.theta, self.max_pos = float(cfg["rms_norm_eps"]), float(cfg["rope_theta"]), int(cfg["max_position_embeddings"])
+        self.eps, self.theta, self.max_pos = (
+            float(cfg["rms_norm_eps"]),
+            float(cfg["rope_theta"]),
+            int(cfg["max_position_embeddings"]),
+        )
         (self.T,) = _shape(case, rows_key)
         self.rows = fixture_rows(manifest, case.tier, self.T)
 
@@ -216,7 +225,7 @@ class _Draw:
         return x.copy_(b), b
 
     def norm_weight(self, n):
-        return (1 + 0.1 * torch.randn(n, generator=self.g, device="cpu")).to(BF16).float()   # ~1 +- 0.1
+        return (1 + 0.1 * torch.randn(n, generator=self.g, device="cpu")).to(BF16).float()  # ~1 +- 0.1
 
 
 def _embedding(case: Case, manifest: Manifest) -> TokenCase:
@@ -234,26 +243,49 @@ def _embedding(case: Case, manifest: Manifest) -> TokenCase:
             reference.embedding(inputs[0][sel] - v0, wb).backward(dy[sel].float())
 
     W, W16 = d.weight(V, H, scale=0.02)
-    return TokenCase(case, d.rows, [ids], [W], ["ids", "weight"],
-                     lambda i, w, row_keys: ws1_ops.embedding(i, w, row_keys), reference.embedding, [_pad_id(manifest, V)],
-                     emb_block, exec_params=[W16])
+    return TokenCase(
+        case,
+        d.rows,
+        [ids],
+        [W],
+        ["ids", "weight"],
+        lambda i, w, row_keys: ws1_ops.embedding(i, w, row_keys),
+        reference.embedding,
+        [_pad_id(manifest, V)],
+        emb_block,
+        exec_params=[W16],
+    )
 
 
 def _rms_norm(case: Case, manifest: Manifest) -> TokenCase:
     d = _Draw(case, manifest)
     (H,) = _shape(case, "H")
     # x is the FP32 residual stream (its RMS ~2, like a mid-depth hidden state)
-    return TokenCase(case, d.rows, [d.r(d.T, H, scale=2.0, dtype=F32)], [d.norm_weight(H)],
-                     ["x", "weight"], lambda x, w, row_keys: ws1_ops.rms_norm(x, w, d.eps, row_keys),
-                     lambda x, w: reference.rms_norm(x, w, d.eps), [None])
+    return TokenCase(
+        case,
+        d.rows,
+        [d.r(d.T, H, scale=2.0, dtype=F32)],
+        [d.norm_weight(H)],
+        ["x", "weight"],
+        lambda x, w, row_keys: ws1_ops.rms_norm(x, w, d.eps, row_keys),
+        lambda x, w: reference.rms_norm(x, w, d.eps),
+        [None],
+    )
 
 
 def _qk_norm(case: Case, manifest: Manifest) -> TokenCase:
     d = _Draw(case, manifest)
     heads, D = _shape(case, "heads", "D")
-    return TokenCase(case, d.rows, [d.r(d.T, heads, D, scale=2.0)], [d.norm_weight(D)],
-                     ["x", "weight"], lambda x, w, row_keys: ws1_ops.qk_norm(x, w, d.eps, row_keys),
-                     lambda x, w: reference.qk_norm(x, w, d.eps), [None])
+    return TokenCase(
+        case,
+        d.rows,
+        [d.r(d.T, heads, D, scale=2.0)],
+        [d.norm_weight(D)],
+        ["x", "weight"],
+        lambda x, w, row_keys: ws1_ops.qk_norm(x, w, d.eps, row_keys),
+        lambda x, w: reference.qk_norm(x, w, d.eps),
+        [None],
+    )
 
 
 def _gemm(fn: Callable, ref: Callable) -> Callable[[Case, Manifest], TokenCase]:
@@ -268,8 +300,18 @@ def _gemm(fn: Callable, ref: Callable) -> Callable[[Case, Manifest], TokenCase]:
         # x is drawn first (the order of the draws fixes their values)
         x = d.r(d.T, K)
         W, W16 = d.weight(N, K, scale=0.02)
-        return TokenCase(case, d.rows, [x], [W], ["x", "weight"],
-                         lambda x, w, row_keys: fn(x, w, row_keys), ref, [None], gemm_block, exec_params=[W16])
+        return TokenCase(
+            case,
+            d.rows,
+            [x],
+            [W],
+            ["x", "weight"],
+            lambda x, w, row_keys: fn(x, w, row_keys),
+            ref,
+            [None],
+            gemm_block,
+            exec_params=[W16],
+        )
 
     return build
 
@@ -278,39 +320,72 @@ def _rope(case: Case, manifest: Manifest) -> TokenCase:
     d = _Draw(case, manifest)
     heads, D = _shape(case, "heads", "D")
     # filler rows sit at the last position the model allows: a padding row's rotation is garbage
-    return TokenCase(case, d.rows, [d.r(d.T, heads, D), d.rows.position.clone()], [], ["x", "positions"],
-                     lambda x, p, row_keys: ws1_ops.rope(x, p, d.theta), lambda x, p: reference.rope(x, p, d.theta),
-                     [None, d.max_pos - 1])
+    return TokenCase(
+        case,
+        d.rows,
+        [d.r(d.T, heads, D), d.rows.position.clone()],
+        [],
+        ["x", "positions"],
+        lambda x, p, row_keys: ws1_ops.rope(x, p, d.theta),
+        lambda x, p: reference.rope(x, p, d.theta),
+        [None, d.max_pos - 1],
+    )
 
 
 def _swiglu(case: Case, manifest: Manifest) -> TokenCase:
     d = _Draw(case, manifest)
     (F,) = _shape(case, "F")
-    return TokenCase(case, d.rows, [d.r(d.T, F, scale=2.0), d.r(d.T, F, scale=2.0)], [], ["gate", "up"],
-                     lambda a, b, row_keys: ws1_ops.swiglu(a, b), reference.swiglu, [None, None])
+    return TokenCase(
+        case,
+        d.rows,
+        [d.r(d.T, F, scale=2.0), d.r(d.T, F, scale=2.0)],
+        [],
+        ["gate", "up"],
+        lambda a, b, row_keys: ws1_ops.swiglu(a, b),
+        reference.swiglu,
+        [None, None],
+    )
 
 
 def _silu(case: Case, manifest: Manifest) -> TokenCase:
     d = _Draw(case, manifest)
     (F,) = _shape(case, "F")
-    return TokenCase(case, d.rows, [d.r(d.T, F, scale=2.0)], [], ["x"], lambda x, row_keys: ws1_ops.silu(x), reference.silu, [None])
+    return TokenCase(
+        case, d.rows, [d.r(d.T, F, scale=2.0)], [], ["x"], lambda x, row_keys: ws1_ops.silu(x), reference.silu, [None]
+    )
 
 
 def _logprob(case: Case, manifest: Manifest) -> TokenCase:
     d = _Draw(case, manifest)
     (V,) = _shape(case, "V")
     # logits ~ N(0, 3): a peaked but not degenerate softmax over the 151936-token vocabulary
-    return TokenCase(case, d.rows, [d.r(d.T, V, scale=3.0, dtype=F32), d.rows.token % V], [], ["logits", "targets"],
-                     lambda lg, t, row_keys: ws1_ops.logprob(lg, t), reference.logprob, [None, _pad_id(manifest, V)],
-                     ref64=lambda lg, t: reference.logprob(lg, t, torch.float64))
+    return TokenCase(
+        case,
+        d.rows,
+        [d.r(d.T, V, scale=3.0, dtype=F32), d.rows.token % V],
+        [],
+        ["logits", "targets"],
+        lambda lg, t, row_keys: ws1_ops.logprob(lg, t),
+        reference.logprob,
+        [None, _pad_id(manifest, V)],
+        ref64=lambda lg, t: reference.logprob(lg, t, torch.float64),
+    )
 
 
 def _batch_invariant_logp(case: Case, manifest: Manifest) -> TokenCase:
     d = _Draw(case, manifest)
     (V,) = _shape(case, "V")
-    return TokenCase(case, d.rows, [d.r(d.T, V, scale=3.0, dtype=F32)], [], ["logits"],
-                     lambda lg, row_keys: ws1_ops.batch_invariant_logp(lg), reference.batch_invariant_logp, [None],
-                     ref64=lambda lg: reference.batch_invariant_logp(lg, torch.float64))
+    return TokenCase(
+        case,
+        d.rows,
+        [d.r(d.T, V, scale=3.0, dtype=F32)],
+        [],
+        ["logits"],
+        lambda lg, row_keys: ws1_ops.batch_invariant_logp(lg),
+        reference.batch_invariant_logp,
+        [None],
+        ref64=lambda lg: reference.batch_invariant_logp(lg, torch.float64),
+    )
 
 
 # ---- attention: sequence-level ------------------------------------------------------------------
@@ -326,7 +401,7 @@ class AttnCase:
     case: Case
     mode: str
     lengths: list[int]
-    seqs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]   # (q [L, Hq, D], k, v [L, Hkv, D]) BF16, CPU
+    seqs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # (q [L, Hq, D], k, v [L, Hkv, D]) BF16, CPU
     padded_length: int
     decode_pos: int | None = None
     source: str = ""
@@ -346,7 +421,9 @@ def _attn_case(case: Case, manifest: Manifest) -> AttnCase:
     fx = manifest.fixtures
     if mode == "prefill":
         if Sq != Skv:
-            raise ContractError(f"representative_cases[{case.case_id}].shape", f"a prefill case needs Sq == Skv, got {Sq} and {Skv}")
+            raise ContractError(
+                f"representative_cases[{case.case_id}].shape", f"a prefill case needs Sq == Skv, got {Sq} and {Skv}"
+            )
         fixture = [s.length for s in _tier_samples(manifest, case.tier)]
         if len(fixture) == B and max(fixture) == Sq:
             lengths, source = fixture, f"{case.tier} fixture lengths {fixture} (varlen)"
@@ -355,7 +432,9 @@ def _attn_case(case: Case, manifest: Manifest) -> AttnCase:
         decode_pos = None
     elif mode == "decode":
         if B != 1 or Sq != 1:
-            raise ContractError(f"representative_cases[{case.case_id}].shape", f"a decode case is B1 Sq1, got B{B} Sq{Sq}")
+            raise ContractError(
+                f"representative_cases[{case.case_id}].shape", f"a decode case is B1 Sq1, got B{B} Sq{Sq}"
+            )
         lengths, decode_pos = [Skv], Skv - 1
         source = f"one sequence of {Skv} keys; the query at position {Skv - 1} decoded against all of them"
     else:
@@ -387,10 +466,18 @@ def _pack_case(case: Case, manifest: Manifest) -> PackCase:
 # node -> its input builder (shapes from the node table's case, values from the seeded draws); a node
 # of the table without one is a red cell naming it (tests: test_node_table.py)
 BUILDERS: dict[str, Callable[[Case, Manifest], TokenCase | AttnCase | PackCase]] = {
-    "embedding": _embedding, "rms_norm": _rms_norm, "qk_norm": _qk_norm,
-    "det_gemm": _gemm(ws1_ops.det_gemm, reference.det_gemm), "lm_head": _gemm(ws1_ops.lm_head, reference.lm_head),
-    "rope": _rope, "swiglu": _swiglu, "silu": _silu, "logprob": _logprob, "batch_invariant_logp": _batch_invariant_logp,
-    "attention": _attn_case, "pack": _pack_case,
+    "embedding": _embedding,
+    "rms_norm": _rms_norm,
+    "qk_norm": _qk_norm,
+    "det_gemm": _gemm(ws1_ops.det_gemm, reference.det_gemm),
+    "lm_head": _gemm(ws1_ops.lm_head, reference.lm_head),
+    "rope": _rope,
+    "swiglu": _swiglu,
+    "silu": _silu,
+    "logprob": _logprob,
+    "batch_invariant_logp": _batch_invariant_logp,
+    "attention": _attn_case,
+    "pack": _pack_case,
 }
 
 _LAST: list = []  # [(key, built case)]: at most one entry
@@ -402,15 +489,24 @@ def build(case: Case, manifest: Manifest) -> TokenCase | AttnCase | PackCase:
     The last case built is kept: C8 judges a case's forward and then its gradient cells, and
     drawing a [151936, 4096] weight takes seconds."""
     # the inputs are a function of these alone (seed, fixtures, model config, the case itself)
-    key = (manifest.workload_seed, manifest.fixture_identity_sha256, json.dumps(manifest.model.config, sort_keys=True),
-           case.op, case.tier, case_key(case), json.dumps(case.shape, sort_keys=True))
+    key = (
+        manifest.workload_seed,
+        manifest.fixture_identity_sha256,
+        json.dumps(manifest.model.config, sort_keys=True),
+        case.op,
+        case.tier,
+        case_key(case),
+        json.dumps(case.shape, sort_keys=True),
+    )
     if _LAST and _LAST[0][0] == key:
         return _LAST[0][1]
     _LAST.clear()  # free the previous case's tensors before drawing the next
     builder = BUILDERS.get(case.op)
     if builder is None:
-        raise ContractError(f"nodes.{case.op}", f"no case builder for node {case.op!r} in ws1_matrix.cases.BUILDERS "
-                                                "(docs/adding_a_node.md)")
+        raise ContractError(
+            f"nodes.{case.op}",
+            f"no case builder for node {case.op!r} in ws1_matrix.cases.BUILDERS (docs/adding_a_node.md)",
+        )
     built = builder(case, manifest)
     _LAST.append((key, built))
     return built

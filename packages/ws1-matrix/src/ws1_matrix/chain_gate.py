@@ -52,8 +52,8 @@ from .modelkit import attach_provenance, build_model, log
 
 CANONICAL = "BN/full"
 PERMUTATION = (2, 0, 3, 1)
-DIGEST_ABOVE_BYTES = 6 << 30     # host memory: gradients larger than this are compared by digest
-DEVICE_HEADROOM = 2.5            # device memory: full tensors when this many gradient sets fit in what is free
+DIGEST_ABOVE_BYTES = 6 << 30  # host memory: gradients larger than this are compared by digest
+DEVICE_HEADROOM = 2.5  # device memory: full tensors when this many gradient sets fit in what is free
 
 
 def grad_compare_mode(grad_bytes: int, dev: torch.device) -> str:
@@ -88,7 +88,11 @@ class _CellMeter:
 
     @staticmethod
     def text(m: dict) -> str:
-        mem = f"peak device {m['peak_device_gib']:.1f} GiB" if "peak_device_gib" in m else f"peak RSS {m['peak_rss_gib']:.1f} GiB"
+        mem = (
+            f"peak device {m['peak_device_gib']:.1f} GiB"
+            if "peak_device_gib" in m
+            else f"peak RSS {m['peak_rss_gib']:.1f} GiB"
+        )
         return f"{m['seconds']:.1f}s, {mem}"
 
 
@@ -204,23 +208,43 @@ def _start(run, args):
     if args.formal:
         pinned = manifest.model.formal_weights_sha256
         if not pinned or not args.weights:
-            run.add(judged("formal-weights", "chain_gate", False, "formal mode needs --weights and the manifest's pinned "
-                           f"formal_weights_sha256 (pinned: {pinned!r}); nothing was run"))
+            run.add(
+                judged(
+                    "formal-weights",
+                    "chain_gate",
+                    False,
+                    "formal mode needs --weights and the manifest's pinned "
+                    f"formal_weights_sha256 (pinned: {pinned!r}); nothing was run",
+                )
+            )
             return None, mode
     model = build_model(args.model, run.profile, weights=args.weights)
     if args.formal and model.weights_sha256 != manifest.model.formal_weights_sha256:
-        run.add(judged("formal-weights", "chain_gate", False,
-                       f"weights hash {model.weights_sha256} is not the pinned {manifest.model.formal_weights_sha256}"))
+        run.add(
+            judged(
+                "formal-weights",
+                "chain_gate",
+                False,
+                f"weights hash {model.weights_sha256} is not the pinned {manifest.model.formal_weights_sha256}",
+            )
+        )
         return None, mode
     if args.candidate:
-        model.profile = args.candidate          # a negative control's kernels: not a profile
-        if args.candidate != "torch_default":   # built on this profile's kernels (a GPU host's control runs on its GPU)
+        model.profile = args.candidate  # a negative control's kernels: not a profile
+        if args.candidate != "torch_default":  # built on this profile's kernels (a GPU host's control runs on its GPU)
             from ws1_ops.backends.controls import CONTROLS
 
             family = ws1_accel.family_of(run.profile)
             if family not in CONTROLS[args.candidate].families:
-                run.add(judged("candidate", "chain_gate", False, f"control {args.candidate} cannot be built on the {family} kernels "
-                               f"of {run.profile} (only {'/'.join(CONTROLS[args.candidate].families)}); nothing was run"))
+                run.add(
+                    judged(
+                        "candidate",
+                        "chain_gate",
+                        False,
+                        f"control {args.candidate} cannot be built on the {family} kernels "
+                        f"of {run.profile} (only {'/'.join(CONTROLS[args.candidate].families)}); nothing was run",
+                    )
+                )
                 return None, mode
             model.candidate_family = family
     return model, mode
@@ -232,13 +256,20 @@ def _canonical_cell(ch: _Chain) -> None:
     ch.c_logp, ch.c_active, ch.c_loss, c_grads, ch.c_trace = run_cell(ch.model, *ch.plans[CANONICAL], ch.n_active)
     # no copy needed: the next cell's zero_grad(set_to_none) gives the parameters new tensors
     ch.canon = {n: (digest(g) if ch.gmode == "digest" else g.detach()) for n, g in c_grads.items() if g is not None}
-    if ch.gmode == "digest":   # the gradient-accuracy cell reads them back one at a time from disk
+    if ch.gmode == "digest":  # the gradient-accuracy cell reads them back one at a time from disk
         ch.spill = _spill(c_grads)
     finite = bool(torch.isfinite(ch.c_logp).all() and torch.isfinite(ch.c_loss))
     m = meter.read()
-    ch.run.add(judged(f"cell/{CANONICAL}", "chain_gate", finite and len(ch.canon) == ch.summary["parameters"],
-                      f"canonical: loss {float(ch.c_loss):.6f}, {int(ch.c_active.sum())} active tokens, "
-                      f"{len(ch.canon)} parameter gradients", extra={"loss": float(ch.c_loss), **m}))
+    ch.run.add(
+        judged(
+            f"cell/{CANONICAL}",
+            "chain_gate",
+            finite and len(ch.canon) == ch.summary["parameters"],
+            f"canonical: loss {float(ch.c_loss):.6f}, {int(ch.c_active.sum())} active tokens, "
+            f"{len(ch.canon)} parameter gradients",
+            extra={"loss": float(ch.c_loss), **m},
+        )
+    )
     log(f"{CANONICAL} in {_CellMeter.text(m)}")
     ch.bar.update()
 
@@ -255,20 +286,49 @@ def _layout_cells(ch: _Chain) -> None:
         agg = aggregates(logp, ch.c_logp, active, contract.aggregate_thresholds("bfloat16"), contract.clip_interval)
         fd = ch.drift(name, trace)
         cmp = bitwise(logp, ch.c_logp, f"{name} log-probs vs {CANONICAL}")
-        ch.run.add(comparison_cell(f"cell/{name}/logp", "forward_invariance", cmp, lhs="transformed_config", rhs="canonical_config",
-                                   loss=float(loss), aggregates={"max_abs_dlogp": agg.max_abs_dlogp, "approx_kl0": agg.approx_kl0,
-                                                                 "clipfrac0": agg.clipfrac0},
-                                   bitwise_equal=agg.bitwise_equal, tokens_different=agg.tokens_different, first_drift=fd))
+        ch.run.add(
+            comparison_cell(
+                f"cell/{name}/logp",
+                "forward_invariance",
+                cmp,
+                lhs="transformed_config",
+                rhs="canonical_config",
+                loss=float(loss),
+                aggregates={
+                    "max_abs_dlogp": agg.max_abs_dlogp,
+                    "approx_kl0": agg.approx_kl0,
+                    "clipfrac0": agg.clipfrac0,
+                },
+                bitwise_equal=agg.bitwise_equal,
+                tokens_different=agg.tokens_different,
+                first_drift=fd,
+            )
+        )
         g = compare_grads(grads, ch.canon, ch.gmode, name)
-        grads = None                        # free this cell's gradients before the next cell runs
+        grads = None  # free this cell's gradients before the next cell runs
         grad_counts.append(g.n_total - g.n_diff)
         m = meter.read()
-        ch.run.add(comparison_cell(f"cell/{name}/grads", "gradient_invariance", g, lhs="transformed_config",
-                                   rhs="canonical_config", grad_compare=ch.gmode, **m))
-        log(f"{name}: logp {'bitwise' if cmp.passed else 'DIFFERS'}, {g.n_total - g.n_diff}/{g.n_total} grads bitwise "
-            f"({_CellMeter.text(m)})")
+        ch.run.add(
+            comparison_cell(
+                f"cell/{name}/grads",
+                "gradient_invariance",
+                g,
+                lhs="transformed_config",
+                rhs="canonical_config",
+                grad_compare=ch.gmode,
+                **m,
+            )
+        )
+        log(
+            f"{name}: logp {'bitwise' if cmp.passed else 'DIFFERS'}, {g.n_total - g.n_diff}/{g.n_total} grads bitwise "
+            f"({_CellMeter.text(m)})"
+        )
         ch.bar.update()
-    ch.summary["gradient_invariance"] = {"min_bitwise": min(grad_counts), "of": len(ch.canon), "cells": len(grad_counts)}
+    ch.summary["gradient_invariance"] = {
+        "min_bitwise": min(grad_counts),
+        "of": len(ch.canon),
+        "cells": len(grad_counts),
+    }
     ch.model.zero_grad(set_to_none=True)
 
 
@@ -298,7 +358,9 @@ def _decode_sweep(ch: _Chain) -> None:
     with ch.model.activate():
         sweep = c6_operator_cases(device=ch.dev)
     for o in sweep:
-        ch.run.add(comparison_cell(f"sweep/{o.name}", "decode_prefill", o, lhs="transformed_config", rhs="canonical_config"))
+        ch.run.add(
+            comparison_cell(f"sweep/{o.name}", "decode_prefill", o, lhs="transformed_config", rhs="canonical_config")
+        )
     log(f"decode sweep: {sum(o.passed for o in sweep)}/{len(sweep)} bitwise ({_CellMeter.text(meter.read())})")
     ch.bar.update()
 
@@ -306,10 +368,18 @@ def _decode_sweep(ch: _Chain) -> None:
 def _observed(ch: _Chain, rec) -> None:
     """Every required node observed running its declared kernel (silu in its identity check)."""
     run, manifest = ch.run, ch.run.manifest
-    silu = silu_identity(ch.model, ch.drifts)       # silu runs here, not in the chain: a drift there is named too
+    silu = silu_identity(ch.model, ch.drifts)  # silu runs here, not in the chain: a drift there is named too
     declared = {node: manifest.kernel_id(run.profile, node) for node in manifest.required_nodes}
     for cell in node_cells(rec.summary(), declared, run.contract.family(run.profile), ch.dev.type, silu):
-        run.add(Cell(id=f"observed/{cell.id}", judgment=cell.judgment, status=cell.status, detail=cell.detail, extra=cell.extra))
+        run.add(
+            Cell(
+                id=f"observed/{cell.id}",
+                judgment=cell.judgment,
+                status=cell.status,
+                detail=cell.detail,
+                extra=cell.extra,
+            )
+        )
 
 
 def _reference_cell(ch: _Chain) -> None:
@@ -320,33 +390,56 @@ def _reference_cell(ch: _Chain) -> None:
     cand_grads = ch.canon if ch.gmode == "full" else _Spilled(ch.spill)
     ch.model = None
     gc.collect()
-    r_logp, r_active, r_loss, _, _ = run_cell_streaming(ref, ch.plans[CANONICAL], ch.n_active, cand_grads, contract, run)
+    r_logp, r_active, r_loss, _, _ = run_cell_streaming(
+        ref, ch.plans[CANONICAL], ch.n_active, cand_grads, contract, run
+    )
     fa = contract.resolve("forward_accuracy", "logprob", "bfloat16")
     cmp = within_tolerance(ch.c_logp, r_logp, fa.atol, fa.rtol, "bf16 chain log-probs vs FP32 reference")
     m = meter.read()
-    run.add(judged("reference/forward_accuracy", "forward_accuracy", cmp.passed, cmp.detail,
-                   lhs_role="bf16_candidate", rhs_role="fp32_reference", thresholds={"atol": fa.atol, "rtol": fa.rtol},
-                   max_abs_err=cmp.max_abs, extra={"loss_candidate": float(ch.c_loss), "loss_reference": float(r_loss), **m}))
+    run.add(
+        judged(
+            "reference/forward_accuracy",
+            "forward_accuracy",
+            cmp.passed,
+            cmp.detail,
+            lhs_role="bf16_candidate",
+            rhs_role="fp32_reference",
+            thresholds={"atol": fa.atol, "rtol": fa.rtol},
+            max_abs_err=cmp.max_abs,
+            extra={"loss_candidate": float(ch.c_loss), "loss_reference": float(r_loss), **m},
+        )
+    )
     log(f"FP32 reference cell ({_CellMeter.text(m)})")
 
 
 def _verdict(ch: _Chain, rec, t0: float) -> None:
     run, drifts = ch.run, ch.drifts
     fd = drifts[0] if drifts else None
-    run.add(judged("first_drift", "chain_gate", fd is None,
-                   "null: no node's per-token bits differ between any cell and the canonical run" if fd is None else
-                   f"{fd['cell']}: first differing node layer {fd['layer']} {fd['node']} ({fd['tokens_differ']} of "
-                   f"{fd['tokens']} tokens; first at {fd['first_key']})",
-                   extra={"first_drift": {k: v for k, v in fd.items() if k != 'map'} if fd else None}))
+    run.add(
+        judged(
+            "first_drift",
+            "chain_gate",
+            fd is None,
+            "null: no node's per-token bits differ between any cell and the canonical run"
+            if fd is None
+            else f"{fd['cell']}: first differing node layer {fd['layer']} {fd['node']} ({fd['tokens_differ']} of "
+            f"{fd['tokens']} tokens; first at {fd['first_key']})",
+            extra={"first_drift": {k: v for k, v in fd.items() if k != "map"} if fd else None},
+        )
+    )
     attach_provenance(run, rec)
     summary = ch.summary
     summary["variant"] = {op: s["variant"] for op, s in rec.summary().items() if "variant" in s}  # a control's kernels
-    summary.update(first_drift={k: v for k, v in fd.items() if k != "map"} if fd else None, drift_maps=drifts,
-                   wall_time_s=round(time.perf_counter() - t0, 1),
-                   peak_rss_gib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
-                   peak_device_gib=max((c.extra.get("peak_device_gib", 0.0) for c in run.cells), default=0.0)
-                   if ch.dev.type == "cuda" else None)
-    run.extra.update(summary)      # beside the gate's own facts (the TF32 switches)
+    summary.update(
+        first_drift={k: v for k, v in fd.items() if k != "map"} if fd else None,
+        drift_maps=drifts,
+        wall_time_s=round(time.perf_counter() - t0, 1),
+        peak_rss_gib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        peak_device_gib=max((c.extra.get("peak_device_gib", 0.0) for c in run.cells), default=0.0)
+        if ch.dev.type == "cuda"
+        else None,
+    )
+    run.extra.update(summary)  # beside the gate's own facts (the TF32 switches)
 
 
 def c10(run, args) -> None:
@@ -360,13 +453,19 @@ def c10(run, args) -> None:
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     dev = ws1_accel.resolve_device(run.profile)
     gmode = args.grad_compare or grad_compare_mode(grad_bytes, dev)
-    summary: dict = {"mode": mode, "model": model.config.name, "synthetic": model.synthetic, "candidate": args.candidate,
-                     "grad_compare": gmode, "parameters": sum(1 for _ in model.parameters())}
+    summary: dict = {
+        "mode": mode,
+        "model": model.config.name,
+        "synthetic": model.synthetic,
+        "candidate": args.candidate,
+        "grad_compare": gmode,
+        "parameters": sum(1 for _ in model.parameters()),
+    }
     plans = cell_plans(samples)
-    bar = Progress(len(plans) + 3, f"c10_chain_gate {run.profile}", unit="step")   # the cells, 2 parity runs, the sweep
+    bar = Progress(len(plans) + 3, f"c10_chain_gate {run.profile}", unit="step")  # the cells, 2 parity runs, the sweep
     ch = _Chain(run, model, samples, plans, run.manifest.active_tokens, gmode, dev, bar, summary)
     with ws1_ops.record() as rec, contextlib.closing(bar):
-        del model                                   # the phases hold it (the reference cell drops it)
+        del model  # the phases hold it (the reference cell drops it)
         _canonical_cell(ch)
         _layout_cells(ch)
         _train_infer(ch)
@@ -380,7 +479,7 @@ def reference_copy(model):
     """The FP32 reference model: the candidate's own BF16 parameters upcast to FP32 (docs/design.md §3)."""
     from ws1_qwen3.model import Qwen3ForCausalLM
 
-    ref = Qwen3ForCausalLM(model.config, REFERENCE, device=model.device)   # made where it runs (8B: 33 GB FP32)
+    ref = Qwen3ForCausalLM(model.config, REFERENCE, device=model.device)  # made where it runs (8B: 33 GB FP32)
     with torch.no_grad():
         src = dict(model.named_parameters())
         for name, p in ref.named_parameters():
@@ -397,9 +496,9 @@ def run_cell_streaming(ref, plan, n_active, cand_grads, contract, run):
     def judge(p):
         name = names[id(p)]
         th = contract.resolve("gradient_accuracy", param_op(name), "bfloat16")
-        if name not in cand_grads:   # a gradient the candidate did not produce is red, never skipped
+        if name not in cand_grads:  # a gradient the candidate did not produce is red, never skipped
             results.append((name, Comparison(False, f"{name}: the candidate produced no gradient")))
-        else:   # atol/rtol elementwise and the contract's tensor-norm rule (rel L2, cosine)
+        else:  # atol/rtol elementwise and the contract's tensor-norm rule (rel L2, cosine)
             results.append((name, accuracy(cand_grads[name], p.grad, th, name)))
         p.grad = None
 
@@ -415,14 +514,27 @@ def run_cell_streaming(ref, plan, n_active, cand_grads, contract, run):
     cos = min(results, key=lambda nc: 2.0 if nc[1].cosine is None else nc[1].cosine)
     n, want = len(results), len(names)
     ok = not bad and n == want
-    detail = (f"{n - len(bad)} of {want} parameter gradients within the gradient_accuracy rows (atol/rtol and "
-              f"tensor_norm); largest |err| {worst[1].max_abs:.3e} ({worst[0]}), largest rel L2 {rel[1].rel_l2:.3e} "
-              f"({rel[0]}), smallest cosine {cos[1].cosine:.9f} ({cos[0]})") + (f"; first failure: {bad[0][1].detail}" if bad else "")
-    run.add(judged("reference/gradient_accuracy", "gradient_accuracy", ok, detail,
-                 lhs_role="bf16_candidate", rhs_role="fp32_reference", max_abs_err=worst[1].max_abs,
-                 extra={"per_parameter_max_abs": {n: c.max_abs for n, c in results},
-                        "per_parameter_rel_l2": {n: c.rel_l2 for n, c in results},
-                        "per_parameter_cosine": {n: c.cosine for n, c in results}}))
+    detail = (
+        f"{n - len(bad)} of {want} parameter gradients within the gradient_accuracy rows (atol/rtol and "
+        f"tensor_norm); largest |err| {worst[1].max_abs:.3e} ({worst[0]}), largest rel L2 {rel[1].rel_l2:.3e} "
+        f"({rel[0]}), smallest cosine {cos[1].cosine:.9f} ({cos[0]})"
+    ) + (f"; first failure: {bad[0][1].detail}" if bad else "")
+    run.add(
+        judged(
+            "reference/gradient_accuracy",
+            "gradient_accuracy",
+            ok,
+            detail,
+            lhs_role="bf16_candidate",
+            rhs_role="fp32_reference",
+            max_abs_err=worst[1].max_abs,
+            extra={
+                "per_parameter_max_abs": {n: c.max_abs for n, c in results},
+                "per_parameter_rel_l2": {n: c.rel_l2 for n, c in results},
+                "per_parameter_cosine": {n: c.cosine for n, c in results},
+            },
+        )
+    )
     return out
 
 
@@ -471,16 +583,32 @@ class _Spilled:
 def add_args(ap) -> None:
     ap.add_argument("--model", default="tiny", help="preset: tiny (default), qwen3-8b-L2, qwen3-8b")
     ap.add_argument("--weights", default=None, help="an HF-format checkpoint directory instead of synthetic weights")
-    ap.add_argument("--formal", action="store_true", help="the formal gate: --weights must hash to the manifest's pinned value")
-    ap.add_argument("--candidate", default=None, choices=list(ws1_ops.registry.candidates()),
-                    help="negative control (not a profile): torch_default (plain PyTorch ops for every node) or one of "
-                         "the project's variant kernels (ws1_ops.backends.controls); the gate must come out red")
-    ap.add_argument("--grad-compare", default=None, choices=["full", "digest"],
-                    help="gradient invariance on full tensors or raw-bit digests (default: digest above 6 GiB of gradients)")
+    ap.add_argument(
+        "--formal", action="store_true", help="the formal gate: --weights must hash to the manifest's pinned value"
+    )
+    ap.add_argument(
+        "--candidate",
+        default=None,
+        choices=list(ws1_ops.registry.candidates()),
+        help="negative control (not a profile): torch_default (plain PyTorch ops for every node) or one of "
+        "the project's variant kernels (ws1_ops.backends.controls); the gate must come out red",
+    )
+    ap.add_argument(
+        "--grad-compare",
+        default=None,
+        choices=["full", "digest"],
+        help="gradient invariance on full tensors or raw-bit digests (default: digest above 6 GiB of gradients)",
+    )
 
 
 def main(argv: list[str]) -> int:
     # a negative control writes its own evidence file: red is its expected outcome
     control = any(a == "--candidate" or a.startswith("--candidate=") for a in argv)
-    return gate_main("c10_negative_control" if control else "c10_chain_gate", c10, argv, needs_device=True, add_args=add_args,
-                     description="C10: the chain gate on the whole model")
+    return gate_main(
+        "c10_negative_control" if control else "c10_chain_gate",
+        c10,
+        argv,
+        needs_device=True,
+        add_args=add_args,
+        description="C10: the chain gate on the whole model",
+    )

@@ -44,15 +44,22 @@ def merge(parts: list[tuple[int, Comparison]], name: str, total: int, what: str)
         fd["index"] = [fd["index"][0] + lo, *fd["index"][1:]]
     where = f" (index {fd['index']})" if fd is not None else ""
     mx = "n/a" if max_abs is None else f"{max_abs:.3e}"
-    detail = (f"{name}: {n_diff} of {total} elements fail in {len(bad)} of {len(parts)} row blocks; "
-              f"max |delta| {mx}; first failing block starts at row {lo}{where}: {first.detail}")
+    detail = (
+        f"{name}: {n_diff} of {total} elements fail in {len(bad)} of {len(parts)} row blocks; "
+        f"max |delta| {mx}; first failing block starts at row {lo}{where}: {first.detail}"
+    )
     return Comparison(False, detail, n_total=total, n_diff=n_diff, max_abs=max_abs, max_rel=max_rel, first_diff=fd)
 
 
 def bitwise_blocks(lhs: torch.Tensor, rhs: torch.Tensor, name: str) -> Comparison:
     """``ws1_contract.bitwise`` over row blocks (same verdict, bounded memory)."""
-    if not isinstance(lhs, torch.Tensor) or not isinstance(rhs, torch.Tensor) or lhs.shape != rhs.shape \
-            or lhs.dim() == 0 or lhs.numel() <= BLOCK_ELEMENTS:
+    if (
+        not isinstance(lhs, torch.Tensor)
+        or not isinstance(rhs, torch.Tensor)
+        or lhs.shape != rhs.shape
+        or lhs.dim() == 0
+        or lhs.numel() <= BLOCK_ELEMENTS
+    ):
         return bitwise(lhs, rhs, name)
     parts = [(lo, bitwise(lhs[lo:hi], rhs[lo:hi], name)) for lo, hi in blocks(lhs)]
     return merge(parts, name, lhs.numel(), "bitwise")
@@ -60,8 +67,13 @@ def bitwise_blocks(lhs: torch.Tensor, rhs: torch.Tensor, name: str) -> Compariso
 
 def tolerance_blocks(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, name: str) -> Comparison:
     """``ws1_contract.within_tolerance`` over row blocks (same verdict, bounded memory)."""
-    if not isinstance(cand, torch.Tensor) or not isinstance(ref, torch.Tensor) or cand.shape != ref.shape \
-            or cand.dim() == 0 or cand.numel() <= BLOCK_ELEMENTS:
+    if (
+        not isinstance(cand, torch.Tensor)
+        or not isinstance(ref, torch.Tensor)
+        or cand.shape != ref.shape
+        or cand.dim() == 0
+        or cand.numel() <= BLOCK_ELEMENTS
+    ):
         return within_tolerance(cand, ref, atol, rtol, name)
     parts = [(lo, within_tolerance(cand[lo:hi], ref[lo:hi], atol, rtol, name)) for lo, hi in blocks(cand)]
     return merge(parts, name, cand.numel(), "tolerance")

@@ -34,8 +34,15 @@ def model_parity_cells(model, samples, contract, prefix: str):
     for name, kw in (("decode", {}), ("decode-b1", {"together": False}), ("chunked7-decode", {"chunk": 7})):
         ro = parity.rollout_logp(model, samples, **kw)
         agg = parity.judge(act, ro, contract)
-        yield parity_cell(f"{prefix}/{name}-vs-teacher-forcing", agg, parity.LHS, parity.RHS,
-                          model=model.config.name, synthetic=model.synthetic, rollout=name)
+        yield parity_cell(
+            f"{prefix}/{name}-vs-teacher-forcing",
+            agg,
+            parity.LHS,
+            parity.RHS,
+            model=model.config.name,
+            synthetic=model.synthetic,
+            rollout=name,
+        )
 
 
 def model_padded_length(samples) -> int:
@@ -48,8 +55,16 @@ def c6(run, args) -> None:
     with ws1_ops.record() as rec:
         with ws1_ops.use_profile(profile):
             for o in c6_operator_cases(device=ws1_accel.resolve_device(profile)):
-                run.add(comparison_cell(f"op/{o.name}", "decode_prefill", o.comparison, lhs="transformed_config",
-                                        rhs="canonical_config", **o.facts))
+                run.add(
+                    comparison_cell(
+                        f"op/{o.name}",
+                        "decode_prefill",
+                        o.comparison,
+                        lhs="transformed_config",
+                        rhs="canonical_config",
+                        **o.facts,
+                    )
+                )
         log("operator cases done")
         samples = fixture_samples(run.manifest)
         for name in models:
@@ -63,10 +78,24 @@ def c6(run, args) -> None:
 
 
 def add_args(ap) -> None:
-    ap.add_argument("--models", default=None, help=f"comma-separated presets for the model-level cells (default {','.join(DEFAULT_MODELS)})")
-    ap.add_argument("--weights", default=None, help="an HF-format checkpoint directory for the first model instead of synthetic weights")
+    ap.add_argument(
+        "--models",
+        default=None,
+        help=f"comma-separated presets for the model-level cells (default {','.join(DEFAULT_MODELS)})",
+    )
+    ap.add_argument(
+        "--weights",
+        default=None,
+        help="an HF-format checkpoint directory for the first model instead of synthetic weights",
+    )
 
 
 def main(argv: list[str]) -> int:
-    return gate_main("c6_decode_prefill", c6, argv, needs_device=True, add_args=add_args,
-                     description="C6: decode vs prefill, operator and model level")
+    return gate_main(
+        "c6_decode_prefill",
+        c6,
+        argv,
+        needs_device=True,
+        add_args=add_args,
+        description="C6: decode vs prefill, operator and model level",
+    )

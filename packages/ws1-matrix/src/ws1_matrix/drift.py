@@ -35,7 +35,7 @@ class Trace:
         self.rows: dict[tuple[int, str], dict[int, bytes]] = {}
 
     def __call__(self, layer: int, node: str, t: torch.Tensor, keys: torch.Tensor) -> None:
-        if node not in NODE_KIND:   # an unordered node could hide the real first drift
+        if node not in NODE_KIND:  # an unordered node could hide the real first drift
             raise ValueError(f"trace: unknown node {node!r}; expected one of {NODE_ORDER}")
         keys = keys.detach().cpu()
         d = self.rows.setdefault((layer, node), {})
@@ -67,8 +67,16 @@ def drift_map(a: Trace, b: Trace) -> list[dict]:
         ra, rb = a.rows[ln], b.rows[other]
         common = sorted(set(ra) & set(rb))
         diff = [k for k in common if ra[k] != rb[k]]
-        out.append({"layer": ln[0], "node": ln[1], "kind": NODE_KIND.get(ln[1]), "tokens": len(common),
-                    "tokens_differ": len(diff), "first_key": _key(diff[0]) if diff else None})
+        out.append(
+            {
+                "layer": ln[0],
+                "node": ln[1],
+                "kind": NODE_KIND.get(ln[1]),
+                "tokens": len(common),
+                "tokens_differ": len(diff),
+                "first_key": _key(diff[0]) if diff else None,
+            }
+        )
     return out
 
 

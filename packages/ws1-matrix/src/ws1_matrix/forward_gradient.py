@@ -33,8 +33,14 @@ def make_ctx(run, activate=None) -> Ctx:
     dev = ws1_accel.resolve_device(profile)  # absent: AcceleratorUnavailable (gate_main: exit 2)
     ws1_accel.disable_tf32(dev)
     ws1_accel.disable_tf32("cpu")  # the FP32 reference runs on the CPU
-    return Ctx(profile, run.contract, run.manifest, dev, run.contract.family(profile),
-               activate or functools.partial(ws1_ops.use_profile, profile))
+    return Ctx(
+        profile,
+        run.contract,
+        run.manifest,
+        dev,
+        run.contract.family(profile),
+        activate or functools.partial(ws1_ops.use_profile, profile),
+    )
 
 
 def finish_provenance(run, ctx: Ctx, families: set[str], redden: bool = True) -> None:
@@ -47,20 +53,43 @@ def finish_provenance(run, ctx: Ctx, families: set[str], redden: bool = True) ->
     their own per-item checks."""
     actual = ",".join(sorted(families)) if families else "none"
     # on CPU the architecture is the ISA path the kernels reported taking (their self-report), not the CPU's flags
-    arch = ws1_ops.registry.arch_key_of([c.extra.get("recorded") or {} for c in run.cells]) if ctx.device.type == "cpu" else None
-    prov = collect_provenance(ctx.profile, actual, run.contract, run.manifest.fixture_identity_sha256, device=ctx.device,
-                              reference_tf32=ws1_accel.tf32_enabled("cpu"), arch_key=arch)
+    arch = (
+        ws1_ops.registry.arch_key_of([c.extra.get("recorded") or {} for c in run.cells])
+        if ctx.device.type == "cpu"
+        else None
+    )
+    prov = collect_provenance(
+        ctx.profile,
+        actual,
+        run.contract,
+        run.manifest.fixture_identity_sha256,
+        device=ctx.device,
+        reference_tf32=ws1_accel.tf32_enabled("cpu"),
+        arch_key=arch,
+    )
     problems = validate_provenance(prov, run.contract, run.manifest.fixture_identity_sha256)
     run.provenance = prov.to_dict()
     run.extra["provenance_problems"] = problems
     general = [p for p in problems if not p.startswith("actual backend")]
     if general and redden:
         why = "; ".join(general)
-        run.cells[:] = [c if c.status != "green" else Cell(id=c.id, judgment=c.judgment, status="red",
-                                                           detail=f"provenance: {why} — {c.detail}", lhs_role=c.lhs_role,
-                                                           rhs_role=c.rhs_role, thresholds=c.thresholds, max_abs_err=c.max_abs_err,
-                                                           max_rel_err=c.max_rel_err, extra=c.extra)
-                        for c in run.cells]
+        run.cells[:] = [
+            c
+            if c.status != "green"
+            else Cell(
+                id=c.id,
+                judgment=c.judgment,
+                status="red",
+                detail=f"provenance: {why} — {c.detail}",
+                lhs_role=c.lhs_role,
+                rhs_role=c.rhs_role,
+                thresholds=c.thresholds,
+                max_abs_err=c.max_abs_err,
+                max_rel_err=c.max_rel_err,
+                extra=c.extra,
+            )
+            for c in run.cells
+        ]
 
 
 def recorded_families(cells: list[Cell]) -> set[str]:
@@ -90,7 +119,10 @@ def judge_profile(run, ops: list[str], judgments, tiers_for, activate=None) -> N
     ctx = make_ctx(run, activate)
     why = None if activate is not None else ws1_ops.family_available(ctx.family)
     plan = [(op, tier) for op in ops for tier in tiers_for(op)]
-    with frozen_heap(), Progress(len(plan) * len(judgments), f"{run.gate} {run.profile}") as bar:   # stderr; C4 runs minutes
+    with (
+        frozen_heap(),
+        Progress(len(plan) * len(judgments), f"{run.gate} {run.profile}") as bar,
+    ):  # stderr; C4 runs minutes
         for op, tier in plan:
             bar.doing(f"{op} {tier}")
             if why is not None and op != "pack":
@@ -119,8 +151,10 @@ def c4_gradient(run, args, activate=None) -> None:
 # ---- command line: python -m ws1_matrix c3|c4 [PROFILE ...] [--op OP] ---------------------------
 
 EXIT_BAD_ARGS = 2
-GATES = {"c3": ("c3_forward", c3_forward, "C3: forward accuracy and invariance"),
-         "c4": ("c4_gradient", c4_gradient, "C4: gradient accuracy and invariance")}
+GATES = {
+    "c3": ("c3_forward", c3_forward, "C3: forward accuracy and invariance"),
+    "c4": ("c4_gradient", c4_gradient, "C4: gradient accuracy and invariance"),
+}
 
 
 def _split_ops(values) -> list[str]:

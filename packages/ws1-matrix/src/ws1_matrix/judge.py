@@ -65,8 +65,13 @@ def tiers_of(manifest: Manifest, op: str, extra: bool) -> list[str]:
 
 
 def _base(ctx: Ctx, op: str, tier: str, judgment: str, case) -> dict:
-    return {"profile": ctx.profile, "op": op, "tier": tier, "case_id": None if case is None else case.case_id,
-            "shape": None if case is None else dict(case.shape)}
+    return {
+        "profile": ctx.profile,
+        "op": op,
+        "tier": tier,
+        "case_id": None if case is None else case.case_id,
+        "shape": None if case is None else dict(case.shape),
+    }
 
 
 def _roles(ctx: Ctx, judgment: str) -> tuple[str, str]:
@@ -105,16 +110,40 @@ def _fp64_row(ctx: Ctx, op: str, judgment: str):
 
 def _thresholds(ctx: Ctx, op: str, judgment: str) -> dict:
     elem, th = _rows(ctx, op, judgment)
-    norm = {} if th.max_rel_l2 is None else {"max_rel_l2": th.max_rel_l2, "min_cosine": th.min_cosine,
-                                             "norm_dtype": ctx.contract.judged_dtype(op, ctx.dtype)}
+    norm = (
+        {}
+        if th.max_rel_l2 is None
+        else {
+            "max_rel_l2": th.max_rel_l2,
+            "min_cosine": th.min_cosine,
+            "norm_dtype": ctx.contract.judged_dtype(op, ctx.dtype),
+        }
+    )
     row64 = _fp64_row(ctx, op, judgment)
-    fp64 = {} if row64 is None else {"fp64_reference": {"atol": row64.atol, "rtol": row64.rtol,
-                                                        "dtype": ctx.contract.judged_dtype(op, ctx.dtype)}}
-    return {"atol": elem.atol, "rtol": elem.rtol, **norm, **fp64, "dtype": ctx.contract.dtype_name(ctx.dtype),
-            "bitwise": ctx.contract.is_bitwise(judgment)}
+    fp64 = (
+        {}
+        if row64 is None
+        else {
+            "fp64_reference": {
+                "atol": row64.atol,
+                "rtol": row64.rtol,
+                "dtype": ctx.contract.judged_dtype(op, ctx.dtype),
+            }
+        }
+    )
+    return {
+        "atol": elem.atol,
+        "rtol": elem.rtol,
+        **norm,
+        **fp64,
+        "dtype": ctx.contract.dtype_name(ctx.dtype),
+        "bitwise": ctx.contract.is_bitwise(judgment),
+    }
 
 
-def red_cells(ctx_or_profile, op: str, tier: str, judgments, why: str, case=None, not_executed: bool = True) -> list[Cell]:
+def red_cells(
+    ctx_or_profile, op: str, tier: str, judgments, why: str, case=None, not_executed: bool = True
+) -> list[Cell]:
     """Red cells for a case that could not be judged (``not_executed``: the host cannot run it)."""
     profile = ctx_or_profile if isinstance(ctx_or_profile, str) else ctx_or_profile.profile
     base = {"profile": profile, "op": op, "tier": tier, "case_id": None if case is None else case.case_id}
@@ -129,11 +158,21 @@ def red_cells(ctx_or_profile, op: str, tier: str, judgments, why: str, case=None
 
 def pack_na(profile: str, manifest: Manifest, tier: str, judgment: str, detail: str, case=None, extra=None) -> Cell:
     reason = manifest.helper_nodes["pack"].reason
-    return Cell(id=cell_id("pack", tier, judgment), judgment=judgment, status="N/A", na_reason=PACK_NA,
-                detail=f"{PACK_NA}: {reason}; {detail}",
-                extra={"profile": profile, "op": "pack", "tier": tier, "case_id": None if case is None else case.case_id,
-                       "kernel": {"declared": None, "note": "profile-independent helper: torch index copies, no ws1 kernel"},
-                       **(extra or {})})
+    return Cell(
+        id=cell_id("pack", tier, judgment),
+        judgment=judgment,
+        status="N/A",
+        na_reason=PACK_NA,
+        detail=f"{PACK_NA}: {reason}; {detail}",
+        extra={
+            "profile": profile,
+            "op": "pack",
+            "tier": tier,
+            "case_id": None if case is None else case.case_id,
+            "kernel": {"declared": None, "note": "profile-independent helper: torch index copies, no ws1 kernel"},
+            **(extra or {}),
+        },
+    )
 
 
 # ---- kernel provenance --------------------------------------------------------------------------
@@ -163,15 +202,22 @@ def kernel_problems(ctx: Ctx, op: str, judgment: str, summary: dict) -> tuple[li
         if other != op and s["families"] != [ctx.family]:
             problems.append(f"undeclared fallback: {other} ran family {s['families']}")
         # what the kernel package itself counted must confirm each recorded call (not the label alone)
-        problems += [f"{other}: {why}" for why in s.get("package_problems", ["the record carries no kernel self-report"])]
+        problems += [
+            f"{other}: {why}" for why in s.get("package_problems", ["the record carries no kernel self-report"])
+        ]
     return problems, rec
 
 
 # ---- the judgments --------------------------------------------------------------------------------
 
 
-def _accuracy(ctx: Ctx, op: str, judgment: str, pairs: list[tuple[str, torch.Tensor, torch.Tensor]],
-              fp64: list[tuple[str, torch.Tensor, torch.Tensor | None]] = ()) -> Outcome:
+def _accuracy(
+    ctx: Ctx,
+    op: str,
+    judgment: str,
+    pairs: list[tuple[str, torch.Tensor, torch.Tensor]],
+    fp64: list[tuple[str, torch.Tensor, torch.Tensor | None]] = (),
+) -> Outcome:
     """Each (name, candidate, FP32 reference) pair by the execution dtype's row (+ the tensor-norm rule
     where the judgment has one); each ``fp64`` pair (name, candidate, FP64 reference) by the contract's
     FP64-reference row too. Green only if every comparison passes; the cell's max errors are the FP32
@@ -181,7 +227,7 @@ def _accuracy(ctx: Ctx, op: str, judgment: str, pairs: list[tuple[str, torch.Ten
     for name, cand, ref in pairs:
         if isinstance(ref, rows.LazyRef):
             ref = ref.get()
-        if cand is None:   # a gradient the candidate did not produce is a failure, never a skip
+        if cand is None:  # a gradient the candidate did not produce is a failure, never a skip
             comps.append((name, Comparison(False, f"{name}: the candidate produced no gradient")))
         elif ref is None:
             comps.append((name, Comparison(False, f"{name}: the FP32 reference produced no gradient")))
@@ -192,32 +238,66 @@ def _accuracy(ctx: Ctx, op: str, judgment: str, pairs: list[tuple[str, torch.Ten
                 parts.append((lo, within_tolerance(c, r, elem.atol, elem.rtol, name)))
                 stats.add(c, r)
             tol = merge(parts, name, cand.numel(), "tolerance")
-            comps.append((name, tol if norm.max_rel_l2 is None else with_norm(tol, stats.judge(norm.max_rel_l2, norm.min_cosine, name))))
+            comps.append(
+                (
+                    name,
+                    tol
+                    if norm.max_rel_l2 is None
+                    else with_norm(tol, stats.judge(norm.max_rel_l2, norm.min_cosine, name)),
+                )
+            )
         else:
             tol = tolerance_blocks(cand, ref, elem.atol, elem.rtol, name)
-            comps.append((name, tol if norm.max_rel_l2 is None else
-                          with_norm(tol, within_norm(cand, ref, norm.max_rel_l2, norm.min_cosine, name))))
+            comps.append(
+                (
+                    name,
+                    tol
+                    if norm.max_rel_l2 is None
+                    else with_norm(tol, within_norm(cand, ref, norm.max_rel_l2, norm.min_cosine, name)),
+                )
+            )
     if not comps:
         return Outcome(judgment, False, "nothing was compared")
     comps64: list[tuple[str, Comparison]] = []
     row64 = _fp64_row(ctx, op, judgment) if fp64 else None
     for name, cand, ref in fp64:
-        if ref is None:   # the contract asks for an FP64 reference the case cannot give: red, never skipped
-            comps64.append((name, Comparison(False, f"{name}: the case has no FP64 reference (the contract's "
-                                                    f"fp64_reference row for {op} needs one)")))
+        if ref is None:  # the contract asks for an FP64 reference the case cannot give: red, never skipped
+            comps64.append(
+                (
+                    name,
+                    Comparison(
+                        False,
+                        f"{name}: the case has no FP64 reference (the contract's "
+                        f"fp64_reference row for {op} needs one)",
+                    ),
+                )
+            )
         else:
             comps64.append((name, tolerance_blocks(cand, ref, row64.atol, row64.rtol, name)))
     bad = [c for _, c in comps + comps64 if not c.passed]
     mx = max((c.max_abs for _, c in comps if c.max_abs is not None), default=None)
     mr = max((c.max_rel for _, c in comps if c.max_rel is not None), default=None)
     names = ", ".join(n for n, _ in comps)
-    norm = "" if norm.max_rel_l2 is None or bad else (   # green: every comparison carries both values
-        f", rel L2 <= {norm.max_rel_l2:g} (worst {max(c.rel_l2 for _, c in comps):.3e}), "
-        f"cosine >= {norm.min_cosine:.9g} (worst {min(c.cosine for _, c in comps):.9f})")
-    also = "" if bad or not comps64 else (   # short: a summary line shows ~140 characters of a detail
-        f"; vs FP64 atol {row64.atol:g} rtol {row64.rtol:g}: max |err| {max(c.max_abs for _, c in comps64):.3e}")
-    detail = (f"{bad[0].detail}" + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else "")) if bad else \
-        f"{names} within atol {elem.atol:g} + rtol {elem.rtol:g}*|ref|{norm}; max |err| {mx:.3e}{also}"
+    norm = (
+        ""
+        if norm.max_rel_l2 is None or bad
+        # green: every comparison carries both values
+        else (
+            f", rel L2 <= {norm.max_rel_l2:g} (worst {max(c.rel_l2 for _, c in comps):.3e}), "
+            f"cosine >= {norm.min_cosine:.9g} (worst {min(c.cosine for _, c in comps):.9f})"
+        )
+    )
+    also = (
+        ""
+        if bad or not comps64
+        # short: a summary line shows ~140 characters of a detail
+        else (f"; vs FP64 atol {row64.atol:g} rtol {row64.rtol:g}: max |err| {max(c.max_abs for _, c in comps64):.3e}")
+    )
+    detail = (
+        (f"{bad[0].detail}" + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""))
+        if bad
+        else f"{names} within atol {elem.atol:g} + rtol {elem.rtol:g}*|ref|{norm}; max |err| {mx:.3e}{also}"
+    )
     record = [{"name": n, "reference": "float32", **c.to_dict()} for n, c in comps]
     record += [{"name": n, "reference": "float64", **c.to_dict()} for n, c in comps64]
     return Outcome(judgment, not bad, detail, mx, mr, {"comparisons": record})
@@ -250,7 +330,7 @@ def _execute(ctx: Ctx, op: str, judgment: str, built) -> Outcome:
     if judgment == "forward_accuracy":
         cand, ref = run.forward_accuracy(built, ctx.device)
         fp64 = []
-        if _fp64_row(ctx, op, judgment) is not None:   # the logprob class: also against FP64, same inputs
+        if _fp64_row(ctx, op, judgment) is not None:  # the logprob class: also against FP64, same inputs
             ref64 = getattr(run, "forward_reference_fp64", lambda b: None)(built)
             fp64 = [("output vs FP64", cand, ref64)]
         return _accuracy(ctx, op, judgment, [("output", cand, ref)], fp64)
@@ -263,7 +343,9 @@ def judge_pack(ctx_profile: str, manifest: Manifest, tier: str, judgments, dev: 
     """pack's cells: N/A (profile_independent) with the executed round trip, red if it fails."""
     found = manifest.cases(profile=ctx_profile, op="pack", tier=tier)
     if not found:
-        return red_cells(ctx_profile, "pack", tier, judgments, f"missing representative case for pack × {tier}", not_executed=False)
+        return red_cells(
+            ctx_profile, "pack", tier, judgments, f"missing representative case for pack × {tier}", not_executed=False
+        )
     case = found[0]
     built = cases.build(case, manifest)
     out = []
@@ -276,12 +358,28 @@ def judge_pack(ctx_profile: str, manifest: Manifest, tier: str, judgments, dev: 
         record = {"comparisons": [c.to_dict() for c in comps], "executed_on": where}
         shape = f"B{len(built.lengths)} S{built.x.shape[1]} H{built.x.shape[2]}, lengths {built.lengths}"
         if ok:
-            out.append(pack_na(ctx_profile, manifest, tier, j, f"executed on {where}: {len(comps)} bitwise checks of {shape}",
-                               case, record))
+            out.append(
+                pack_na(
+                    ctx_profile,
+                    manifest,
+                    tier,
+                    j,
+                    f"executed on {where}: {len(comps)} bitwise checks of {shape}",
+                    case,
+                    record,
+                )
+            )
         else:
             bad = next(c for c in comps if not c.passed)
-            out.append(Cell(id=cell_id("pack", tier, j), judgment=j, status="red", detail=f"pack round trip failed: {bad.detail}",
-                            extra={"profile": ctx_profile, "op": "pack", "tier": tier, "case_id": case.case_id, **record}))
+            out.append(
+                Cell(
+                    id=cell_id("pack", tier, j),
+                    judgment=j,
+                    status="red",
+                    detail=f"pack round trip failed: {bad.detail}",
+                    extra={"profile": ctx_profile, "op": "pack", "tier": tier, "case_id": case.case_id, **record},
+                )
+            )
     return out
 
 
@@ -292,12 +390,21 @@ def judge(ctx: Ctx, op: str, tier: str, judgments=JUDGMENTS) -> list[Cell]:
     found = ctx.manifest.cases(profile=ctx.profile, op=op, tier=tier)
     if not found:
         # a missing representative case is red, not skipped
-        return red_cells(ctx, op, tier, judgments, f"missing representative case for {op} × {tier} in the manifest", not_executed=False)
+        return red_cells(
+            ctx,
+            op,
+            tier,
+            judgments,
+            f"missing representative case for {op} × {tier} in the manifest",
+            not_executed=False,
+        )
     case = found[0]
     try:
         built = cases.build(case, ctx.manifest)
     except ContractError as exc:
-        return red_cells(ctx, op, tier, judgments, f"case {case.case_id} cannot be built: {exc}", case, not_executed=False)
+        return red_cells(
+            ctx, op, tier, judgments, f"case {case.case_id} cannot be built: {exc}", case, not_executed=False
+        )
     source = getattr(getattr(built, "rows", None), "source", None) or getattr(built, "source", "")
     return [_judge_one(ctx, op, tier, j, case, built, source) for j in judgments]
 
@@ -319,6 +426,19 @@ def _judge_one(ctx: Ctx, op: str, tier: str, j: str, case, built, source: str) -
         gc.collect()
     problems, kernel = kernel_problems(ctx, op, j, rec.summary())
     detail = "; ".join(problems) + (" — " if problems else "") + res.detail
-    return judged(cell_id(op, tier, j), j, res.passed and not problems, detail, max_abs_err=res.max_abs, max_rel_err=res.max_rel,
-                  extra={**base, "kernel": kernel, "recorded": rec.summary(), "wall_s": round(time.perf_counter() - t0, 3), **res.facts},
-                  **fields)
+    return judged(
+        cell_id(op, tier, j),
+        j,
+        res.passed and not problems,
+        detail,
+        max_abs_err=res.max_abs,
+        max_rel_err=res.max_rel,
+        extra={
+            **base,
+            "kernel": kernel,
+            "recorded": rec.summary(),
+            "wall_s": round(time.perf_counter() - t0, 3),
+            **res.facts,
+        },
+        **fields,
+    )

@@ -38,7 +38,9 @@ def _qkv(lengths: Sequence[int], hq: int, hkv: int, d: int, seed: int, device) -
     g = torch.Generator().manual_seed(seed)
     out = []
     for n in lengths:
-        out.append(tuple((torch.randn(n, h, d, generator=g, device="cpu") * 2).to(BF16).to(device) for h in (hq, hkv, hkv)))
+        out.append(
+            tuple((torch.randn(n, h, d, generator=g, device="cpu") * 2).to(BF16).to(device) for h in (hq, hkv, hkv))
+        )
     return out
 
 
@@ -59,7 +61,7 @@ def _prefill(seqs, layout: str, device) -> list[torch.Tensor]:
         if layout == "padded_right":
             valid[b, :n] = True
         else:
-            valid[b, S - n:] = True
+            valid[b, S - n :] = True
     g = torch.Generator().manual_seed(S)
     padded = []
     for i in range(3):
@@ -85,7 +87,7 @@ def _through_cache(cache: KVCache, seqs, chunk: int) -> list[torch.Tensor]:
         live = [b for b, (q, _, _) in enumerate(seqs) if q.shape[0] > t]
         counts = {b: min(chunk, seqs[b][0].shape[0] - t) for b in live}
         step = cache.reserve(counts)
-        q, k, v = (torch.cat([seqs[b][i][t:t + counts[b]] for b in live]) for i in range(3))
+        q, k, v = (torch.cat([seqs[b][i][t : t + counts[b]] for b in live]) for i in range(3))
         out = cached_attention(cache, 0, step, q, k, v)
         for b, o in zip(live, out.split([counts[b] for b in live])):
             outs[b].append(o)
@@ -102,8 +104,18 @@ def _cat_keys(outs: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat(outs)  # sequence rank, then position: the logical-key order
 
 
-def decode_vs_prefill(case: str, lengths: Sequence[int], layout: str, *, hq: int = 32, hkv: int = 8, d: int = 128,
-                      seed: int = 0, device="cpu", cache: str = "contiguous") -> list[Outcome]:
+def decode_vs_prefill(
+    case: str,
+    lengths: Sequence[int],
+    layout: str,
+    *,
+    hq: int = 32,
+    hkv: int = 8,
+    d: int = 128,
+    seed: int = 0,
+    device="cpu",
+    cache: str = "contiguous",
+) -> list[Outcome]:
     """One C6 case: decode (one token per step, from the cache) and chunked prefill (7 positions per
     step) must equal the full prefill over ``layout``, bitwise, row by logical key."""
     seqs = _qkv(lengths, hq, hkv, d, seed, device)
@@ -116,11 +128,26 @@ def decode_vs_prefill(case: str, lengths: Sequence[int], layout: str, *, hq: int
 
     dec = _cat_keys(_through_cache(new_cache(), seqs, 1))
     chk = _cat_keys(_through_cache(new_cache(), seqs, CHUNK))
-    facts = {"lengths": list(lengths), "layout": layout, "Hq": hq, "Hkv": hkv, "D": d, "cache": cache, "rows": int(pre.shape[0])}
+    facts = {
+        "lengths": list(lengths),
+        "layout": layout,
+        "Hq": hq,
+        "Hkv": hkv,
+        "D": d,
+        "cache": cache,
+        "rows": int(pre.shape[0]),
+    }
     return [
-        Outcome.of(f"{case}/decode", bitwise(dec, pre, f"{case}: decode vs prefill"), {**facts, "variant": "decode", "against": "prefill"}),
-        Outcome.of(f"{case}/chunked{CHUNK}", bitwise(chk, pre, f"{case}: chunked-{CHUNK} prefill vs prefill"),
-                {**facts, "variant": f"chunked{CHUNK}", "against": "prefill"}),
+        Outcome.of(
+            f"{case}/decode",
+            bitwise(dec, pre, f"{case}: decode vs prefill"),
+            {**facts, "variant": "decode", "against": "prefill"},
+        ),
+        Outcome.of(
+            f"{case}/chunked{CHUNK}",
+            bitwise(chk, pre, f"{case}: chunked-{CHUNK} prefill vs prefill"),
+            {**facts, "variant": f"chunked{CHUNK}", "against": "prefill"},
+        ),
     ]
 
 
@@ -135,7 +162,9 @@ def c6_operator_cases(*, device="cpu", seed: int = 0, cases=DECODE_CASES, **dims
 # ---- C7 (operator level) -----------------------------------------------------------------------
 
 
-def b1_roundtrip(*, length: int = 19, hkv: int = 8, d: int = 128, hq: int = 32, seed: int = 0, device="cpu") -> list[Outcome]:
+def b1_roundtrip(
+    *, length: int = 19, hkv: int = 8, d: int = 128, hq: int = 32, seed: int = 0, device="cpu"
+) -> list[Outcome]:
     """B1: allocate → write S−1 tokens → read back exact → cursor advanced → one decode step finite."""
     g = torch.Generator().manual_seed(seed)
     k = (torch.randn(length, hkv, d, generator=g, device="cpu") * 3).to(BF16).to(device)
@@ -153,23 +182,53 @@ def b1_roundtrip(*, length: int = 19, hkv: int = 8, d: int = 128, hq: int = 32, 
     out.append(Outcome.of("b1/write-read-k", bitwise(rk, k[:n], "B1: K read back vs written"), {"tokens": n}))
     out.append(Outcome.of("b1/write-read-v", bitwise(rv, v[:n], "B1: V read back vs written"), {"tokens": n}))
     moved = cache.length("s") - before
-    out.append(Outcome.of("b1/cursor", Comparison(moved == n, f"B1: cursor advanced by {moved} (expected {n})"), {"cursor": cache.length("s")}))
+    out.append(
+        Outcome.of(
+            "b1/cursor",
+            Comparison(moved == n, f"B1: cursor advanced by {moved} (expected {n})"),
+            {"cursor": cache.length("s")},
+        )
+    )
     step = cache.reserve({"s": 1})
     o = cached_attention(cache, 0, step, q, k[n:], v[n:])
     cache.commit(step)
     finite = bool(torch.isfinite(o.float()).all())
-    out.append(Outcome.of("b1/decode-finite", Comparison(finite, f"B1: decode step at position {n}: output {'finite' if finite else 'NOT finite'}"),
-                       {"position": n}))
+    out.append(
+        Outcome.of(
+            "b1/decode-finite",
+            Comparison(finite, f"B1: decode step at position {n}: output {'finite' if finite else 'NOT finite'}"),
+            {"position": n},
+        )
+    )
     return out
 
 
-def paged_vs_contiguous(*, lengths: Sequence[int] = (11, 16, 13, 19), block_size: int = 4, hq: int = 32, hkv: int = 8,
-                        d: int = 128, seed: int = 0, device="cpu") -> list[Outcome]:
+def paged_vs_contiguous(
+    *,
+    lengths: Sequence[int] = (11, 16, 13, 19),
+    block_size: int = 4,
+    hq: int = 32,
+    hkv: int = 8,
+    d: int = 128,
+    seed: int = 0,
+    device="cpu",
+) -> list[Outcome]:
     """B2: decode through the paged cache (small blocks, so tables span several blocks) equals decode
     through the contiguous cache, bitwise."""
     seqs = _qkv(lengths, hq, hkv, d, seed, device)
-    cont = _cat_keys(_through_cache(ContiguousKVCache(1, hkv, d, max_seqs=len(lengths), max_len=max(lengths), device=device), seqs, 1))
+    cont = _cat_keys(
+        _through_cache(
+            ContiguousKVCache(1, hkv, d, max_seqs=len(lengths), max_len=max(lengths), device=device), seqs, 1
+        )
+    )
     blocks = sum(-(-n // block_size) for n in lengths)
-    paged = _cat_keys(_through_cache(PagedKVCache(1, hkv, d, num_blocks=blocks + 3, block_size=block_size, device=device), seqs, 1))
-    return [Outcome.of("b2/paged-vs-contiguous", bitwise(paged, cont, "B2: paged decode vs contiguous decode"),
-                    {"lengths": list(lengths), "block_size": block_size})]
+    paged = _cat_keys(
+        _through_cache(PagedKVCache(1, hkv, d, num_blocks=blocks + 3, block_size=block_size, device=device), seqs, 1)
+    )
+    return [
+        Outcome.of(
+            "b2/paged-vs-contiguous",
+            bitwise(paged, cont, "B2: paged decode vs contiguous decode"),
+            {"lengths": list(lengths), "block_size": block_size},
+        )
+    ]

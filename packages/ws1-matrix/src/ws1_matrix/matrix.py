@@ -50,7 +50,18 @@ from .judge import FORWARD, GRADIENT, JUDGMENTS, cell_id, judge, judge_pack, red
 
 GATE = "c8_matrix"
 SOURCES = {"c3_forward": FORWARD, "c4_gradient": GRADIENT}
-_CELL_FIELDS = ("id", "judgment", "status", "detail", "lhs_role", "rhs_role", "thresholds", "max_abs_err", "max_rel_err", "na_reason")
+_CELL_FIELDS = (
+    "id",
+    "judgment",
+    "status",
+    "detail",
+    "lhs_role",
+    "rhs_role",
+    "thresholds",
+    "max_abs_err",
+    "max_rel_err",
+    "na_reason",
+)
 
 
 def _declared(run, op: str) -> str | None:
@@ -64,9 +75,19 @@ def _with_matrix_fields(run, cell: Cell) -> Cell:
     if "kernel" not in extra:
         extra["kernel"] = {"declared": _declared(run, extra["op"]), "kernel_ids": [], "note": "nothing ran"}
     extra.setdefault("case_id", None)
-    return Cell(id=cell.id, judgment=cell.judgment, status=cell.status, detail=cell.detail, lhs_role=cell.lhs_role,
-                rhs_role=cell.rhs_role, thresholds=cell.thresholds, max_abs_err=cell.max_abs_err, max_rel_err=cell.max_rel_err,
-                na_reason=cell.na_reason, extra=extra)
+    return Cell(
+        id=cell.id,
+        judgment=cell.judgment,
+        status=cell.status,
+        detail=cell.detail,
+        lhs_role=cell.lhs_role,
+        rhs_role=cell.rhs_role,
+        thresholds=cell.thresholds,
+        max_abs_err=cell.max_abs_err,
+        max_rel_err=cell.max_rel_err,
+        na_reason=cell.na_reason,
+        extra=extra,
+    )
 
 
 def _case(run, op: str, tier: str):
@@ -80,7 +101,9 @@ def _not_executed(run, why: str) -> list[Cell]:
     for op in run.manifest.ops:
         for tier in run.manifest.tiers:
             if op == "pack":
-                out += judge_pack(run.profile, run.manifest, tier, JUDGMENTS, host, "this host's cpu (pack is profile-independent)")
+                out += judge_pack(
+                    run.profile, run.manifest, tier, JUDGMENTS, host, "this host's cpu (pack is profile-independent)"
+                )
             else:
                 out += red_cells(run.profile, op, tier, JUDGMENTS, why, case=_case(run, op, tier))
     return out
@@ -103,7 +126,7 @@ def _execute(run) -> None:
         c34.finish_provenance(run, ctx, set())
         return
     plan = [(op, tier) for op in run.manifest.ops for tier in run.manifest.tiers]
-    with Progress(len(plan) * len(JUDGMENTS), f"{GATE} {run.profile}") as bar:    # stderr; minutes on CPU
+    with Progress(len(plan) * len(JUDGMENTS), f"{GATE} {run.profile}") as bar:  # stderr; minutes on CPU
         for op, tier in plan:
             bar.doing(f"{op} {tier}")
             # executed through C3 (forward) and C4 (gradient): the same judgments, the same cells
@@ -118,20 +141,27 @@ def _cell_from_dict(d: dict, path: Path) -> Cell:
     fields = {k: d.get(k) for k in _CELL_FIELDS}
     extra = {k: v for k, v in d.items() if k not in _CELL_FIELDS}
     if d["status"] == "N/A" and (d.get("na_reason") not in ALLOWED_NA_REASONS or d.get("op") != "pack"):
-        raise EvidenceError(f"{path}: cell {d.get('id')!r} is N/A without an allowed reason (hidden N/A rejected; "
-                            f"N/A is only {ALLOWED_NA_REASONS} for pack)")
+        raise EvidenceError(
+            f"{path}: cell {d.get('id')!r} is N/A without an allowed reason (hidden N/A rejected; "
+            f"N/A is only {ALLOWED_NA_REASONS} for pack)"
+        )
     return Cell(**fields, extra=extra)  # Cell itself rejects a hidden N/A too
 
 
 def _source_problem(run, gate: str, path: Path, data: dict, sha: str) -> str | None:
     """Why a C3/C4 record cannot feed this matrix (None: it can)."""
-    if data["contract_fingerprint"] != run.contract.fingerprint or data["fixture_hash"] != run.manifest.fixture_identity_sha256:
+    if (
+        data["contract_fingerprint"] != run.contract.fingerprint
+        or data["fixture_hash"] != run.manifest.fixture_identity_sha256
+    ):
         return f"stale {gate} evidence ({path}): written under another contract or fixture set"
     # a record of this very run (this process, or the C11 flow's WS1_RUN_ID) was written by the code
     # as it is now; any other must name a clean, known commit equal to the checkout's
     if data.get("run_id") != run_id():
         if "unknown" in (sha, data["git_sha"]):
-            return f"stale {gate} evidence ({path}): commit unknown (record {data['git_sha'][:12]}, checkout {sha[:12]})"
+            return (
+                f"stale {gate} evidence ({path}): commit unknown (record {data['git_sha'][:12]}, checkout {sha[:12]})"
+            )
         if data["dirty"] is not False:
             return f"stale {gate} evidence ({path}): written from a dirty tree (dirty={data['dirty']}): the code that wrote it is unknown"
         if data["git_sha"] != sha:
@@ -141,7 +171,9 @@ def _source_problem(run, gate: str, path: Path, data: dict, sha: str) -> str | N
     missing = [n for n in names if not isinstance(prov, dict) or n not in prov]
     if missing:
         return f"{gate} evidence ({path}): provenance incomplete (missing {missing[:4]})"
-    problems = validate_provenance(Provenance(**{n: prov[n] for n in names}), run.contract, run.manifest.fixture_identity_sha256)
+    problems = validate_provenance(
+        Provenance(**{n: prov[n] for n in names}), run.contract, run.manifest.fixture_identity_sha256
+    )
     if problems:
         return f"{gate} evidence ({path}): provenance rejected: {'; '.join(problems)}"
     return None
@@ -157,14 +189,23 @@ def _assemble(run, root: Path) -> None:
     for gate, judgments in SOURCES.items():
         path = root / run.profile / f"{gate}.json"
         if not path.is_file():
-            stale[gate] = f"not executed: no {gate} evidence at {path} (run `nox -s {gate} -- {run.profile}` or c8 --execute)"
+            stale[gate] = (
+                f"not executed: no {gate} evidence at {path} (run `nox -s {gate} -- {run.profile}` or c8 --execute)"
+            )
             continue
         data = read_evidence(path)  # corrupt: EvidenceError -> gate_main prints one line, exit 1
         if data["gate"] != gate or data["profile"] != run.profile:
-            raise EvidenceError(f"{path}: a {data['gate']!r} record of {data['profile']!r}, expected {gate!r} of {run.profile!r}")
-        run.extra["sources"][gate] = {"path": str(path), "git_sha": data["git_sha"], "dirty": data["dirty"],
-                                      "created_at": data["created_at"], "run_id": data.get("run_id"),
-                                      "provenance": data["provenance"]}
+            raise EvidenceError(
+                f"{path}: a {data['gate']!r} record of {data['profile']!r}, expected {gate!r} of {run.profile!r}"
+            )
+        run.extra["sources"][gate] = {
+            "path": str(path),
+            "git_sha": data["git_sha"],
+            "dirty": data["dirty"],
+            "created_at": data["created_at"],
+            "run_id": data.get("run_id"),
+            "provenance": data["provenance"],
+        }
         problem = _source_problem(run, gate, path, data, sha)
         if problem is not None:
             stale[gate] = problem
@@ -197,14 +238,24 @@ def c8_matrix(run, args) -> None:
 
 
 def _add_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--execute", action="store_true",
-                    help="execute every cell through C3/C4 (default: assemble the matrix from their evidence files)")
+    ap.add_argument(
+        "--execute",
+        action="store_true",
+        help="execute every cell through C3/C4 (default: assemble the matrix from their evidence files)",
+    )
 
 
 def main(argv: list[str]) -> int:
     start = time.time()
-    code = gate_main(GATE, c8_matrix, argv, needs_device=False, add_args=_add_args, printer=report.print_summary,
-                     description="C8: profile × the node table's nodes × {short, primary} × 4 judgments")
+    code = gate_main(
+        GATE,
+        c8_matrix,
+        argv,
+        needs_device=False,
+        add_args=_add_args,
+        printer=report.print_summary,
+        description="C8: profile × the node table's nodes × {short, primary} × 4 judgments",
+    )
     # the readable forms, rendered from the JSON just written (read back: they cannot disagree with it)
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("profiles", nargs="*")
@@ -220,8 +271,11 @@ def main(argv: list[str]) -> int:
         return code
     try:
         # only the records this process wrote (its run id): an old profile's record is never re-rendered as new
-        written = [p for p in (root / prof / f"{GATE}.json" for prof in profiles)
-                   if p.is_file() and p.stat().st_mtime >= start - 1 and read_evidence(p).get("run_id") == run_id()]
+        written = [
+            p
+            for p in (root / prof / f"{GATE}.json" for prof in profiles)
+            if p.is_file() and p.stat().st_mtime >= start - 1 and read_evidence(p).get("run_id") == run_id()
+        ]
         outs = [report.write_reports(p) for p in written]
         if len(written) > 1:
             outs.append(report.write_combined(written, root))

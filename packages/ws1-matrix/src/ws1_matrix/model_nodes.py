@@ -74,25 +74,47 @@ def observe(model) -> tuple[ws1_ops.Recorder, tuple[bool, str]]:
     return rec, silu
 
 
-def node_cells(summary: dict, declared: dict[str, str], family: str, dev_type: str, silu: tuple[bool, str]) -> list[Cell]:
+def node_cells(
+    summary: dict, declared: dict[str, str], family: str, dev_type: str, silu: tuple[bool, str]
+) -> list[Cell]:
     """Judge a recorder summary: each required node ran exactly its declared kernel, of the profile's
     family, on the profile's device (with a backward record where it has parameters); nothing else ran."""
     cells = []
     for node, kid in declared.items():
         s = summary.get(node)
-        problems = node_problems(s, kid, family, dev_type, need_backward=node in PARAM_NODES)   # backward: nodes with parameters
-        detail = "; ".join(problems) if problems else f"{kid} on {dev_type}: forward {s['forward']}, backward {s['backward']} calls"
+        problems = node_problems(
+            s, kid, family, dev_type, need_backward=node in PARAM_NODES
+        )  # backward: nodes with parameters
+        detail = (
+            "; ".join(problems)
+            if problems
+            else f"{kid} on {dev_type}: forward {s['forward']}, backward {s['backward']} calls"
+        )
         if node == "silu":
             ok, why = silu
             if not ok:
                 problems.append(why)
             detail += f"; observed via the silu(g) == swiglu(g, 1) check on layer-0 gate activations: {why}"
-        cells.append(judged(f"node/{node}", "model_observed", not problems, detail,
-                          extra={"node": node, "declared": kid, "recorded": s}))
+        cells.append(
+            judged(
+                f"node/{node}",
+                "model_observed",
+                not problems,
+                detail,
+                extra={"node": node, "declared": kid, "recorded": s},
+            )
+        )
     undeclared = sorted(op for op in summary if op not in declared)
-    cells.append(judged("nothing-undeclared", "model_observed", not undeclared,
-                      detail=f"ops recorded outside the required nodes: {undeclared}" if undeclared else
-                      f"all {len(summary)} recorded ops are required nodes with declared kernels"))
+    cells.append(
+        judged(
+            "nothing-undeclared",
+            "model_observed",
+            not undeclared,
+            detail=f"ops recorded outside the required nodes: {undeclared}"
+            if undeclared
+            else f"all {len(summary)} recorded ops are required nodes with declared kernels",
+        )
+    )
     return cells
 
 
@@ -102,8 +124,14 @@ def c9(run, args) -> None:
     dev = ws1_accel.resolve_device(profile)
     model = build_model(args.model, profile, weights=args.weights)
     where = {p.device.type for p in model.parameters()}
-    run.add(judged("parameters-on-device", "model_device", where == {dev.type},
-                 detail=f"{sum(1 for _ in model.parameters())} parameter tensors on {sorted(where)}; profile device {dev.type}"))
+    run.add(
+        judged(
+            "parameters-on-device",
+            "model_device",
+            where == {dev.type},
+            detail=f"{sum(1 for _ in model.parameters())} parameter tensors on {sorted(where)}; profile device {dev.type}",
+        )
+    )
     rec, silu = observe(model)
     log("training step + generate observed")
     declared = {node: m.kernel_id(profile, node) for node in m.required_nodes}
@@ -119,5 +147,11 @@ def add_args(ap) -> None:
 
 
 def main(argv: list[str]) -> int:
-    return gate_main("c9_model", c9, argv, needs_device=True, add_args=add_args,
-                     description="C9: the model runs on its profile's device; node kinds observed")
+    return gate_main(
+        "c9_model",
+        c9,
+        argv,
+        needs_device=True,
+        add_args=add_args,
+        description="C9: the model runs on its profile's device; node kinds observed",
+    )

@@ -31,7 +31,7 @@ def _valid(lengths: list[int], S: int, side: str, dev) -> torch.Tensor:
         if side == "right":
             v[b, :L] = True
         else:
-            v[b, S - L:] = True
+            v[b, S - L :] = True
     return v.to(dev)
 
 
@@ -76,5 +76,9 @@ def check(pc: PackCase, judgment: str, dev: torch.device) -> list[Comparison]:
     if judgment == "forward_invariance":
         out.append(bitwise(packed_by_side["left"], packed_by_side["right"], "packed rows, left vs right padding"))
     if judgment == "gradient_invariance":
-        out.append(bitwise(grad_by_side["left"], grad_by_side["right"], "d(pack) at the valid positions, left vs right padding"))
+        out.append(
+            bitwise(
+                grad_by_side["left"], grad_by_side["right"], "d(pack) at the valid positions, left vs right padding"
+            )
+        )
     return out

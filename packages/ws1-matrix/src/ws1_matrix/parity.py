@@ -23,4 +23,6 @@ LHS, RHS = "training_style_teacher_forcing", "inference_style_rollout_decode"
 def judge(tf_logp: torch.Tensor, rollout: torch.Tensor, contract: Contract, dtype: str = "bfloat16") -> AggregateResult:
     """Aggregates of dlogp = teacher forcing − rollout over the active tokens (both [n_active])."""
     contract.validate_role_pair("train_infer_parity", LHS, RHS)
-    return aggregates(tf_logp, rollout, thresholds=contract.aggregate_thresholds(dtype), clip_interval=contract.clip_interval)
+    return aggregates(
+        tf_logp, rollout, thresholds=contract.aggregate_thresholds(dtype), clip_interval=contract.clip_interval
+    )

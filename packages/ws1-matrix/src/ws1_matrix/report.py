@@ -19,8 +19,12 @@ from ws1_contract.errors import EvidenceError
 
 from .judge import JUDGMENTS
 
-SHORT = {"forward_accuracy": "fwd acc", "forward_invariance": "fwd inv", "gradient_accuracy": "grad acc",
-         "gradient_invariance": "grad inv"}
+SHORT = {
+    "forward_accuracy": "fwd acc",
+    "forward_invariance": "fwd inv",
+    "gradient_accuracy": "grad acc",
+    "gradient_invariance": "grad inv",
+}
 COLORS = {"green": "#2e7d32", "red": "#c62828", "N/A": "#9e9e9e", None: "#ffffff"}
 GATE = "c8_matrix"
 
@@ -61,10 +65,15 @@ def _grouped(cells: list[dict], status: str) -> list[tuple[str, list[str]]]:
 def markdown(record: dict) -> str:
     ops, tiers, cells = _layout(record)
     prof = record["profile"]
-    lines = [f"# C8 matrix · `{prof}`", "", f"**{_counts_line(record)}**  ",
-             f"git `{str(record.get('git_sha'))[:12]}`{' (dirty)' if record.get('dirty') else ''}, "
-             f"contract `{record['contract_fingerprint'][:12]}`, fixtures `{record['fixture_hash'][:12]}`, "
-             f"{record.get('created_at', '')}, run `{record.get('run_id')}`", ""]
+    lines = [
+        f"# C8 matrix · `{prof}`",
+        "",
+        f"**{_counts_line(record)}**  ",
+        f"git `{str(record.get('git_sha'))[:12]}`{' (dirty)' if record.get('dirty') else ''}, "
+        f"contract `{record['contract_fingerprint'][:12]}`, fixtures `{record['fixture_hash'][:12]}`, "
+        f"{record.get('created_at', '')}, run `{record.get('run_id')}`",
+        "",
+    ]
     for tier in tiers:
         lines += [f"## {tier}", "", "| op | " + " | ".join(JUDGMENTS) + " |", "|---|" + "---|" * len(JUDGMENTS)]
         for op in ops:
@@ -93,37 +102,57 @@ def svg(records: list[dict]) -> str:
     parts, y = [], 10
     for rec in records:
         ops, tiers, cells = _layout(rec)
-        parts.append(f'<text x="10" y="{y + 16}" font-size="15" font-weight="bold">C8 · {escape(rec["profile"])}: '
-                     f'{escape(_counts_line(rec))}</text>')
+        parts.append(
+            f'<text x="10" y="{y + 16}" font-size="15" font-weight="bold">C8 · {escape(rec["profile"])}: '
+            f"{escape(_counts_line(rec))}</text>"
+        )
         y0 = y + top_pad
         for ti, tier in enumerate(tiers):
             x0 = left + ti * len(JUDGMENTS) * cw
-            parts.append(f'<text x="{x0 + 2 * cw}" y="{y0 - 26}" font-size="12" text-anchor="middle" font-weight="bold">{escape(tier)}</text>')
+            parts.append(
+                f'<text x="{x0 + 2 * cw}" y="{y0 - 26}" font-size="12" text-anchor="middle" font-weight="bold">{escape(tier)}</text>'
+            )
             for ji, j in enumerate(JUDGMENTS):
-                parts.append(f'<text x="{x0 + ji * cw + cw / 2}" y="{y0 - 8}" font-size="10" text-anchor="middle">{SHORT[j]}</text>')
+                parts.append(
+                    f'<text x="{x0 + ji * cw + cw / 2}" y="{y0 - 8}" font-size="10" text-anchor="middle">{SHORT[j]}</text>'
+                )
         for oi, op in enumerate(ops):
             yy = y0 + oi * ch
-            parts.append(f'<text x="{left - 8}" y="{yy + 14}" font-size="11" text-anchor="end" font-family="monospace">{escape(op)}</text>')
+            parts.append(
+                f'<text x="{left - 8}" y="{yy + 14}" font-size="11" text-anchor="end" font-family="monospace">{escape(op)}</text>'
+            )
             for ti, tier in enumerate(tiers):
                 for ji, j in enumerate(JUDGMENTS):
                     c = cells.get((op, tier, j))
                     st = None if c is None else c["status"]
                     x = left + (ti * len(JUDGMENTS) + ji) * cw
-                    tip = "missing" if c is None else f'{c["id"]}: {st}: {c["detail"]}'
-                    parts.append(f'<rect x="{x + 1}" y="{yy + 1}" width="{cw - 2}" height="{ch - 2}" fill="{COLORS[st]}" '
-                                 f'stroke="#555" stroke-width="0.5"><title>{escape(tip[:600])}</title></rect>')
+                    tip = "missing" if c is None else f"{c['id']}: {st}: {c['detail']}"
+                    parts.append(
+                        f'<rect x="{x + 1}" y="{yy + 1}" width="{cw - 2}" height="{ch - 2}" fill="{COLORS[st]}" '
+                        f'stroke="#555" stroke-width="0.5"><title>{escape(tip[:600])}</title></rect>'
+                    )
                     label = {"green": "✓", "red": "✗", "N/A": "N/A", None: "?"}[st]
-                    parts.append(f'<text x="{x + cw / 2}" y="{yy + 14}" font-size="11" text-anchor="middle" '
-                                 f'fill="{"#000" if st is None else "#fff"}">{label}</text>')
+                    parts.append(
+                        f'<text x="{x + cw / 2}" y="{yy + 14}" font-size="11" text-anchor="middle" '
+                        f'fill="{"#000" if st is None else "#fff"}">{label}</text>'
+                    )
         y = y0 + len(ops) * ch + 24
     lx = 10
-    for st, name in (("green", "green: executed, passed"), ("red", "red: failed or not executed"), ("N/A", "N/A: allowed reason")):
-        parts.append(f'<rect x="{lx}" y="{y}" width="14" height="14" fill="{COLORS[st]}"/>'
-                     f'<text x="{lx + 20}" y="{y + 12}" font-size="11">{name}</text>')
+    for st, name in (
+        ("green", "green: executed, passed"),
+        ("red", "red: failed or not executed"),
+        ("N/A", "N/A: allowed reason"),
+    ):
+        parts.append(
+            f'<rect x="{lx}" y="{y}" width="14" height="14" fill="{COLORS[st]}"/>'
+            f'<text x="{lx + 20}" y="{y + 12}" font-size="11">{name}</text>'
+        )
         lx += 210
     height = y + 30
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-            f'font-family="sans-serif">\n<rect width="100%" height="100%" fill="#fff"/>\n' + "\n".join(parts) + "\n</svg>\n")
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        f'font-family="sans-serif">\n<rect width="100%" height="100%" fill="#fff"/>\n' + "\n".join(parts) + "\n</svg>\n"
+    )
 
 
 def write_reports(json_path: str | Path) -> tuple[Path, Path]:
@@ -141,7 +170,9 @@ def write_combined(paths: list[Path], root: Path) -> tuple[Path, Path]:
     recs = [read_matrix(p) for p in paths]
     runs = sorted({str(r.get("run_id")) for r in recs})
     if len(runs) != 1:
-        raise EvidenceError(f"{root}: the C8 records to combine come from {len(runs)} runs ({', '.join(runs)}): one run only")
+        raise EvidenceError(
+            f"{root}: the C8 records to combine come from {len(runs)} runs ({', '.join(runs)}): one run only"
+        )
     md, sv = root / f"{GATE}.md", root / f"{GATE}.svg"
     md.write_text("\n\n".join(markdown(r) for r in recs) + "\n")
     sv.write_text(svg(recs))
@@ -157,8 +188,9 @@ def grid(cells, profile: str) -> str:
     sub = "  " + " " * 22 + "   ".join(" ".join(("fa", "fi", "ga", "gi")) for _ in tiers)
     lines = [head, sub]
     for op in ops:
-        row = "   ".join(" ".join(f"{sym.get((by.get((op, t, j)) or {}).get('status'), '?'):>2}" for j in JUDGMENTS)
-                         for t in tiers)
+        row = "   ".join(
+            " ".join(f"{sym.get((by.get((op, t, j)) or {}).get('status'), '?'):>2}" for j in JUDGMENTS) for t in tiers
+        )
         lines.append(f"  {op:<22}{row}")
     return "\n".join(lines)
 
@@ -166,8 +198,11 @@ def grid(cells, profile: str) -> str:
 def print_summary(run, path: Path, out=sys.stdout) -> None:
     """gate_main's printer for C8: counts, the grid, red reasons grouped (not 96 lines per profile)."""
     c = Counter(cell.status for cell in run.cells)
-    print(f"\n{run.gate} · {run.profile}: {'PASS' if run.passed else 'FAIL'}  "
-          f"(green {c['green']}, red {c['red']}, N/A {c['N/A']}; G green, R red, - N/A)", file=out)
+    print(
+        f"\n{run.gate} · {run.profile}: {'PASS' if run.passed else 'FAIL'}  "
+        f"(green {c['green']}, red {c['red']}, N/A {c['N/A']}; G green, R red, - N/A)",
+        file=out,
+    )
     print(grid(run.cells, run.profile), file=out)
     for detail, ids in _grouped([x.to_dict() for x in run.cells], "red")[:12]:
         d = detail if len(detail) <= 140 else detail[:137] + "..."

@@ -32,16 +32,25 @@ from ws1_contract.progress import Progress
 from ws1_qwen3 import rl
 
 EXIT_GREEN, EXIT_RED, EXIT_UNAVAILABLE = 0, 1, 2
-SHOWN = ("reward_mean", "ws1/max_abs_dlogp", "rollout_corr/k3_kl", "rollout_corr/rollout_is_min", "rollout_corr/rollout_is_max",
-         "ws1/clip_fraction", "ws1/tokens_different")
+SHOWN = (
+    "reward_mean",
+    "ws1/max_abs_dlogp",
+    "rollout_corr/k3_kl",
+    "rollout_corr/rollout_is_min",
+    "rollout_corr/rollout_is_max",
+    "ws1/clip_fraction",
+    "ws1/tokens_different",
+)
 
 
 def _config(args) -> rl.GRPOConfig:
-    return rl.GRPOConfig(steps=args.steps, prompts_per_step=4, group_size=8, max_new_tokens=(4, 8), lr=2e-2, seed=args.seed)
+    return rl.GRPOConfig(
+        steps=args.steps, prompts_per_step=4, group_size=8, max_new_tokens=(4, 8), lr=2e-2, seed=args.seed
+    )
 
 
 def run_one(name: str, config: rl.GRPOConfig, bar: Progress) -> list[dict]:
-    model = ws1_qwen3.synthetic("tiny", name)    # the same seeded weights for every run
+    model = ws1_qwen3.synthetic("tiny", name)  # the same seeded weights for every run
     logs = []
     for log in rl.Trainer(model, config):
         logs.append(log.to_dict())
@@ -75,8 +84,12 @@ def verdict(profile: str, runs: dict[str, list[dict]]) -> list[str]:
     """What is wrong (empty: green): the profile off-policy at some step, or our control on-policy."""
     bad = []
     for x in runs[profile]:
-        if x["ws1/max_abs_dlogp"] != 0 or x["ws1/tokens_different"] != 0 or x["rollout_corr/rollout_is_min"] != 1.0 \
-                or x["rollout_corr/rollout_is_max"] != 1.0:
+        if (
+            x["ws1/max_abs_dlogp"] != 0
+            or x["ws1/tokens_different"] != 0
+            or x["rollout_corr/rollout_is_min"] != 1.0
+            or x["rollout_corr/rollout_is_max"] != 1.0
+        ):
             bad.append(f"{profile} step {x['step']}: not bitwise on-policy (max |Δlogp| {x['ws1/max_abs_dlogp']:.3e})")
     for name, logs in runs.items():
         # a one-ulp variant's effect can vanish once the policy saturates (a log-prob of ~0 absorbs it),
@@ -87,8 +100,10 @@ def verdict(profile: str, runs: dict[str, list[dict]]) -> list[str]:
 
 
 def _summary(profile: str, runs: dict[str, list[dict]], problems: list[str], paths: list[Path], wall: float) -> str:
-    lines = [f"══ WS1 on-policy GRPO · {profile} — {'PASS' if not problems else 'FAIL'} in {wall:.0f}s ══",
-             f"  {'run':<28} {'step':>4} " + " ".join(f"{k.split('/')[-1]:>16}" for k in SHOWN)]
+    lines = [
+        f"══ WS1 on-policy GRPO · {profile} — {'PASS' if not problems else 'FAIL'} in {wall:.0f}s ══",
+        f"  {'run':<28} {'step':>4} " + " ".join(f"{k.split('/')[-1]:>16}" for k in SHOWN),
+    ]
     for name, logs in runs.items():
         for x in (logs[0], logs[-1]):
             lines.append(f"  {name:<28} {x['step']:>4} " + " ".join(f"{x[k]:>16.6g}" for k in SHOWN))
@@ -106,8 +121,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("profile", nargs="?", default="cpu_bf16")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--candidates", default="torch_default,variant_attn_decode_order",
-                    help="comma-separated candidates run beside the profile")
+    ap.add_argument(
+        "--candidates",
+        default="torch_default,variant_attn_decode_order",
+        help="comma-separated candidates run beside the profile",
+    )
     ap.add_argument("--out", default=None, help="evidence root (default: $WS1_EVIDENCE_DIR or ./evidence)")
     ap.add_argument("--json", action="store_true", help="print the record as JSON instead of the summary")
     args = ap.parse_args(argv)
@@ -120,13 +138,18 @@ def main(argv: list[str]) -> int:
         print(f"ws1 rl-onpolicy: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     if why is not None:
-        print(f"ws1 rl-onpolicy: {args.profile} needs a {ws1_accel.device_type_of(args.profile)} device: {why}", file=sys.stderr)
+        print(
+            f"ws1 rl-onpolicy: {args.profile} needs a {ws1_accel.device_type_of(args.profile)} device: {why}",
+            file=sys.stderr,
+        )
         return EXIT_UNAVAILABLE
     names = [args.profile, *[c for c in args.candidates.split(",") if c]]
     unknown = [c for c in names[1:] if c not in ws1_qwen3.model.CANDIDATES]
     if unknown:
-        print(f"ws1 rl-onpolicy: unknown candidate(s) {unknown}; expected some of {list(ws1_qwen3.model.CANDIDATES)}",
-              file=sys.stderr)
+        print(
+            f"ws1 rl-onpolicy: unknown candidate(s) {unknown}; expected some of {list(ws1_qwen3.model.CANDIDATES)}",
+            file=sys.stderr,
+        )
         return EXIT_UNAVAILABLE
     config = _config(args)
     t0 = time.perf_counter()
@@ -141,9 +164,16 @@ def main(argv: list[str]) -> int:
     problems = verdict(args.profile, runs)
     out = (Path(args.out) if args.out else evidence_root()) / args.profile
     out.mkdir(parents=True, exist_ok=True)
-    record = {"gate": "rl_onpolicy", "profile": args.profile, "config": {**config.__dict__}, "model": "tiny (synthetic)",
-              "status": "green" if not problems else "red", "problems": problems, "runs": runs,
-              "wall_time_s": round(time.perf_counter() - t0, 1)}
+    record = {
+        "gate": "rl_onpolicy",
+        "profile": args.profile,
+        "config": {**config.__dict__},
+        "model": "tiny (synthetic)",
+        "status": "green" if not problems else "red",
+        "problems": problems,
+        "runs": runs,
+        "wall_time_s": round(time.perf_counter() - t0, 1),
+    }
     jpath, ppath = out / "rl_onpolicy.json", out / "rl_onpolicy.png"
     jpath.write_text(json.dumps(record, indent=1))
     _plot(runs, ppath)

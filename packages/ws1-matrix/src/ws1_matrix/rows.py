@@ -92,11 +92,11 @@ def place(x: torch.Tensor, rows: torch.Tensor, filler: torch.Tensor) -> torch.Te
 
 @dataclass
 class TokenRun:
-    idx: torch.Tensor                                  # canonical rows present, ascending
-    out: torch.Tensor                                  # [len(idx), ...] outputs of those rows (CPU)
+    idx: torch.Tensor  # canonical rows present, ascending
+    out: torch.Tensor  # [len(idx), ...] outputs of those rows (CPU)
     row_grads: dict[str, torch.Tensor] = field(default_factory=dict)
     param_grads: dict[str, torch.Tensor] = field(default_factory=dict)
-    missing: list[str] = field(default_factory=list)   # differentiable tensors that got no gradient
+    missing: list[str] = field(default_factory=list)  # differentiable tensors that got no gradient
 
 
 @dataclass
@@ -118,8 +118,14 @@ def covers_all(tc: TokenCase, tr: Transform) -> bool:
     return torch.unique(torch.cat([lay.rows[lay.rows >= 0] for lay in tr.calls])).numel() == tc.n
 
 
-def run(tc: TokenCase, tr: Transform, dev: torch.device, fill: list[torch.Tensor], params: list[torch.Tensor],
-        up: Upstream | None) -> TokenRun:
+def run(
+    tc: TokenCase,
+    tr: Transform,
+    dev: torch.device,
+    fill: list[torch.Tensor],
+    params: list[torch.Tensor],
+    up: Upstream | None,
+) -> TokenRun:
     """Execute one transform. ``params`` are device tensors (BF16 for forward runs, FP32 masters
     holding the same values for gradient runs — or BF16 constants for a gradient run of a transform
     without every row, whose parameter gradient is not compared); each run starts with empty
@@ -128,9 +134,12 @@ def run(tc: TokenCase, tr: Transform, dev: torch.device, fill: list[torch.Tensor
     grad = up is not None
     ps = [_leaf(p, grad) for p in params]
     outs, leaves = [], []
-    with num_threads(tr.threads), ws1_ops.cast_once(), (contextlib.nullcontext() if grad else torch.no_grad()):
+    with num_threads(tr.threads), ws1_ops.cast_once(), contextlib.nullcontext() if grad else torch.no_grad():
         for lay in tr.calls:
-            xs = [place(x, lay.rows, f).to(dev).requires_grad_(grad and x.is_floating_point()) for x, f in zip(tc.inputs, fill)]
+            xs = [
+                place(x, lay.rows, f).to(dev).requires_grad_(grad and x.is_floating_point())
+                for x, f in zip(tc.inputs, fill)
+            ]
             outs.append(tc.call(*xs, *ps, row_keys=tc.rows.keys(lay.rows).to(dev)))
             leaves.append(xs)
         backward_ran = grad and any(o.requires_grad for o in outs)  # embedding on a subset: nothing differentiable
@@ -170,7 +179,7 @@ def run(tc: TokenCase, tr: Transform, dev: torch.device, fill: list[torch.Tensor
                 else:
                     res.row_grads[name] = gather([xs[i].grad for xs in leaves])
         if idx.numel() == tc.n:
-            for p, name in zip(ps, tc.names[len(tc.inputs):]):
+            for p, name in zip(ps, tc.names[len(tc.inputs) :]):
                 if p.requires_grad and p.grad is None:
                     res.missing.append(name)
                 elif p.requires_grad:
@@ -213,10 +222,14 @@ class Verdict:
 
     def to_dict(self) -> dict:
         bad = [c for c in self.comparisons if not c.passed]
-        return {"transform": self.transform, "passed": self.passed,
-                "compared": len(self.comparisons), "max_abs": self.max_abs,
-                "detail": bad[0].detail if bad else f"bitwise ({len(self.comparisons)} tensor(s))",
-                **({"note": self.note} if self.note else {})}
+        return {
+            "transform": self.transform,
+            "passed": self.passed,
+            "compared": len(self.comparisons),
+            "max_abs": self.max_abs,
+            "detail": bad[0].detail if bad else f"bitwise ({len(self.comparisons)} tensor(s))",
+            **({"note": self.note} if self.note else {}),
+        }
 
 
 # Above DIGEST_ABOVE elements a canonical parameter gradient is kept as sha256 digests per row block
@@ -245,20 +258,32 @@ def forward_invariance(tc: TokenCase, dev: torch.device, seed: int = 0) -> list[
     out = []
     for tr in token_transforms(tc, dev.type, seed):
         got = run(tc, tr, dev, fill, params, None)
-        out.append(Verdict(tr.name, [bitwise_blocks(got.out, _rows_of(ref.out, got.idx, tc.n), f"{tr.name} output")],
-                           thread_note(tr.threads)))
+        out.append(
+            Verdict(
+                tr.name,
+                [bitwise_blocks(got.out, _rows_of(ref.out, got.idx, tc.n), f"{tr.name} output")],
+                thread_note(tr.threads),
+            )
+        )
     return out
 
 
-def _digest_mismatch(tc, dev, fill, params, up, name: str, label: str, got_blocks: dict[int, torch.Tensor],
-                     n_bad: int, n_blocks: int) -> Comparison:
+def _digest_mismatch(
+    tc, dev, fill, params, up, name: str, label: str, got_blocks: dict[int, torch.Tensor], n_bad: int, n_blocks: int
+) -> Comparison:
     """Explain a digest mismatch: rerun the canonical config and compare the kept differing block."""
     ref = run(tc, canonical(tc), dev, fill, params, up).param_grads[name]
     lo, blk = next(iter(got_blocks.items()))
-    c = bitwise_blocks(blk, ref[lo:lo + blk.shape[0]], label)
-    return Comparison(False, f"{label}: {n_bad} of {n_blocks} row blocks differ in their bits (sha256 of each block vs the "
-                             f"canonical's); first differing block starts at row {lo}: {c.detail}",
-                      n_total=ref.numel(), n_diff=c.n_diff, max_abs=c.max_abs, first_diff=c.first_diff)
+    c = bitwise_blocks(blk, ref[lo : lo + blk.shape[0]], label)
+    return Comparison(
+        False,
+        f"{label}: {n_bad} of {n_blocks} row blocks differ in their bits (sha256 of each block vs the "
+        f"canonical's); first differing block starts at row {lo}: {c.detail}",
+        n_total=ref.numel(),
+        n_diff=c.n_diff,
+        max_abs=c.max_abs,
+        first_diff=c.first_diff,
+    )
 
 
 def gradient_invariance(tc: TokenCase, dev: torch.device, seed: int = 0) -> list[Verdict]:
@@ -279,8 +304,11 @@ def gradient_invariance(tc: TokenCase, dev: torch.device, seed: int = 0) -> list
     masters = [p.to(dev).detach().requires_grad_(p.dtype == torch.float32) for p in tc.params]
     with ws1_ops.cast_once():
         with torch.no_grad():
-            probe = tc.call(*[x.to(dev) for x in tc.inputs], *_bf16(tc, dev),
-                            row_keys=tc.rows.keys(torch.arange(tc.n, device="cpu")).to(dev))
+            probe = tc.call(
+                *[x.to(dev) for x in tc.inputs],
+                *_bf16(tc, dev),
+                row_keys=tc.rows.keys(torch.arange(tc.n, device="cpu")).to(dev),
+            )
         up = upstream_for(probe.cpu(), tc.n, seed)
         del probe
         ref = run(tc, canonical(tc), dev, fill, masters, up)
@@ -307,8 +335,10 @@ def gradient_invariance(tc: TokenCase, dev: torch.device, seed: int = 0) -> list
 
 def _grad_verdict(tc, tr, dev, fill, params, up, ref, digests, masters) -> Verdict:
     got = run(tc, tr, dev, fill, params, up)
-    comps = [bitwise_blocks(g, _rows_of(ref.row_grads[name], got.idx, tc.n), f"{tr.name} d{name}")
-             for name, g in got.row_grads.items()]
+    comps = [
+        bitwise_blocks(g, _rows_of(ref.row_grads[name], got.idx, tc.n), f"{tr.name} d{name}")
+        for name, g in got.row_grads.items()
+    ]
     comps += [Comparison(False, f"{tr.name} d{name}: no gradient reached {name}") for name in got.missing + ref.missing]
     pending = []
     for name in list(got.param_grads):
@@ -324,8 +354,14 @@ def _grad_verdict(tc, tr, dev, fill, params, up, ref, digests, masters) -> Verdi
         have = digest(g)
         bad = [i for i, (a, b) in enumerate(zip(have, want)) if a != b]
         if not bad:
-            comps.append(Comparison(True, f"{label}: bitwise equal ({g.numel()} elements; sha256 per row block vs the canonical's)",
-                                    n_total=g.numel(), max_abs=0.0))
+            comps.append(
+                Comparison(
+                    True,
+                    f"{label}: bitwise equal ({g.numel()} elements; sha256 per row block vs the canonical's)",
+                    n_total=g.numel(),
+                    max_abs=0.0,
+                )
+            )
         else:
             lo, hi = blocks(g)[bad[0]]
             pending.append((name, label, {lo: g[lo:hi].clone()}, len(bad), len(have)))

@@ -34,6 +34,7 @@ def calls(manifest, profile: str, dev: torch.device) -> dict:
     for node in manifest.required_nodes:
         found = manifest.cases(profile=profile, op=node)
         if found and node in cases.BUILDERS:
+
             def run(case=cases.shrunk(found[0])):
                 built = cases.build(case, manifest)
                 RUNNERS[built.kind].gradient_accuracy(built, dev)
@@ -75,36 +76,65 @@ def c2_runtime(run, args) -> None:
         declared = m.kernel_id(profile, node)
         cid = f"runtime-{node}"
         if why is not None:
-            run.add(judged(cid, "manifest_runtime", False, f"not executed: {why}",
-                         extra={"node": node, "declared": declared}))
+            run.add(
+                judged(
+                    cid, "manifest_runtime", False, f"not executed: {why}", extra={"node": node, "declared": declared}
+                )
+            )
             continue
         call = runs.get(node)
         if call is None:
-            run.add(judged(cid, "manifest_runtime", False, f"not executed: node {node!r} has no representative case or no "
-                           "input builder (ws1_matrix.cases.BUILDERS; docs/adding_a_node.md)", extra={"node": node, "declared": declared}))
+            run.add(
+                judged(
+                    cid,
+                    "manifest_runtime",
+                    False,
+                    f"not executed: node {node!r} has no representative case or no "
+                    "input builder (ws1_matrix.cases.BUILDERS; docs/adding_a_node.md)",
+                    extra={"node": node, "declared": declared},
+                )
+            )
             continue
         try:
             with use_profile(profile), record() as rec:
                 call()
             cases.forget()
         except KernelUnavailable as exc:
-            run.add(judged(cid, "manifest_runtime", False, f"missing_required: {exc}",
-                         extra={"node": node, "declared": declared}))
+            run.add(
+                judged(
+                    cid,
+                    "manifest_runtime",
+                    False,
+                    f"missing_required: {exc}",
+                    extra={"node": node, "declared": declared},
+                )
+            )
             continue
         s = rec.summary().get(node)
         problems = node_problems(s, declared, family, dev.type, need_backward=True)
         others = sorted(rec.ops() - {node})
-        detail = "; ".join(problems) if problems else (
-            f"ran {declared} on {dev.type}: forward {s['forward']}, backward {s['backward']} kernel calls")
+        detail = (
+            "; ".join(problems)
+            if problems
+            else (f"ran {declared} on {dev.type}: forward {s['forward']}, backward {s['backward']} kernel calls")
+        )
         if others and not problems:
             detail += f" (also ran {others})"
-        run.add(judged(cid, "manifest_runtime", not problems, detail,
-                     extra={"node": node, "declared": declared, "recorded": s}))
+        run.add(
+            judged(
+                cid, "manifest_runtime", not problems, detail, extra={"node": node, "declared": declared, "recorded": s}
+            )
+        )
 
 
 def main(argv=None) -> int:
-    return gate_main("c2_runtime", c2_runtime, argv, needs_device=True,
-                     description="C2 runtime: each required node ran its declared kernel")
+    return gate_main(
+        "c2_runtime",
+        c2_runtime,
+        argv,
+        needs_device=True,
+        description="C2 runtime: each required node ran its declared kernel",
+    )
 
 
 if __name__ == "__main__":

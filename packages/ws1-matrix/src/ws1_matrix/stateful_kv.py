@@ -28,8 +28,16 @@ from .modelkit import attach_provenance, build_model, log
 
 
 def _requests(samples, temperature: float = 1.0) -> list[Request]:
-    return [Request(prompt=s.tokens[:s.n_prompt], max_new_tokens=len(s.completion), temperature=temperature,
-                    seed=1000 + s.rank, request_id=f"s{s.rank}") for s in samples]
+    return [
+        Request(
+            prompt=s.tokens[: s.n_prompt],
+            max_new_tokens=len(s.completion),
+            temperature=temperature,
+            seed=1000 + s.rank,
+            request_id=f"s{s.rank}",
+        )
+        for s in samples
+    ]
 
 
 def _same(a, b, what: str) -> Comparison:
@@ -44,7 +52,10 @@ def _same(a, b, what: str) -> Comparison:
 
 
 def _as_samples(completions, ranks) -> list[Sample]:
-    return [Sample(rank=r, tokens=tuple(c.prompt) + tuple(c.tokens), n_prompt=len(c.prompt)) for c, r in zip(completions, ranks)]
+    return [
+        Sample(rank=r, tokens=tuple(c.prompt) + tuple(c.tokens), n_prompt=len(c.prompt))
+        for c, r in zip(completions, ranks)
+    ]
 
 
 def model_cells(model, manifest, contract):
@@ -63,24 +74,43 @@ def model_cells(model, manifest, contract):
     lp = torch.tensor([v for c in gen for v in c.logprobs], dtype=torch.float32, device="cpu")
     again = _as_samples(gen, ranks)
     tf = teacher_forcing(model, again, layout="padded_right", padded_length=max(20, longest))
-    yield parity_cell("b1/generate-then-rescore-tf", parity.judge(tf.logp[tf.active], lp, contract),
-                      parity.LHS, parity.RHS, model=model.config.name, tokens=[c.tokens for c in gen])
+    yield parity_cell(
+        "b1/generate-then-rescore-tf",
+        parity.judge(tf.logp[tf.active], lp, contract),
+        parity.LHS,
+        parity.RHS,
+        model=model.config.name,
+        tokens=[c.tokens for c in gen],
+    )
     direct = parity.rollout_logp(model, again, cache="contiguous")
-    yield comparison_cell("b1/generate-then-rescore-decode", "stateful_kv",
-                          bitwise(direct, lp, "B1: forced decode of the generated tokens vs generate's log-probs"),
-                          lhs="transformed_config", rhs="canonical_config")
+    yield comparison_cell(
+        "b1/generate-then-rescore-decode",
+        "stateful_kv",
+        bitwise(direct, lp, "B1: forced decode of the generated tokens vs generate's log-probs"),
+        lhs="transformed_config",
+        rhs="canonical_config",
+    )
 
     # B2: paged generate equals contiguous generate
     paged = generate(model, reqs, cache=model.new_cache("paged", max_seqs=len(reqs), max_len=longest, block_size=4))
-    yield comparison_cell("b2/paged-vs-contiguous-generate", "stateful_kv", _same(paged, gen, "B2: paged vs contiguous generate"),
-                          lhs="transformed_config", rhs="canonical_config")
+    yield comparison_cell(
+        "b2/paged-vs-contiguous-generate",
+        "stateful_kv",
+        _same(paged, gen, "B2: paged vs contiguous generate"),
+        lhs="transformed_config",
+        rhs="canonical_config",
+    )
 
     # B2: continuous batching — 2 slots, 4 requests of different lengths vs each request alone
     batched = generate(model, reqs, max_batch=2, block_size=4)
     alone = [generate(model, [r], block_size=4)[0] for r in reqs]
-    yield comparison_cell("b2/continuous-batching-vs-alone", "stateful_kv",
-                          _same(batched, alone, "requests joining/leaving a 2-slot batch vs each alone"),
-                          lhs="transformed_config", rhs="canonical_config")
+    yield comparison_cell(
+        "b2/continuous-batching-vs-alone",
+        "stateful_kv",
+        _same(batched, alone, "requests joining/leaving a 2-slot batch vs each alone"),
+        lhs="transformed_config",
+        rhs="canonical_config",
+    )
 
     # B2: warm prefix == cold
     long = manifest.fixtures.long
@@ -90,13 +120,20 @@ def model_cells(model, manifest, contract):
     cold = generate(model, [x], block_size=bs)[0]
     cache = model.new_cache("paged", max_seqs=2, max_len=len(prompt) + 8, block_size=bs)
     warmup = Request(prompt=prompt[:12] + (1, 2, 3), max_new_tokens=2, temperature=0.0, request_id="w")
-    generate(model, [warmup], cache=cache)                      # leaves prompt[:12] in 3 registered blocks
+    generate(model, [warmup], cache=cache)  # leaves prompt[:12] in 3 registered blocks
     warm = generate(model, [x], cache=cache)[0]
     cmp = _same([warm], [cold], "B2: warm prefix continued vs cold")
     if cmp.passed and warm.prefix_hit_tokens == 0:
         cmp = Comparison(False, "B2: the warm run reused no cached block: prefix reuse was not exercised")
-    yield comparison_cell("b2/warm-prefix-vs-cold", "stateful_kv", cmp, lhs="transformed_config", rhs="canonical_config",
-                          prefix_hit_tokens=warm.prefix_hit_tokens, block_size=bs)
+    yield comparison_cell(
+        "b2/warm-prefix-vs-cold",
+        "stateful_kv",
+        cmp,
+        lhs="transformed_config",
+        rhs="canonical_config",
+        prefix_hit_tokens=warm.prefix_hit_tokens,
+        block_size=bs,
+    )
 
     # failing requests leave other requests' entries untouched
     yield isolation_cell(model)
@@ -126,8 +163,12 @@ def isolation_cell(model) -> Cell:
     after = [cache.read(i, "a") for i in range(model.config.num_hidden_layers)]
     same = all(bitwise(x[0], y[0]).passed and bitwise(x[1], y[1]).passed for x, y in zip(before, after))
     ok = same and cache.length("a") == n0 and not any("NOT refused" in e for e in errors)
-    return judged("isolation/failing-request", "stateful_kv", ok,
-                detail=f"{'; '.join(errors)}; sequence a: K/V {'unchanged' if same else 'CHANGED'}, cursor {n0} -> {cache.length('a')}")
+    return judged(
+        "isolation/failing-request",
+        "stateful_kv",
+        ok,
+        detail=f"{'; '.join(errors)}; sequence a: K/V {'unchanged' if same else 'CHANGED'}, cursor {n0} -> {cache.length('a')}",
+    )
 
 
 def c7(run, args) -> None:
@@ -154,5 +195,11 @@ def add_args(ap) -> None:
 
 
 def main(argv: list[str]) -> int:
-    return gate_main("c7_stateful_kv", c7, argv, needs_device=True, add_args=add_args,
-                     description="C7: stateful KV caches B1 (contiguous) and B2 (paged)")
+    return gate_main(
+        "c7_stateful_kv",
+        c7,
+        argv,
+        needs_device=True,
+        add_args=add_args,
+        description="C7: stateful KV caches B1 (contiguous) and B2 (paged)",
+    )

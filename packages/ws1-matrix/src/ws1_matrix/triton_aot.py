@@ -58,8 +58,15 @@ SHAPES = ("test", "qwen3-8b")
 NO_SPILL_MODULES = ("det_gemm", "lm_head", "attention")
 # kernels whose every sm_90a configuration must run its dots as wgmma (PTX wgmma.mma_async, SASS HGMMA,
 # no mma.sync, not serialized by ptxas): the GEMMs and attention's matrix kernels (issue 24)
-WGMMA_KERNELS = ("det_gemm_fwd_kernel", "lm_head_fwd_kernel", "det_gemm_bwd_dx_kernel", "det_gemm_bwd_dw_kernel",
-                 "attention_fwd_kernel", "attention_bwd_dq_kernel", "attention_bwd_dkdv_kernel")
+WGMMA_KERNELS = (
+    "det_gemm_fwd_kernel",
+    "lm_head_fwd_kernel",
+    "det_gemm_bwd_dx_kernel",
+    "det_gemm_bwd_dw_kernel",
+    "attention_fwd_kernel",
+    "attention_bwd_dq_kernel",
+    "attention_bwd_dkdv_kernel",
+)
 QWEN3_8B = dict(hidden=4096, inter=12288, heads=32, kv_heads=8, head_dim=128, vocab=151936)
 
 # ---- 1. recording (child process, TRITON_INTERPRET=1) ----------------------------------------------
@@ -72,9 +79,14 @@ def _describe(a):
     if isinstance(a, torch.Tensor):
         return {"tensor": str(a.dtype).removeprefix("torch."), "align16": a.data_ptr() % 16 == 0}
     if isinstance(a, TensorDescriptor):
-        return {"tensordesc": str(a.base.dtype).removeprefix("torch."), "align16": a.base.data_ptr() % 16 == 0,
-                "shape": [int(n) for n in a.shape], "strides": [int(n) for n in a.strides],
-                "block": [int(n) for n in a.block_shape], "padding": a.padding}
+        return {
+            "tensordesc": str(a.base.dtype).removeprefix("torch."),
+            "align16": a.base.data_ptr() % 16 == 0,
+            "shape": [int(n) for n in a.shape],
+            "strides": [int(n) for n in a.strides],
+            "block": [int(n) for n in a.block_shape],
+            "padding": a.padding,
+        }
     if isinstance(a, bool) or isinstance(a, int) or isinstance(a, float) or a is None:
         return a
     raise TypeError(f"triton-aot: cannot record a kernel argument of type {type(a).__name__}")
@@ -88,11 +100,11 @@ def _cases(shapes: str):
 
     g = torch.Generator().manual_seed(0)
     bf16, f32 = torch.bfloat16, torch.float32
-    if shapes == "test":     # the interpreter tests' shapes (tests/cases.py, attention tests)
+    if shapes == "test":  # the interpreter tests' shapes (tests/cases.py, attention tests)
         n, H, V, NH, NKV, D, F, NOUT = 70, 256, 1000, 4, 2, 64, 512, 384
         make = lambda *s, dtype=bf16: torch.randn(*s, generator=g, device="cpu").to(dtype)  # noqa: E731
         weight = make
-    else:                    # Qwen3-8B, a few rows: weights are never read (the kernels do not run)
+    else:  # Qwen3-8B, a few rows: weights are never read (the kernels do not run)
         c = QWEN3_8B
         n, H, V, NH, NKV, D, F = 5, c["hidden"], c["vocab"], c["heads"], c["kv_heads"], c["head_dim"], c["inter"]
         NOUT = H
@@ -101,7 +113,9 @@ def _cases(shapes: str):
     keys = ws1_ops.logical_keys(torch.zeros(n, dtype=torch.int64, device="cpu"), torch.arange(n, device="cpu"))
 
     def grads(out, *leaves):
-        out.backward(torch.ones_like(out) if out.dtype != bf16 else torch.full(out.shape, 0.5, dtype=bf16, device="cpu"))
+        out.backward(
+            torch.ones_like(out) if out.dtype != bf16 else torch.full(out.shape, 0.5, dtype=bf16, device="cpu")
+        )
 
     def leaf(t):
         return t.requires_grad_(True)
@@ -111,6 +125,7 @@ def _cases(shapes: str):
             rk = ws1_ops.logical_keys(torch.zeros(m, dtype=torch.int64, device="cpu"), torch.arange(m, device="cpu"))
             x, w = leaf(make(m, K)), leaf(weight(N, K))
             grads(ws1_ops.det_gemm(x, w, rk), x, w)
+
         return run
 
     def cu_of(lens):
@@ -141,8 +156,14 @@ def _cases(shapes: str):
     out = [
         # the table's row count reaches no embedding kernel argument (only ids, H and the row plan do):
         # 1024 rows instead of 151936 keep the dE buffer (zeroed, FP32) at 16 MB instead of 2.5 GB
-        ("embedding", lambda: grads(ws1_ops.embedding(torch.randint(0, min(V, 1024), (n,), generator=g, device="cpu"),
-                                                      leaf(weight(min(V, 1024), H)), keys))),
+        (
+            "embedding",
+            lambda: grads(
+                ws1_ops.embedding(
+                    torch.randint(0, min(V, 1024), (n,), generator=g, device="cpu"), leaf(weight(min(V, 1024), H)), keys
+                )
+            ),
+        ),
         ("rms_norm", lambda: grads(ws1_ops.rms_norm(leaf(make(n, H, dtype=f32)), leaf(make(H)), 1e-6, keys))),
         ("qk_norm", lambda: grads(ws1_ops.qk_norm(leaf(make(n, NH, D)), leaf(make(D)), 1e-6, keys))),
         ("qk_norm", lambda: grads(ws1_ops.qk_norm(leaf(make(n, NKV, D)), leaf(make(D)), 1e-6, keys))),
@@ -151,8 +172,18 @@ def _cases(shapes: str):
         ("det_gemm", gemm(F, H)),
         ("det_gemm", gemm(H, F)),
         ("lm_head", lambda: grads(ws1_ops.lm_head(leaf(make(n, H)), leaf(weight(V, H)), keys))),
-        ("rope", lambda: grads(ws1_ops.rope(leaf(make(n, NH, D)), torch.randint(0, 40960, (n,), generator=g, device="cpu"), 1e6))),
-        ("rope", lambda: grads(ws1_ops.rope(leaf(make(n, NKV, D)), torch.randint(0, 40960, (n,), generator=g, device="cpu"), 1e6))),
+        (
+            "rope",
+            lambda: grads(
+                ws1_ops.rope(leaf(make(n, NH, D)), torch.randint(0, 40960, (n,), generator=g, device="cpu"), 1e6)
+            ),
+        ),
+        (
+            "rope",
+            lambda: grads(
+                ws1_ops.rope(leaf(make(n, NKV, D)), torch.randint(0, 40960, (n,), generator=g, device="cpu"), 1e6)
+            ),
+        ),
         ("attention", attention),
         ("swiglu", lambda: grads(ws1_ops.swiglu(leaf(make(n, F)), leaf(make(n, F))))),
         ("silu", lambda: grads(ws1_ops.silu(leaf(make(n, F))))),
@@ -166,12 +197,20 @@ def _cases(shapes: str):
         # one and two key chunks (the merge kernel), the split-KV decode layout across chunks, and that decode planned
         # on the device as a captured step runs it (the plan kernel, the checked merge)
         for m in (300, 2048):
-            out += [("det_gemm", gemm(NOUT, H, m)), ("det_gemm", gemm(NKV * D, H, m)), ("det_gemm", gemm(F, H, m)),
-                    ("det_gemm", gemm(H, F, m)),
-                    ("lm_head", lambda m=m: ws1_ops.lm_head(make(m, H), weight(V, H)))]
-        out += [("attention", lambda: attention([300])), ("attention", lambda: attention([2100, 7])),
-                ("attention", lambda: decode(4, 2100)), ("attention", lambda: decode(32, 2048)),
-                ("attention", lambda: decode_graph_safe(32, 2100))]
+            out += [
+                ("det_gemm", gemm(NOUT, H, m)),
+                ("det_gemm", gemm(NKV * D, H, m)),
+                ("det_gemm", gemm(F, H, m)),
+                ("det_gemm", gemm(H, F, m)),
+                ("lm_head", lambda m=m: ws1_ops.lm_head(make(m, H), weight(V, H))),
+            ]
+        out += [
+            ("attention", lambda: attention([300])),
+            ("attention", lambda: attention([2100, 7])),
+            ("attention", lambda: decode(4, 2100)),
+            ("attention", lambda: decode(32, 2048)),
+            ("attention", lambda: decode_graph_safe(32, 2100)),
+        ]
     return out
 
 
@@ -205,10 +244,16 @@ def record(shapes: list[str], execute: bool = True, tables: tuple[str, ...] = ("
         launch = original(self, grid)
 
         def run(*args, **kwargs):
-            launches.append({"kernel": self.kernel_id, "shapes": state["shapes"], "node": state["node"],
-                             "table": state["table"],
-                             "args": [_describe(a) for a in args],
-                             "kwargs": {k: _describe(v) for k, v in _common.counted.options(kwargs).items()}})
+            launches.append(
+                {
+                    "kernel": self.kernel_id,
+                    "shapes": state["shapes"],
+                    "node": state["node"],
+                    "table": state["table"],
+                    "args": [_describe(a) for a in args],
+                    "kwargs": {k: _describe(v) for k, v in _common.counted.options(kwargs).items()},
+                }
+            )
             return launch(*args, **kwargs) if state["execute"] else None
 
         return run
@@ -255,16 +300,17 @@ def _replay_arg(a):
 
     if not isinstance(a, dict):
         return a
-    if "tensordesc" in a:   # a TMA descriptor: its dtype and block shape specialize the kernel
-        return TensorDescriptor(_Arg(getattr(torch, a["tensordesc"]), a["align16"]), a["shape"], a["strides"],
-                                a["block"], a["padding"])
+    if "tensordesc" in a:  # a TMA descriptor: its dtype and block shape specialize the kernel
+        return TensorDescriptor(
+            _Arg(getattr(torch, a["tensordesc"]), a["align16"]), a["shape"], a["strides"], a["block"], a["padding"]
+        )
     return _Arg(getattr(torch, a["tensor"]), a["align16"])
 
 
 def _replay_args(rec: dict):
     args = [_replay_arg(a) for a in rec["args"]]
     kwargs = dict(rec["kwargs"])
-    if "DOT_F32" in kwargs:   # the GPU's value (module docstring)
+    if "DOT_F32" in kwargs:  # the GPU's value (module docstring)
         kwargs["DOT_F32"] = False
     return args, kwargs
 
@@ -283,23 +329,27 @@ def specialize(rec: dict, arch: int):
     binder = create_function_from_signature(fn.signature, fn.params, backend)
     args, kwargs = _replay_args(rec)
     kwargs["debug"] = kwargs.get("debug", fn.debug) or knobs.runtime.debug
-    for knob in ("instrumentation_mode", "fpsan_homomorphic_casts"):     # Triton >= 3.7 adds these
+    for knob in ("instrumentation_mode", "fpsan_homomorphic_casts"):  # Triton >= 3.7 adds these
         if hasattr(knobs.compilation, knob):
             kwargs[knob] = getattr(knobs.compilation, knob)
     bound, spec, opts = binder(*args, **kwargs)
     if hasattr(fn, "_pack_args"):
         options, signature, constexprs, attrs = fn._pack_args(backend, opts, bound, spec, opts)
-    else:                                       # a Triton without _pack_args: inline in its JITFunction.run
+    else:  # a Triton without _pack_args: inline in its JITFunction.run
         from triton._utils import find_paths_if, get_iterable_path
 
         options = backend.parse_options(opts)
         sigvals = [x[0] for x in spec]
         signature = dict(zip((p.name for p in fn.params), sigvals))
-        constexprs = {path: get_iterable_path(list(bound.values()), path)
-                      for path in find_paths_if(sigvals, lambda _, val: val == "constexpr")}
+        constexprs = {
+            path: get_iterable_path(list(bound.values()), path)
+            for path in find_paths_if(sigvals, lambda _, val: val == "constexpr")
+        }
         attrvals = [x[1] for x in spec]
-        attrs = {k: backend.parse_attr(get_iterable_path(attrvals, k))
-                 for k in find_paths_if(attrvals, lambda _, x: isinstance(x, str))}
+        attrs = {
+            k: backend.parse_attr(get_iterable_path(attrvals, k))
+            for k in find_paths_if(attrvals, lambda _, x: isinstance(x, str))
+        }
     return fn, signature, constexprs, attrs, options
 
 
@@ -311,16 +361,30 @@ def _ptxas_rerun(ptx: str, arch: int, fusion: bool) -> str:
     with tempfile.TemporaryDirectory() as d:
         src = Path(d) / "k.ptx"
         src.write_text(ptx)
-        cmd = [ptxas, "-v", *([] if fusion else ["--fmad=false"]), f"--gpu-name=sm_{arch}{'a' if arch >= 90 else ''}",
-               str(src), "-o", str(Path(d) / "k.cubin")]
+        cmd = [
+            ptxas,
+            "-v",
+            *([] if fusion else ["--fmad=false"]),
+            f"--gpu-name=sm_{arch}{'a' if arch >= 90 else ''}",
+            str(src),
+            "-o",
+            str(Path(d) / "k.cubin"),
+        ]
         return subprocess.run(cmd, capture_output=True, text=True).stderr
 
 
 def config_key(rec: dict, arch: int) -> str:
     fn, signature, constexprs, attrs, options = specialize(rec, arch)
-    return json.dumps([rec["kernel"], arch, signature, sorted((str(k), repr(v)) for k, v in constexprs.items()),
-                       sorted((str(k), repr(v)) for k, v in attrs.items()),
-                       {k: options.__dict__[k] for k in ("num_warps", "num_stages", "enable_fp_fusion")}])
+    return json.dumps(
+        [
+            rec["kernel"],
+            arch,
+            signature,
+            sorted((str(k), repr(v)) for k, v in constexprs.items()),
+            sorted((str(k), repr(v)) for k, v in attrs.items()),
+            {k: options.__dict__[k] for k in ("num_warps", "num_stages", "enable_fp_fusion")},
+        ]
+    )
 
 
 _PTXAS = re.compile(r"Used (\d+) registers")
@@ -345,20 +409,27 @@ def compile_one(rec: dict, arch: int, cache_dir: str, fp_fusion: bool | None = N
     if fp_fusion is not None:
         opts["enable_fp_fusion"] = fp_fusion
     knobs.nvidia.dump_ptxas_log = True
-    knobs.compilation.always_compile = True      # ptxas runs (and reports) every time
-    out = {"kernel": rec["kernel"], "arch": f"sm_{arch}{'a' if arch >= 90 else ''}",
-           "signature": {k: v for k, v in signature.items() if v != "constexpr"},
-           "div16": [fn.arg_names[k[0]] for k, v in attrs.items() if ["tt.divisibility", 16] in v],
-           "constexprs": {fn.arg_names[k[0]]: (v if isinstance(v, (bool, int, float, str)) else repr(v))
-                          for k, v in constexprs.items()},
-           "num_warps": opts["num_warps"], "num_stages": opts["num_stages"],
-           "enable_fp_fusion": opts["enable_fp_fusion"]}
+    knobs.compilation.always_compile = True  # ptxas runs (and reports) every time
+    out = {
+        "kernel": rec["kernel"],
+        "arch": f"sm_{arch}{'a' if arch >= 90 else ''}",
+        "signature": {k: v for k, v in signature.items() if v != "constexpr"},
+        "div16": [fn.arg_names[k[0]] for k, v in attrs.items() if ["tt.divisibility", 16] in v],
+        "constexprs": {
+            fn.arg_names[k[0]]: (v if isinstance(v, (bool, int, float, str)) else repr(v))
+            for k, v in constexprs.items()
+        },
+        "num_warps": opts["num_warps"],
+        "num_stages": opts["num_stages"],
+        "enable_fp_fusion": opts["enable_fp_fusion"],
+    }
     log = io.StringIO()
     t0 = time.perf_counter()
     try:
         with contextlib.redirect_stdout(log):
-            ck = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", arch, 32),
-                                options=opts)
+            ck = triton.compile(
+                ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", arch, 32), options=opts
+            )
     except Exception as exc:  # noqa: BLE001 - a compile error is a red result with its reason
         out["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         return out
@@ -371,20 +442,27 @@ def compile_one(rec: dict, arch: int, cache_dir: str, fp_fusion: bool | None = N
     if not regs or not spill:
         out["error"] = f"no ptxas resource report: {text[-300:]!r}"
         return out
-    out.update(regs=int(regs.group(1)), spill_stores=int(spill.group(1)), spill_loads=int(spill.group(2)),
-               shared_bytes=int(ck.metadata.shared),
-               mma={"wgmma": _count(ptx, r"\bwgmma\.mma_async"), "mma.sync": _count(ptx, r"\bmma\.sync")},
-               # the wgmma instruction shapes (m64nNk16): what a row's bits may depend on (docs/triton.md)
-               wgmma_shapes=sorted(set(re.findall(r"\bwgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx))),
-               # TMA loads (cp.async.bulk.tensor) in the PTX
-               tma_loads=_count(ptx, r"\bcp\.async\.bulk\.tensor"),
-               # ptxas's "wgmma.mma_async instructions are serialized" (C7510-C7520): a Hopper kernel that
-               # waits for every wgmma, far from the tensor cores' rate
-               wgmma_serialized=bool(re.search(r"wgmma[^\n]*serialized", text)),
-               # fma.rn.f32: tl.fma, an FP32 dot, or contraction; fma.rn.ftz.f32: libdevice's own
-               # code (tl.log -> __nv_logf, built with ftz), never a contraction of ours
-               fma={"f32": _count(ptx, r"\bfma\.rn\.f32\b"), "f64": _count(ptx, r"\bfma\.rn\.f64\b"),
-                    "libdevice_ftz_f32": _count(ptx, r"\bfma\.rn\.ftz\.f32\b")})
+    out.update(
+        regs=int(regs.group(1)),
+        spill_stores=int(spill.group(1)),
+        spill_loads=int(spill.group(2)),
+        shared_bytes=int(ck.metadata.shared),
+        mma={"wgmma": _count(ptx, r"\bwgmma\.mma_async"), "mma.sync": _count(ptx, r"\bmma\.sync")},
+        # the wgmma instruction shapes (m64nNk16): what a row's bits may depend on (docs/triton.md)
+        wgmma_shapes=sorted(set(re.findall(r"\bwgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx))),
+        # TMA loads (cp.async.bulk.tensor) in the PTX
+        tma_loads=_count(ptx, r"\bcp\.async\.bulk\.tensor"),
+        # ptxas's "wgmma.mma_async instructions are serialized" (C7510-C7520): a Hopper kernel that
+        # waits for every wgmma, far from the tensor cores' rate
+        wgmma_serialized=bool(re.search(r"wgmma[^\n]*serialized", text)),
+        # fma.rn.f32: tl.fma, an FP32 dot, or contraction; fma.rn.ftz.f32: libdevice's own
+        # code (tl.log -> __nv_logf, built with ftz), never a contraction of ours
+        fma={
+            "f32": _count(ptx, r"\bfma\.rn\.f32\b"),
+            "f64": _count(ptx, r"\bfma\.rn\.f64\b"),
+            "libdevice_ftz_f32": _count(ptx, r"\bfma\.rn\.ftz\.f32\b"),
+        },
+    )
     if arch >= 90 and "cubin" in ck.asm:
         out["sass"] = _sass_counts(ck.asm["cubin"], arch)
     return out
@@ -432,7 +510,9 @@ def verdict(r: dict) -> list[str]:
     if r["arch"] == "sm_90a" and name in WGMMA_KERNELS:
         sass = r.get("sass", {})
         if not r["mma"]["wgmma"] or r["mma"]["mma.sync"]:
-            bad.append(f"a Hopper configuration without wgmma (wgmma {r['mma']['wgmma']}, mma.sync {r['mma']['mma.sync']})")
+            bad.append(
+                f"a Hopper configuration without wgmma (wgmma {r['mma']['wgmma']}, mma.sync {r['mma']['mma.sync']})"
+            )
         if "error" in sass or not sass.get("HGMMA") or sass.get("HMMA"):
             bad.append("SASS: " + (sass.get("error") or f"HGMMA {sass.get('HGMMA', 0)}, HMMA {sass.get('HMMA', 0)}"))
         if r.get("wgmma_serialized"):
@@ -461,26 +541,40 @@ def shape_agreement(results: list[dict]) -> None:
         shapes = {tuple(r["wgmma_shapes"]) for r in rs}
         if len(shapes) > 1:
             for r in rs:
-                r["red"].append(f"wgmma shapes {r['wgmma_shapes']} differ between {name}'s configurations "
-                                f"(BD {bd}, SPLIT_A {split}): {sorted(shapes)}")
+                r["red"].append(
+                    f"wgmma shapes {r['wgmma_shapes']} differ between {name}'s configurations "
+                    f"(BD {bd}, SPLIT_A {split}): {sorted(shapes)}"
+                )
 
 
 def _table(results: list[dict]) -> str:
-    rows = ["| kernel | arch | constexprs | int args % 16 == 0 | warps/stages | regs | spill st/ld B | smem B | MMA "
-            "| fma f32/f64 | verdict |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| kernel | arch | constexprs | int args % 16 == 0 | warps/stages | regs | spill st/ld B | smem B | MMA "
+        "| fma f32/f64 | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         name = r["kernel"].split(":")[1]
         ints = [k for k in r.get("div16", []) if not r["signature"].get(k, "").startswith("*")]
         cx = ", ".join(f"{k}={v}" for k, v in r["constexprs"].items()) + f" | {' '.join(ints) or '-'}"
         if "error" in r:
-            rows.append(f"| {name} | {r['arch']} | {cx} | {r['num_warps']}/{r['num_stages']} | | | | | | RED: {r['error']} |")
+            rows.append(
+                f"| {name} | {r['arch']} | {cx} | {r['num_warps']}/{r['num_stages']} | | | | | | RED: {r['error']} |"
+            )
             continue
-        mma = (f"wgmma {' '.join(r['wgmma_shapes'])}" if r["mma"]["wgmma"] else "mma.sync" if r["mma"]["mma.sync"]
-               else "no") + (f", TMA {r['tma_loads']}" if r.get("tma_loads") else "")
+        mma = (
+            f"wgmma {' '.join(r['wgmma_shapes'])}"
+            if r["mma"]["wgmma"]
+            else "mma.sync"
+            if r["mma"]["mma.sync"]
+            else "no"
+        ) + (f", TMA {r['tma_loads']}" if r.get("tma_loads") else "")
         v = "; ".join(r["red"]) or "ok"
-        rows.append(f"| {name} | {r['arch']} | {cx} | {r['num_warps']}/{r['num_stages']} | {r['regs']} | "
-                    f"{r['spill_stores']}/{r['spill_loads']} | {r['shared_bytes']} | {mma} | "
-                    f"{r['fma']['f32']}/{r['fma']['f64']} | {'RED: ' + v if r['red'] else v} |")
+        rows.append(
+            f"| {name} | {r['arch']} | {cx} | {r['num_warps']}/{r['num_stages']} | {r['regs']} | "
+            f"{r['spill_stores']}/{r['spill_loads']} | {r['shared_bytes']} | {mma} | "
+            f"{r['fma']['f32']}/{r['fma']['f64']} | {'RED: ' + v if r['red'] else v} |"
+        )
     return "\n".join(rows)
 
 
@@ -489,8 +583,18 @@ def record_in_child(shapes: list[str], execute: bool = True, archs: tuple[int, .
     GPU when a kernel is defined, once per process), for the tables of ``archs``."""
     with tempfile.NamedTemporaryFile("r", suffix=".json") as f:
         env = {**os.environ, "TRITON_INTERPRET": "1"}
-        cmd = [sys.executable, "-m", "ws1_matrix.triton_aot", "--record-to", f.name, "--shapes", ",".join(shapes),
-               "--arch", ",".join(map(str, archs)), *([] if execute else ["--no-execute"])]
+        cmd = [
+            sys.executable,
+            "-m",
+            "ws1_matrix.triton_aot",
+            "--record-to",
+            f.name,
+            "--shapes",
+            ",".join(shapes),
+            "--arch",
+            ",".join(map(str, archs)),
+            *([] if execute else ["--no-execute"]),
+        ]
         subprocess.run(cmd, check=True, env=env)
         return json.load(open(f.name))
 
@@ -510,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache-dir", default=None, help="Triton cache to fill (default: a temporary one)")
     ap.add_argument("--evidence-dir", default="evidence")
     ap.add_argument("--json", action="store_true", help="print the JSON record instead of the table")
-    ap.add_argument("--record-to", default=None, help=argparse.SUPPRESS)   # the child process
+    ap.add_argument("--record-to", default=None, help=argparse.SUPPRESS)  # the child process
     ns = ap.parse_args(argv)
     shapes = [s for s in ns.shapes.split(",") if s]
     if any(s not in SHAPES for s in shapes):
@@ -531,7 +635,9 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(record(shapes, execute=not ns.no_execute, tables=tables), open(ns.record_to, "w"))
         return 0
     if os.environ.get("TRITON_INTERPRET") == "1":
-        print("triton-aot: unset TRITON_INTERPRET (the compile step needs the kernels as JITFunctions)", file=sys.stderr)
+        print(
+            "triton-aot: unset TRITON_INTERPRET (the compile step needs the kernels as JITFunctions)", file=sys.stderr
+        )
         return 2
 
     t0 = time.perf_counter()
@@ -547,7 +653,7 @@ def main(argv: list[str] | None = None) -> int:
     where: dict[str, set] = {}
     for rec in launches:
         for arch in archs:
-            if table_of(arch) != rec["table"]:     # a launch is compiled for the arch whose table made it
+            if table_of(arch) != rec["table"]:  # a launch is compiled for the arch whose table made it
                 continue
             key = config_key(rec, arch)
             configs.setdefault(key, rec)
@@ -566,11 +672,19 @@ def main(argv: list[str] | None = None) -> int:
     from triton.backends.nvidia.compiler import get_ptxas
 
     ptxas = {a: get_ptxas(a).path for a in archs}
-    doc = {"triton": triton.__version__, "ptxas": {f"sm_{a}": p for a, p in ptxas.items()}, "archs": archs,
-           "shapes": shapes, "launches_recorded": len(launches),
-           "kernels": len({r["kernel"] for r in results}), "configs": len(results),
-           "red": sum(bool(r["red"]) for r in results), "record_s": round(t_rec, 1), "wall_s": round(wall, 1),
-           "results": results}
+    doc = {
+        "triton": triton.__version__,
+        "ptxas": {f"sm_{a}": p for a, p in ptxas.items()},
+        "archs": archs,
+        "shapes": shapes,
+        "launches_recorded": len(launches),
+        "kernels": len({r["kernel"] for r in results}),
+        "configs": len(results),
+        "red": sum(bool(r["red"]) for r in results),
+        "record_s": round(t_rec, 1),
+        "wall_s": round(wall, 1),
+        "results": results,
+    }
     out = Path(ns.evidence_dir) / "build"
     out.mkdir(parents=True, exist_ok=True)
     (out / "triton_aot.json").write_text(json.dumps(doc, indent=1))
@@ -580,9 +694,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(doc, indent=1))
     else:
         print(table)
-    print(f"triton-aot: {doc['kernels']} kernels, {doc['configs']} configurations for {', '.join(f'sm_{a}' for a in archs)} "
-          f"from {len(launches)} recorded launches ({', '.join(shapes)}); {doc['red']} red; "
-          f"record {t_rec:.0f} s, total {wall:.0f} s (triton {triton.__version__}) -> {out / 'triton_aot.json'}")
+    print(
+        f"triton-aot: {doc['kernels']} kernels, {doc['configs']} configurations for {', '.join(f'sm_{a}' for a in archs)} "
+        f"from {len(launches)} recorded launches ({', '.join(shapes)}); {doc['red']} red; "
+        f"record {t_rec:.0f} s, total {wall:.0f} s (triton {triton.__version__}) -> {out / 'triton_aot.json'}"
+    )
     return 1 if doc["red"] else 0
 
 

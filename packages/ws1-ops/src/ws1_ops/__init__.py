@@ -59,11 +59,32 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "REQUIRED_NODES", "CanonicalGrads", "canonical_grads", "cast_once",
-    "Kernel", "KernelUnavailable", "NoProfile", "OpInputError", "Recorder", "active", "canonical_order",
-    "cu_seqlens_from_lengths", "expand_rows", "family_available", "graph_safe", "kernels_for", "logical_keys", "pack", "padded_segments",
-    "record", "reference", "trusted_inputs", "unpack", "use_candidate", "use_profile",
-]   # and ws1_ops.<node> for every op module ws1_ops/ops/<node>.py
+    "REQUIRED_NODES",
+    "CanonicalGrads",
+    "canonical_grads",
+    "cast_once",
+    "Kernel",
+    "KernelUnavailable",
+    "NoProfile",
+    "OpInputError",
+    "Recorder",
+    "active",
+    "canonical_order",
+    "cu_seqlens_from_lengths",
+    "expand_rows",
+    "family_available",
+    "graph_safe",
+    "kernels_for",
+    "logical_keys",
+    "pack",
+    "padded_segments",
+    "record",
+    "reference",
+    "trusted_inputs",
+    "unpack",
+    "use_candidate",
+    "use_profile",
+]  # and ws1_ops.<node> for every op module ws1_ops/ops/<node>.py
 
 
 def __dir__() -> list[str]:

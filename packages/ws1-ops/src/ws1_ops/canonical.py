@@ -55,8 +55,10 @@ def canonical_order(row_keys: torch.Tensor | None, n_rows: int, op: str = "canon
 
     Shapes: row_keys [n_rows] int64 -> [n_valid] int64."""
     if row_keys is None:
-        raise OpInputError(f"{op}: a parameter gradient needs row_keys (the rows' logical keys); without them "
-                           "its rows would be reduced in batch order")
+        raise OpInputError(
+            f"{op}: a parameter gradient needs row_keys (the rows' logical keys); without them "
+            "its rows would be reduced in batch order"
+        )
     if row_keys.shape != (n_rows,):
         raise ValueError(f"row_keys must have shape [{n_rows}], got {tuple(row_keys.shape)}")
     ck = (id(row_keys), row_keys._version, n_rows)
@@ -70,8 +72,11 @@ def canonical_order(row_keys: torch.Tensor | None, n_rows: int, op: str = "canon
         raise ValueError("row_keys: two rows share a logical key; keys must identify rows")
     order = torch.sort(keys, stable=True).indices
     perm = valid.index_select(0, order)
-    if perm.device.type == "cpu" and perm.numel() == n_rows and bool(
-            torch.equal(perm, torch.arange(n_rows, dtype=perm.dtype, device="cpu"))):
+    if (
+        perm.device.type == "cpu"
+        and perm.numel() == n_rows
+        and bool(torch.equal(perm, torch.arange(n_rows, dtype=perm.dtype, device="cpu")))
+    ):
         perm._ws1_identity = True
     _ORDERS[ck] = (row_keys, perm)
     while len(_ORDERS) > _ORDERS_KEPT:
@@ -83,5 +88,5 @@ def expand_rows(perm: torch.Tensor, inner: int) -> torch.Tensor:
     """Row order of a [T, inner] -> [T*inner] view: each token's ``inner`` rows (heads) in order."""
     out = (perm[:, None] * inner + torch.arange(inner, dtype=torch.int64, device=perm.device)[None, :]).reshape(-1)
     if getattr(perm, "_ws1_identity", False):
-        out._ws1_identity = True          # 0..T-1 expanded is 0..T*inner-1
+        out._ws1_identity = True  # 0..T-1 expanded is 0..T*inner-1
     return out

@@ -45,14 +45,23 @@ class CanonicalGrads:
         self._stash: dict[tuple[int, str], _Stash] = {}
         self.params_done: list[torch.Tensor] = []
 
-    def stash(self, param: torch.Tensor, kernel: Kernel, keys: torch.Tensor | None, *tensors: torch.Tensor,
-              inner: int = 1, extra: tuple = ()) -> None:
+    def stash(
+        self,
+        param: torch.Tensor,
+        kernel: Kernel,
+        keys: torch.Tensor | None,
+        *tensors: torch.Tensor,
+        inner: int = 1,
+        extra: tuple = (),
+    ) -> None:
         if keys is None:
             raise OpInputError(f"{kernel.op}: canonical_grads() needs row_keys on every call that uses a parameter")
         key = (id(param), kernel.op)
         s = self._stash.setdefault(key, _Stash(param, kernel, inner=inner, extra=extra))
         if s.kernel.family != kernel.family:
-            raise ValueError(f"{kernel.op}: one parameter used by two backend families ({s.kernel.family}, {kernel.family})")
+            raise ValueError(
+                f"{kernel.op}: one parameter used by two backend families ({s.kernel.family}, {kernel.family})"
+            )
         s.keys.append(keys)
         s.tensors.append(tensors)
 

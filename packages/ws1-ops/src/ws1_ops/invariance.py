@@ -92,7 +92,7 @@ def _place(x: torch.Tensor, rows: torch.Tensor, filler: torch.Tensor) -> torch.T
 
 @dataclass
 class RunResult:
-    out: torch.Tensor                      # [n_valid, ...] in canonical row order
+    out: torch.Tensor  # [n_valid, ...] in canonical row order
     row_grads: list[torch.Tensor | None] = field(default_factory=list)
     param_grads: list[torch.Tensor | None] = field(default_factory=list)
 
@@ -155,7 +155,8 @@ def check(
     n = row_inputs[0].shape[0]
     g = torch.Generator().manual_seed(seed + 1)
     fillers = [
-        (torch.randn(7, *x.shape[1:], generator=g, device="cpu") * 3).to(x.dtype) if x.is_floating_point()
+        (torch.randn(7, *x.shape[1:], generator=g, device="cpu") * 3).to(x.dtype)
+        if x.is_floating_point()
         else x[:1].expand(7, *x.shape[1:]).clone()
         for x in row_inputs
     ]
@@ -167,7 +168,11 @@ def check(
         dy = torch.randn(probe.shape, generator=g, device="cpu").to(probe.dtype)
         dy_f = (torch.randn((7, *probe.shape[1:]), generator=g, device="cpu") * 5).to(probe.dtype)
     ref = run(fn, row_inputs, params, canon, fillers, dy, dy_f)
-    names = list(names) if names is not None else [f"input{i}" for i in range(len(row_inputs))] + [f"param{i}" for i in range(len(params))]
+    names = (
+        list(names)
+        if names is not None
+        else [f"input{i}" for i in range(len(row_inputs))] + [f"param{i}" for i in range(len(params))]
+    )
     verdicts = []
     for lay in layouts:
         got = run(fn, row_inputs, params, lay, fillers, dy, dy_f)
@@ -191,5 +196,9 @@ def summarize(verdicts: Sequence[LayoutVerdict]) -> str:
     if not bad:
         return f"bitwise across {len(verdicts)} layouts"
     first = bad[0]
-    detail = first.forward.detail if not first.forward.passed else next(c.detail for c in first.grads.values() if not c.passed)
+    detail = (
+        first.forward.detail
+        if not first.forward.passed
+        else next(c.detail for c in first.grads.values() if not c.passed)
+    )
     return f"{len(bad)} of {len(verdicts)} layouts differ ({', '.join(v.layout for v in bad[:6])}); first: {detail}"

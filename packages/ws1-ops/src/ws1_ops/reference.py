@@ -66,10 +66,10 @@ def attention(q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos, scale=None):
     for b in range(cu_seqlens_q.numel() - 1):
         qs, qe = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1])
         ks, ke = int(cu_seqlens_k[b]), int(cu_seqlens_k[b + 1])
-        qb = q[qs:qe].transpose(0, 1)                                    # [Hq, Sq, D]
-        kb = k[ks:ke].repeat_interleave(group, dim=1).transpose(0, 1)    # [Hq, Sk, D]
+        qb = q[qs:qe].transpose(0, 1)  # [Hq, Sq, D]
+        kb = k[ks:ke].repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, Sk, D]
         vb = v[ks:ke].repeat_interleave(group, dim=1).transpose(0, 1)
-        s = (qb @ kb.transpose(1, 2)) * scale                           # [Hq, Sq, Sk]
+        s = (qb @ kb.transpose(1, 2)) * scale  # [Hq, Sq, Sk]
         allowed = torch.arange(ke - ks, device=q_pos.device)[None, :] <= q_pos[qs:qe][:, None]
         s = s.masked_fill(~allowed[None], float("-inf"))
         outs.append((torch.softmax(s, dim=-1) @ vb).transpose(0, 1))
@@ -107,7 +107,9 @@ def _ops() -> dict:
     nodes = load_manifest().ops
     lacking = [n for n in nodes if not callable(globals().get(n))]
     if lacking:
-        raise NotImplementedError(f"ws1_ops.reference has no FP32 reference for node(s) {lacking} of the manifest's node table")
+        raise NotImplementedError(
+            f"ws1_ops.reference has no FP32 reference for node(s) {lacking} of the manifest's node table"
+        )
     return {n: globals()[n] for n in nodes}
 
 
@@ -119,5 +121,19 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["embedding", "rms_norm", "qk_norm", "det_gemm", "lm_head", "rope", "attention", "silu", "swiglu", "logprob",
-           "batch_invariant_logp", "pack", "unpack", "rope_cos_sin"]  # and OPS (derived, on first use)
+__all__ = [
+    "embedding",
+    "rms_norm",
+    "qk_norm",
+    "det_gemm",
+    "lm_head",
+    "rope",
+    "attention",
+    "silu",
+    "swiglu",
+    "logprob",
+    "batch_invariant_logp",
+    "pack",
+    "unpack",
+    "rope_cos_sin",
+]  # and OPS (derived, on first use)

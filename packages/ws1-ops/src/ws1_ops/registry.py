@@ -83,8 +83,10 @@ CANDIDATE_FAMILIES = ("torch_default",)
 def backend_module(family: str) -> str:
     """The module that declares ``family``'s kernels (one per family, one shape)."""
     if family not in ws1_accel.FAMILY_DEVICE_TYPE and family not in CANDIDATE_FAMILIES:
-        raise KernelUnavailable(f"unknown backend family {family!r}; expected one of "
-                                f"{sorted([*ws1_accel.FAMILY_DEVICE_TYPE, *CANDIDATE_FAMILIES])}")
+        raise KernelUnavailable(
+            f"unknown backend family {family!r}; expected one of "
+            f"{sorted([*ws1_accel.FAMILY_DEVICE_TYPE, *CANDIDATE_FAMILIES])}"
+        )
     return f"ws1_ops.backends.{family}"
 
 
@@ -112,7 +114,9 @@ def register_counter(family: str, counts: Callable[[], dict[str, dict[str, int]]
 def register(kernel: Kernel) -> None:
     key = (kernel.op, kernel.family)
     if key in _KERNELS and _KERNELS[key].kernel_id != kernel.kernel_id:
-        raise KernelUnavailable(f"{kernel.op}/{kernel.family}: registered twice ({_KERNELS[key].kernel_id}, {kernel.kernel_id})")
+        raise KernelUnavailable(
+            f"{kernel.op}/{kernel.family}: registered twice ({_KERNELS[key].kernel_id}, {kernel.kernel_id})"
+        )
     _KERNELS[key] = kernel
 
 
@@ -125,8 +129,10 @@ def declared_kernel_ids(family: str) -> dict[str, str]:
             continue
         for node, d in decl.nodes.items():
             if out.setdefault(node, d.kernel_id) != d.kernel_id:
-                raise KernelUnavailable(f"nodes.{node}.kernels: the {family} profiles declare two kernel ids "
-                                        f"({out[node]}, {d.kernel_id}); one family, one kernel per node")
+                raise KernelUnavailable(
+                    f"nodes.{node}.kernels: the {family} profiles declare two kernel ids "
+                    f"({out[node]}, {d.kernel_id}); one family, one kernel per node"
+                )
     return out
 
 
@@ -143,18 +149,39 @@ def register_backend(mod) -> None:
         unknown = [n for n in kernels if n not in declared]
         if lacking or unknown:
             raise KernelUnavailable(
-                "; ".join([f"{where}.KERNELS has no entry for node {n!r}, which contracts/ws1_manifest.json declares for "
-                           f"family {family!r} as {declared[n]}" for n in lacking]
-                          + [f"{where}.KERNELS has node {n!r}, which the manifest's node table does not declare for family "
-                             f"{family!r}" for n in unknown]))
+                "; ".join(
+                    [
+                        f"{where}.KERNELS has no entry for node {n!r}, which contracts/ws1_manifest.json declares for "
+                        f"family {family!r} as {declared[n]}"
+                        for n in lacking
+                    ]
+                    + [
+                        f"{where}.KERNELS has node {n!r}, which the manifest's node table does not declare for family "
+                        f"{family!r}"
+                        for n in unknown
+                    ]
+                )
+            )
     for node, impl in kernels.items():
         kid = declared[node]
         if impl.runs and kid not in impl.runs and not impl.missing:
-            raise KernelUnavailable(f"{where}.KERNELS[{node!r}]: the declared kernel {kid} is not among what it runs {list(impl.runs)}")
+            raise KernelUnavailable(
+                f"{where}.KERNELS[{node!r}]: the declared kernel {kid} is not among what it runs {list(impl.runs)}"
+            )
         if impl.missing:
             _MISSING[(node, family)] = impl.missing
             continue
-        register(Kernel(op=node, family=family, kernel_id=kid, fwd=impl.fwd, bwd=impl.bwd, param_grad=impl.param_grad, runs=impl.runs))
+        register(
+            Kernel(
+                op=node,
+                family=family,
+                kernel_id=kid,
+                fwd=impl.fwd,
+                bwd=impl.bwd,
+                param_grad=impl.param_grad,
+                runs=impl.runs,
+            )
+        )
     counter = getattr(mod, "COUNTER", None)
     if counter is not None:
         register_counter(family, counter)
@@ -222,12 +249,15 @@ def use_candidate(name: str, family: str | None = None) -> contextlib.AbstractCo
 
     ctl = controls.CONTROLS.get(name)
     if ctl is None:
-        raise KernelUnavailable(f"unknown candidate {name!r}; expected one of {list(candidates())} "
-                                "(profiles go through use_profile())")
+        raise KernelUnavailable(
+            f"unknown candidate {name!r}; expected one of {list(candidates())} (profiles go through use_profile())"
+        )
     family = family or ctl.family
     if family not in ctl.families:
-        raise KernelUnavailable(f"control {name} is built on the {'/'.join(ctl.families)} kernels only, not on the {family} "
-                                f"family; controls for {family}: {sorted(n for n, c in controls.CONTROLS.items() if family in c.families)}")
+        raise KernelUnavailable(
+            f"control {name} is built on the {'/'.join(ctl.families)} kernels only, not on the {family} "
+            f"family; controls for {family}: {sorted(n for n, c in controls.CONTROLS.items() if family in c.families)}"
+        )
     load_family(family)
     return _activate(name, family, ctl.kernels(family))
 
@@ -287,12 +317,17 @@ class Recorder:
 
     def package_problems(self, op: str) -> list[str]:
         """Why the package's own count does not confirm the op's recorded calls (empty: confirmed)."""
-        problems = [f"family {fam!r} has no kernel self-report: what ran cannot be confirmed"
-                    for o, fam in sorted(self.unreported) if o == op]
+        problems = [
+            f"family {fam!r} has no kernel self-report: what ran cannot be confirmed"
+            for o, fam in sorted(self.unreported)
+            if o == op
+        ]
         for (o, kid, direction), n in sorted(self.uncounted.items()):
             if o == op:
-                problems.append(f"recorded kernel did not run: {n} {direction} call(s) recorded as {kid} "
-                                "were not counted by the kernel package")
+                problems.append(
+                    f"recorded kernel did not run: {n} {direction} call(s) recorded as {kid} "
+                    "were not counted by the kernel package"
+                )
         if op in self.foreign:
             problems.append(f"the kernel package ran {sorted(self.foreign[op])}, not the recorded kernel's own")
         return problems
@@ -342,8 +377,16 @@ def arch_key_of(summaries) -> str:
     """The path (ISA on CPU) the kernel package reported for the calls of these recorder summaries:
     one path, ``mixed:a+b`` if several, never a guess from the CPU's flags. "generic" (ops that
     dispatch on no ISA: embedding's row copies) is left out."""
-    paths = sorted({path for summ in summaries for e in summ.values() for by_path in e.get("package", {}).values()
-                    for path, n in by_path.items() if n and path != "generic"})
+    paths = sorted(
+        {
+            path
+            for summ in summaries
+            for e in summ.values()
+            for by_path in e.get("package", {}).values()
+            for path, n in by_path.items()
+            if n and path != "generic"
+        }
+    )
     if not paths:
         return "none (no kernel call counted by a kernel package)"
     return paths[0] if len(paths) == 1 else "mixed:" + "+".join(paths)
@@ -363,7 +406,9 @@ def _settle_pending() -> None:
         return
     k, direction, before, recs = _pending.pop()
     after = _package_counts(k.family) if before is not None else None
-    delta = None if after is None else {key: n - before.get(key, 0) for key, n in after.items() if n != before.get(key, 0)}
+    delta = (
+        None if after is None else {key: n - before.get(key, 0) for key, n in after.items() if n != before.get(key, 0)}
+    )
     for rec in recs:
         rec._settle(k, direction, delta)
 
@@ -371,7 +416,7 @@ def _settle_pending() -> None:
 def note(k: Kernel, direction: str, device_type: str) -> None:
     """Record a call of ``k`` about to run (callers call the kernel right after)."""
     if not _recorders and not _pending:
-        return      # nothing records (a benchmark, a trainer step): no lock, no counter read per call
+        return  # nothing records (a benchmark, a trainer step): no lock, no counter read per call
     with _rec_lock:
         _settle_pending()
         if _recorders:

@@ -48,13 +48,13 @@ from .model import Qwen3ForCausalLM, Rows
 class _Run:
     """A running request: its lane, its stream, what the host knows without reading a token."""
 
-    req: object                  # generate.Request
+    req: object  # generate.Request
     lane: int
-    prompt_len: int              # positions in the cache before decoding (prompt, prefix hits included)
-    drawn: int = 0               # tokens sampled so far (the host counts them; their values come at a sync)
-    tokens: list[int] = field(default_factory=list)     # every drawn token, read back at syncs
+    prompt_len: int  # positions in the cache before decoding (prompt, prefix hits included)
+    drawn: int = 0  # tokens sampled so far (the host counts them; their values come at a sync)
+    tokens: list[int] = field(default_factory=list)  # every drawn token, read back at syncs
     logprobs: list[float] = field(default_factory=list)
-    stopped: bool = False        # a stop token is among the tokens read back
+    stopped: bool = False  # a stop token is among the tokens read back
 
     @property
     def draws_left(self) -> bool:
@@ -89,8 +89,17 @@ class _Clock:
 class Engine:
     """One generate() run: ``model`` decoding ``requests`` through ``cache`` (see the module docstring)."""
 
-    def __init__(self, model: Qwen3ForCausalLM, cache: KVCache, *, max_batch: int, chunk: int | None, graphs: bool,
-                 sync_every: int, progress=None):
+    def __init__(
+        self,
+        model: Qwen3ForCausalLM,
+        cache: KVCache,
+        *,
+        max_batch: int,
+        chunk: int | None,
+        graphs: bool,
+        sync_every: int,
+        progress=None,
+    ):
         self.model, self.cache, self.chunk, self.graphs = model, cache, chunk, graphs
         self.dev = model.device
         self.sync_every = sync_every
@@ -105,9 +114,15 @@ class Engine:
         # cache replays them instead of capturing again.
         state = getattr(cache, "_ws1_lanes", None) if self.static else None
         if state is None or state["model"] is not model or state["lanes"] != L:
-            state = {"model": model, "lanes": L, "graphs": {},
-                     **{n: torch.zeros(L, dtype=torch.float32 if n == "temp" else torch.int64, device=dev)
-                        for n in ("tok", "pos", "steps", "stream", "temp", "active")}}
+            state = {
+                "model": model,
+                "lanes": L,
+                "graphs": {},
+                **{
+                    n: torch.zeros(L, dtype=torch.float32 if n == "temp" else torch.int64, device=dev)
+                    for n in ("tok", "pos", "steps", "stream", "temp", "active")
+                },
+            }
             if self.static:
                 cache._ws1_lanes = state
         for n in ("tok", "pos", "steps", "stream", "temp", "active"):
@@ -148,8 +163,9 @@ class Engine:
         """Sample one token per lane from its logits [n, V] (on the device), record them in the window."""
         idx = self._index(lanes)
         logp = self.model.rollout_logp(logits)
-        tok, lp = sampling.sample(logp, self.temp.index_select(0, idx), self.stream.index_select(0, idx),
-                                  self.steps.index_select(0, idx))
+        tok, lp = sampling.sample(
+            logp, self.temp.index_select(0, idx), self.stream.index_select(0, idx), self.steps.index_select(0, idx)
+        )
         self.tok.index_copy_(0, idx, tok)
         self.steps.index_add_(0, idx, torch.ones_like(idx))
         self.window.append((lanes, tuple(range(len(lanes))), tok, lp))
@@ -167,9 +183,13 @@ class Engine:
             lane = self._take_lane(r.request_id)
             self.running[r.request_id] = _Run(r, lane, len(r.prompt))
             lanes.append(lane)
-        self._set_lanes(lanes, stream=sampling.as_int64([sampling.stream_of(r.seed, r.request_id) for r in reqs]),
-                        temp=[float(r.temperature) for r in reqs], steps=[0] * len(reqs),
-                        pos=[len(r.prompt) for r in reqs])
+        self._set_lanes(
+            lanes,
+            stream=sampling.as_int64([sampling.stream_of(r.seed, r.request_id) for r in reqs]),
+            temp=[float(r.temperature) for r in reqs],
+            steps=[0] * len(reqs),
+            pos=[len(r.prompt) for r in reqs],
+        )
         logits = self.model.prefill(self.cache, prompts, chunk=self.chunk, checked=False)
         self._sample(torch.stack([logits[r.request_id] for r in reqs]), tuple(lanes))
         for r in reqs:
@@ -178,7 +198,7 @@ class Engine:
 
     def _take_lane(self, rid: str) -> int:
         if self.static:
-            return self.cache.slot(rid)          # B1: the lane is the cache slot (begin() chose the lowest free)
+            return self.cache.slot(rid)  # B1: the lane is the cache slot (begin() chose the lowest free)
         lane = min(self.free_lanes)
         self.free_lanes.remove(lane)
         return lane
@@ -203,10 +223,10 @@ class Engine:
 
     def _step_eager(self, act: list[_Run]) -> None:
         lanes = tuple(r.lane for r in act)
-        st = self.cache.reserve({r.req.request_id: 1 for r in act})     # lane order: B1 slots ascending, read in place
+        st = self.cache.reserve({r.req.request_id: 1 for r in act})  # lane order: B1 slots ascending, read in place
         ids = self.tok.index_select(0, self._index(lanes))
         logits = self.model.run_step(self.cache, st, ids)
-        self.cache.commit(st)                                           # ids unknown here: filled in at the sync
+        self.cache.commit(st)  # ids unknown here: filled in at the sync
         self._sample(logits, lanes)
 
     def _step_static(self, act: list[_Run]) -> None:
@@ -233,7 +253,7 @@ class Engine:
         tok, lp = g.run()
         self.cache.advance({r.req.request_id: 1 for r in act})
         lanes = tuple(r.lane for r in act)
-        self.window.append((lanes, lanes, tok.clone(), lp.clone()))     # bucket row = lane
+        self.window.append((lanes, lanes, tok.clone(), lp.clone()))  # bucket row = lane
 
     # ---- the sync point ---------------------------------------------------------------------------------------
 
@@ -243,7 +263,7 @@ class Engine:
         if self.window:
             toks = torch.cat([t for _, _, t, _ in self.window])
             lps = torch.cat([lp.view(torch.int32).to(torch.int64) for _, _, _, lp in self.window])
-            host = torch.cat([toks, lps]).tolist()        # the window's one readback
+            host = torch.cat([toks, lps]).tolist()  # the window's one readback
             self.n_syncs += 1
             n = len(host) // 2
             by_lane = {r.lane: r for r in self.running.values()}
@@ -262,10 +282,10 @@ class Engine:
             if not r.stopped and len(r.tokens) < r.req.max_new_tokens:
                 continue
             comp = out[rid]
-            keep = stop + 1 if r.stopped else r.req.max_new_tokens      # tokens drawn after a stop are dropped
+            keep = stop + 1 if r.stopped else r.req.max_new_tokens  # tokens drawn after a stop are dropped
             comp.tokens, comp.logprobs = r.tokens[:keep], r.logprobs[:keep]
             comp.finish_reason = "stop" if r.stopped else "length"
-            fed = self.cache.length(rid) - r.prompt_len    # decode steps run: their inputs were the drawn tokens
+            fed = self.cache.length(rid) - r.prompt_len  # decode steps run: their inputs were the drawn tokens
             if fed > 0:
                 self.cache.fill_tokens(rid, r.prompt_len, r.tokens[:fed])
             self.cache.finish(rid)
@@ -295,10 +315,10 @@ class _StaticStep:
         cache, dev, ml = eng.cache, eng.dev, eng.cache.max_len
         self.cu_q = torch.arange(bk + 1, dtype=torch.int64, device=dev)
         self.cu_k = torch.arange(0, (bk + 1) * ml, ml, dtype=torch.int64, device=dev)
-        self.base = torch.arange(0, bk * ml, ml, dtype=torch.int64, device=dev)      # each lane's slot row 0
-        self.keys = torch.zeros(bk, dtype=torch.int64, device="cpu")                 # no gradient: unused keys
+        self.base = torch.arange(0, bk * ml, ml, dtype=torch.int64, device=dev)  # each lane's slot row 0
+        self.keys = torch.zeros(bk, dtype=torch.int64, device="cpu")  # no gradient: unused keys
         for layer in range(cache.n_layers):
-            cache._storage(layer, None)      # allocated before any capture (a zero-fill must not be captured)
+            cache._storage(layer, None)  # allocated before any capture (a zero-fill must not be captured)
         self.graph = None
         self.out = None
         if dev.type == "cuda":
@@ -307,12 +327,12 @@ class _StaticStep:
     def _capture(self) -> None:
         eng = self.eng
         saved = eng.active.clone()
-        eng.active.zero_()                   # warm-up steps advance nothing (their writes are the real step's own)
+        eng.active.zero_()  # warm-up steps advance nothing (their writes are the real step's own)
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
             for _ in range(2):
-                self._step()                 # compiles (Triton), plans, allocates: outside the capture
+                self._step()  # compiles (Triton), plans, allocates: outside the capture
         torch.cuda.current_stream().wait_stream(s)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
@@ -327,21 +347,21 @@ class _StaticStep:
 
     @torch.no_grad()
     def _step(self) -> tuple[torch.Tensor, torch.Tensor]:
-        with ws1_ops.graph_safe():      # no device -> host copy: the path a capture records (ws1_ops.graph_safe)
+        with ws1_ops.graph_safe():  # no device -> host copy: the path a capture records (ws1_ops.graph_safe)
             return self._step_ops()
 
     def _step_ops(self) -> tuple[torch.Tensor, torch.Tensor]:
         eng, bk = self.eng, self.bk
         model, cache = eng.model, eng.cache
         tok, pos, act = eng.tok[:bk], eng.pos[:bk], eng.active[:bk]
-        rows = self.base + pos                                 # each lane's write row: slot * max_len + position
+        rows = self.base + pos  # each lane's write row: slot * max_len + position
         ml = cache.max_len
 
         def attend(layer, q, k, v):
             ks, vs = cache._storage(layer, None)
             ks.index_copy_(0, rows, k)
             vs.index_copy_(0, rows, v)
-            return ws1_ops.attention(q, ks[:bk * ml], vs[:bk * ml], self.cu_q, self.cu_k, pos)
+            return ws1_ops.attention(q, ks[: bk * ml], vs[: bk * ml], self.cu_q, self.cu_k, pos)
 
         with model.activate():
             x = model.hidden(Rows(tok, pos, self.keys, self.cu_q), attend=attend, checked=False)

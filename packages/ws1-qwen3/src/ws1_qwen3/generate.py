@@ -69,17 +69,29 @@ def validate(model: Qwen3ForCausalLM, req: Request) -> None:
     if not isinstance(req.max_new_tokens, int) or req.max_new_tokens < 1:
         raise ModelInputError(f"request {rid}: max_new_tokens must be a positive int, got {req.max_new_tokens!r}")
     if len(req.prompt) + req.max_new_tokens > c.max_position_embeddings:
-        raise ModelInputError(f"request {rid}: prompt ({len(req.prompt)}) + max_new_tokens ({req.max_new_tokens}) exceeds "
-                              f"max_position_embeddings {c.max_position_embeddings}")
+        raise ModelInputError(
+            f"request {rid}: prompt ({len(req.prompt)}) + max_new_tokens ({req.max_new_tokens}) exceeds "
+            f"max_position_embeddings {c.max_position_embeddings}"
+        )
     if not req.temperature >= 0:
         raise ModelInputError(f"request {rid}: temperature must be >= 0, got {req.temperature}")
     if req.seed is not None and (isinstance(req.seed, bool) or not isinstance(req.seed, int)):
         raise ModelInputError(f"request {rid}: seed must be an int or None, got {req.seed!r}")
 
 
-def generate(model: Qwen3ForCausalLM, requests: Sequence[Request], *, max_batch: int = 8, cache=None, chunk: int | None = None,
-             block_size: int = 16, progress: bool = False, graphs: bool | None = None, sync_every: int = 16,
-             stats: dict | None = None) -> list[Completion]:
+def generate(
+    model: Qwen3ForCausalLM,
+    requests: Sequence[Request],
+    *,
+    max_batch: int = 8,
+    cache=None,
+    chunk: int | None = None,
+    block_size: int = 16,
+    progress: bool = False,
+    graphs: bool | None = None,
+    sync_every: int = 16,
+    stats: dict | None = None,
+) -> list[Completion]:
     """Run ``requests`` to completion with continuous batching; results in request order.
 
     ``cache``: a KV cache to use (e.g. a warm :class:`~ws1_kv.PagedKVCache`; prefix reuse applies),
@@ -115,20 +127,28 @@ def generate(model: Qwen3ForCausalLM, requests: Sequence[Request], *, max_batch:
         if capture_why is not None:
             raise ModelInputError(f"graphs=True: {capture_why}")
         if not contiguous:
-            raise ModelInputError("graphs=True needs a contiguous KV cache (cache='contiguous'): the replayed decode step "
-                                  "reads each slot in place")
+            raise ModelInputError(
+                "graphs=True needs a contiguous KV cache (cache='contiguous'): the replayed decode step "
+                "reads each slot in place"
+            )
         if cache.seqs:
-            raise ModelInputError("graphs=True needs a contiguous cache holding no other sequences: the decode step's "
-                                  "dummy rows write into slots no live sequence of this run holds")
+            raise ModelInputError(
+                "graphs=True needs a contiguous cache holding no other sequences: the decode step's "
+                "dummy rows write into slots no live sequence of this run holds"
+            )
         if model.tracer is not None:
-            raise ModelInputError("graphs=True runs no model tracer (a replayed step calls no Python): use graphs=False")
+            raise ModelInputError(
+                "graphs=True runs no model tracer (a replayed step calls no Python): use graphs=False"
+            )
     out = {r.request_id: Completion(r.request_id, tuple(r.prompt)) for r in reqs}
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=sum(r.max_new_tokens for r in reqs), desc="generate", unit="tok", leave=False)
-    eng = Engine(model, cache, max_batch=max_batch, chunk=chunk, graphs=bool(graphs), sync_every=sync_every, progress=bar)
+    eng = Engine(
+        model, cache, max_batch=max_batch, chunk=chunk, graphs=bool(graphs), sync_every=sync_every, progress=bar
+    )
     waiting = list(reqs)
     try:
         with torch.no_grad():
@@ -145,8 +165,16 @@ def generate(model: Qwen3ForCausalLM, requests: Sequence[Request], *, max_batch:
             bar.close()
     if stats is not None:
         t = eng.clock.totals()
-        stats.update({"prefill_s": t.get("prefill", 0.0), "decode_s": t.get("decode", 0.0), "decode_steps": eng.n_decode_steps,
-                      "host_syncs": eng.n_syncs, "graphs": bool(graphs), "buckets": sorted(eng.buckets_used),
-                      "graphs_made": eng.captured,
-                      "sync_every": sync_every})
+        stats.update(
+            {
+                "prefill_s": t.get("prefill", 0.0),
+                "decode_s": t.get("decode", 0.0),
+                "decode_steps": eng.n_decode_steps,
+                "host_syncs": eng.n_syncs,
+                "graphs": bool(graphs),
+                "buckets": sorted(eng.buckets_used),
+                "graphs_made": eng.captured,
+                "sync_every": sync_every,
+            }
+        )
     return [out[r.request_id] for r in reqs]

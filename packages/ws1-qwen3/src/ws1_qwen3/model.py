@@ -90,7 +90,7 @@ def check_profile(profile: str) -> None:
 class _W(nn.Module):
     def __init__(self, shape: tuple[int, ...], fk: dict):
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(shape, **fk))   # fk: dtype and device, always both
+        self.weight = nn.Parameter(torch.empty(shape, **fk))  # fk: dtype and device, always both
 
 
 class _Attn(nn.Module):
@@ -165,13 +165,32 @@ class Rows:
 # kind is a node of the manifest's node table or ``residual_add``; ws1-matrix checks that every
 # required node is some point's kind (``python -m ws1_matrix nodes``).
 INPUT_NODES = (("embedding", "embedding"),)
-LAYER_NODES = (("input_layernorm", "rms_norm"), ("q_proj", "det_gemm"), ("q_norm", "qk_norm"), ("k_proj", "det_gemm"),
-               ("k_norm", "qk_norm"), ("v_proj", "det_gemm"), ("rope_q", "rope"), ("rope_k", "rope"),
-               ("attention", "attention"), ("o_proj", "det_gemm"), ("attn_residual", "residual_add"),
-               ("post_attention_layernorm", "rms_norm"), ("gate_proj", "det_gemm"), ("up_proj", "det_gemm"),
-               ("swiglu", "swiglu"), ("silu", "silu"), ("down_proj", "det_gemm"), ("mlp_residual", "residual_add"))
-HEAD_NODES = (("final_norm", "rms_norm"), ("lm_head", "lm_head"), ("logprob", "logprob"),
-              ("batch_invariant_logp", "batch_invariant_logp"))
+LAYER_NODES = (
+    ("input_layernorm", "rms_norm"),
+    ("q_proj", "det_gemm"),
+    ("q_norm", "qk_norm"),
+    ("k_proj", "det_gemm"),
+    ("k_norm", "qk_norm"),
+    ("v_proj", "det_gemm"),
+    ("rope_q", "rope"),
+    ("rope_k", "rope"),
+    ("attention", "attention"),
+    ("o_proj", "det_gemm"),
+    ("attn_residual", "residual_add"),
+    ("post_attention_layernorm", "rms_norm"),
+    ("gate_proj", "det_gemm"),
+    ("up_proj", "det_gemm"),
+    ("swiglu", "swiglu"),
+    ("silu", "silu"),
+    ("down_proj", "det_gemm"),
+    ("mlp_residual", "residual_add"),
+)
+HEAD_NODES = (
+    ("final_norm", "rms_norm"),
+    ("lm_head", "lm_head"),
+    ("logprob", "logprob"),
+    ("batch_invariant_logp", "batch_invariant_logp"),
+)
 NODE_KIND = dict(INPUT_NODES + LAYER_NODES + HEAD_NODES)
 NODE_ORDER = tuple(NODE_KIND)
 # nodes that are one point of the chain under two names (teacher forcing vs rollout)
@@ -213,7 +232,7 @@ class Qwen3ForCausalLM(nn.Module):
         """The kernels of this model's profile (fails closed: absent device or kernel package raises)."""
         if self.profile == REFERENCE:
             return contextlib.nullcontext()
-        if self.profile in CANDIDATES:   # a control runs on the kernels of candidate_family (None: its own, cpu)
+        if self.profile in CANDIDATES:  # a control runs on the kernels of candidate_family (None: its own, cpu)
             return ws1_ops.use_candidate(self.profile, getattr(self, "candidate_family", None))
         return ws1_ops.use_profile(self.profile, self.device)
 
@@ -243,9 +262,13 @@ class Qwen3ForCausalLM(nn.Module):
     def _check_positions(self, pos: torch.Tensor) -> None:
         top = int(pos.max()) if pos.numel() else -1
         if top >= self.config.max_position_embeddings:
-            raise ModelInputError(f"position {top} exceeds max_position_embeddings {self.config.max_position_embeddings}")
+            raise ModelInputError(
+                f"position {top} exceeds max_position_embeddings {self.config.max_position_embeddings}"
+            )
 
-    def hidden(self, rows: Rows, attend: Callable | None = None, chunk: int | None = None, checked: bool = True) -> torch.Tensor:
+    def hidden(
+        self, rows: Rows, attend: Callable | None = None, chunk: int | None = None, checked: bool = True
+    ) -> torch.Tensor:
         """Final-norm hidden states [R, H] (BF16; FP32 on the reference path).
 
         ``attend(layer, q, k, v)`` computes attention of all R rows (default: teacher forcing over
@@ -266,10 +289,11 @@ class Qwen3ForCausalLM(nn.Module):
         ids, pos = rows.ids.to(dev), rows.pos.to(dev)
         cu = rows.cu.to(dev)
         if attend is None:
+
             def attend(_i, q, k, v):
                 return ops.attention(q, k, v, cu, cu, pos, None, chunk)
 
-        def tr(layer, node, t):   # every kernel's output, by role, in the order computed (first_drift)
+        def tr(layer, node, t):  # every kernel's output, by role, in the order computed (first_drift)
             return self._trace(layer, node, t, keys)
 
         with ws1_ops.trusted_inputs():
@@ -278,14 +302,26 @@ class Qwen3ForCausalLM(nn.Module):
     def _layers(self, ops, ids, pos, keys, R, attend, tr) -> torch.Tensor:
         c = self.config
         D, Hq, Hkv, eps = c.head_dim, c.num_attention_heads, c.num_key_value_heads, c.rms_norm_eps
-        h = tr(-1, "embedding", ops.embedding(ids, self.model.embed_tokens.weight, keys)).float()   # FP32 residual stream
+        h = tr(
+            -1, "embedding", ops.embedding(ids, self.model.embed_tokens.weight, keys)
+        ).float()  # FP32 residual stream
         for i, L in enumerate(self.model.layers):
             A, M = L.self_attn, L.mlp
             x = tr(i, "input_layernorm", ops.rms_norm(h, L.input_layernorm.weight, eps, keys))
-            q = tr(i, "q_norm", ops.qk_norm(tr(i, "q_proj", ops.det_gemm(x, A.q_proj.weight, keys)).view(R, Hq, D),
-                                            A.q_norm.weight, eps, keys))
-            k = tr(i, "k_norm", ops.qk_norm(tr(i, "k_proj", ops.det_gemm(x, A.k_proj.weight, keys)).view(R, Hkv, D),
-                                            A.k_norm.weight, eps, keys))
+            q = tr(
+                i,
+                "q_norm",
+                ops.qk_norm(
+                    tr(i, "q_proj", ops.det_gemm(x, A.q_proj.weight, keys)).view(R, Hq, D), A.q_norm.weight, eps, keys
+                ),
+            )
+            k = tr(
+                i,
+                "k_norm",
+                ops.qk_norm(
+                    tr(i, "k_proj", ops.det_gemm(x, A.k_proj.weight, keys)).view(R, Hkv, D), A.k_norm.weight, eps, keys
+                ),
+            )
             v = tr(i, "v_proj", ops.det_gemm(x, A.v_proj.weight, keys)).view(R, Hkv, D)
             q, k = tr(i, "rope_q", ops.rope(q, pos, c.rope_theta)), tr(i, "rope_k", ops.rope(k, pos, c.rope_theta))
             o = attend(i, q, k, v)
@@ -295,8 +331,14 @@ class Qwen3ForCausalLM(nn.Module):
             h = torch.add(h, tr(i, "o_proj", ops.det_gemm(o.reshape(R, Hq * D), A.o_proj.weight, keys)))
             self._trace(i, "attn_residual", h, keys)
             x = tr(i, "post_attention_layernorm", ops.rms_norm(h, L.post_attention_layernorm.weight, eps, keys))
-            m = tr(i, "swiglu", ops.swiglu(tr(i, "gate_proj", ops.det_gemm(x, M.gate_proj.weight, keys)),
-                                           tr(i, "up_proj", ops.det_gemm(x, M.up_proj.weight, keys))))
+            m = tr(
+                i,
+                "swiglu",
+                ops.swiglu(
+                    tr(i, "gate_proj", ops.det_gemm(x, M.gate_proj.weight, keys)),
+                    tr(i, "up_proj", ops.det_gemm(x, M.up_proj.weight, keys)),
+                ),
+            )
             h = torch.add(h, tr(i, "down_proj", ops.det_gemm(m, M.down_proj.weight, keys)))
             self._trace(i, "mlp_residual", h, keys)
         x = tr(c.num_hidden_layers, "final_norm", ops.rms_norm(h, self.model.norm.weight, eps, keys))
@@ -313,11 +355,15 @@ class Qwen3ForCausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """input_ids [B, S] int64 (no padding; each row one sequence from position 0) -> FP32 logits [B, S, V]."""
         if not isinstance(input_ids, torch.Tensor) or input_ids.dtype != torch.int64 or input_ids.dim() != 2:
-            raise ModelInputError(f"input_ids must be an int64 [B, S] tensor, got "
-                                  f"{getattr(input_ids, 'dtype', type(input_ids).__name__)} {tuple(getattr(input_ids, 'shape', ()))}")
+            raise ModelInputError(
+                f"input_ids must be an int64 [B, S] tensor, got "
+                f"{getattr(input_ids, 'dtype', type(input_ids).__name__)} {tuple(getattr(input_ids, 'shape', ()))}"
+            )
         B, S = input_ids.shape
         if S > self.config.max_position_embeddings:
-            raise ModelInputError(f"sequence length {S} exceeds max_position_embeddings {self.config.max_position_embeddings}")
+            raise ModelInputError(
+                f"sequence length {S} exceeds max_position_embeddings {self.config.max_position_embeddings}"
+            )
         rank = torch.arange(B, device="cpu").repeat_interleave(S)
         pos = torch.arange(S, device="cpu").repeat(B)
         keys = ws1_ops.logical_keys(rank, pos)
@@ -333,9 +379,18 @@ class Qwen3ForCausalLM(nn.Module):
         if not isinstance(input_ids, torch.Tensor) or input_ids.dtype != torch.int64 or input_ids.dim() != 1:
             raise ModelInputError("input_ids must be an int64 [T] tensor")
         cu = cu_seqlens.cpu() if isinstance(cu_seqlens, torch.Tensor) else None
-        if (cu is None or cu.dtype != torch.int64 or cu.dim() != 1 or cu.numel() < 2 or int(cu[0]) != 0
-                or int(cu[-1]) != input_ids.numel() or bool((cu[1:] <= cu[:-1]).any())):
-            raise ModelInputError(f"cu_seqlens must be int64 [B+1], strictly increasing from 0 to T={input_ids.numel()}")
+        if (
+            cu is None
+            or cu.dtype != torch.int64
+            or cu.dim() != 1
+            or cu.numel() < 2
+            or int(cu[0]) != 0
+            or int(cu[-1]) != input_ids.numel()
+            or bool((cu[1:] <= cu[:-1]).any())
+        ):
+            raise ModelInputError(
+                f"cu_seqlens must be int64 [B+1], strictly increasing from 0 to T={input_ids.numel()}"
+            )
         lens = (cu[1:] - cu[:-1]).tolist()
         rank = torch.cat([torch.full((n,), b, dtype=torch.int64, device="cpu") for b, n in enumerate(lens)])
         pos = torch.cat([torch.arange(n, device="cpu") for n in lens])
@@ -346,8 +401,16 @@ class Qwen3ForCausalLM(nn.Module):
 
     # ---- KV-cache steps (the rollout engine) -------------------------------------------------
 
-    def new_cache(self, kind: str = "paged", *, max_seqs: int = 8, max_len: int | None = None, block_size: int = 16,
-                  num_blocks: int | None = None, prefix_reuse: bool = True) -> KVCache:
+    def new_cache(
+        self,
+        kind: str = "paged",
+        *,
+        max_seqs: int = 8,
+        max_len: int | None = None,
+        block_size: int = 16,
+        num_blocks: int | None = None,
+        prefix_reuse: bool = True,
+    ) -> KVCache:
         """A KV cache for this model (BF16, on the model's device): ``paged`` (B2) or ``contiguous`` (B1)."""
         from ws1_kv import ContiguousKVCache, PagedKVCache
 
@@ -359,13 +422,26 @@ class Qwen3ForCausalLM(nn.Module):
             return ContiguousKVCache(*dims, max_seqs=max_seqs, max_len=max_len, dtype=dt, device=self.device)
         if kind == "paged":
             nb = num_blocks or max_seqs * -(-max_len // block_size)
-            return PagedKVCache(*dims, num_blocks=nb, block_size=block_size, max_len=max_len, dtype=dt, device=self.device,
-                                prefix_reuse=prefix_reuse)
+            return PagedKVCache(
+                *dims,
+                num_blocks=nb,
+                block_size=block_size,
+                max_len=max_len,
+                dtype=dt,
+                device=self.device,
+                prefix_reuse=prefix_reuse,
+            )
         raise ModelInputError(f"unknown cache kind {kind!r}; expected 'paged' or 'contiguous'")
 
     @torch.no_grad()
-    def step(self, cache: KVCache, new_tokens: dict[Hashable, Sequence[int]], ranks: dict[Hashable, int] | None = None,
-             all_logits: bool = False, checked: bool = True) -> dict[Hashable, torch.Tensor]:
+    def step(
+        self,
+        cache: KVCache,
+        new_tokens: dict[Hashable, Sequence[int]],
+        ranks: dict[Hashable, int] | None = None,
+        all_logits: bool = False,
+        checked: bool = True,
+    ) -> dict[Hashable, torch.Tensor]:
         """Append ``new_tokens[seq]`` to each sequence through the cache (prefill, a chunk, or decode).
 
         Returns FP32 logits per sequence: [V] of its last new token, or [n, V] with ``all_logits``.
@@ -378,8 +454,10 @@ class Qwen3ForCausalLM(nn.Module):
             if checked:
                 self._check_ids(ts)
             if cache.length(s) + len(ts) > self.config.max_position_embeddings:
-                raise ModelInputError(f"sequence {s!r}: {cache.length(s) + len(ts)} tokens exceed max_position_embeddings "
-                                      f"{self.config.max_position_embeddings}")
+                raise ModelInputError(
+                    f"sequence {s!r}: {cache.length(s) + len(ts)} tokens exceed max_position_embeddings "
+                    f"{self.config.max_position_embeddings}"
+                )
         st = cache.reserve({s: len(ts) for s, ts in toks.items()})
         ids = torch.tensor([t for s in st.seq_ids for t in toks[s]], dtype=torch.int64, device="cpu")
         logits = self.run_step(cache, st, ids, ranks, all_logits)
@@ -389,15 +467,21 @@ class Qwen3ForCausalLM(nn.Module):
         return dict(zip(st.seq_ids, logits))
 
     @torch.no_grad()
-    def run_step(self, cache: KVCache, st, ids: torch.Tensor, ranks: dict[Hashable, int] | None = None,
-                 all_logits: bool = False) -> torch.Tensor:
+    def run_step(
+        self, cache: KVCache, st, ids: torch.Tensor, ranks: dict[Hashable, int] | None = None, all_logits: bool = False
+    ) -> torch.Tensor:
         """The forward of a step the cache has reserved (``st = cache.reserve(...)``; the caller commits).
 
         ``ids`` [T] int64 in ``st``'s row order, on the host or on the model's device (the rollout engine's
         sampled tokens never leave it), validated by the caller: nothing here reads a value back. Returns
         FP32 logits: [n_seq, V] of each sequence's last new token (``st.seq_ids`` order), or [T, V]."""
         ranks = ranks or {}
-        rank = torch.cat([torch.full((n,), ranks.get(s, i), dtype=torch.int64, device="cpu") for i, (s, n) in enumerate(zip(st.seq_ids, st.counts))])
+        rank = torch.cat(
+            [
+                torch.full((n,), ranks.get(s, i), dtype=torch.int64, device="cpu")
+                for i, (s, n) in enumerate(zip(st.seq_ids, st.counts))
+            ]
+        )
         keys = ws1_ops.logical_keys(rank, st.q_pos)
         rows = Rows(ids, st.q_pos, keys, st.cu_seqlens_q)
         with self.activate():
@@ -409,9 +493,15 @@ class Qwen3ForCausalLM(nn.Module):
                 x, keys = x.index_select(0, st.dev["last"]), keys.index_select(0, last)
             return self.logits_of(x, keys)
 
-    def prefill(self, cache: KVCache, prompts: dict[Hashable, Sequence[int]], chunk: int | None = None,
-                ranks: dict[Hashable, int] | None = None, all_logits: bool = False,
-                checked: bool = True) -> dict[Hashable, torch.Tensor]:
+    def prefill(
+        self,
+        cache: KVCache,
+        prompts: dict[Hashable, Sequence[int]],
+        chunk: int | None = None,
+        ranks: dict[Hashable, int] | None = None,
+        all_logits: bool = False,
+        checked: bool = True,
+    ) -> dict[Hashable, torch.Tensor]:
         """Feed each sequence's ``prompts[seq]`` (appended at its cursor) through the cache, in one step
         or in chunks whose boundaries are absolute positions (multiples of ``chunk``).
 
@@ -433,7 +523,9 @@ class Qwen3ForCausalLM(nn.Module):
                 got[s].append(lg if all_logits else lg[None])
         return {s: torch.cat(v) if all_logits else v[-1][0] for s, v in got.items()}
 
-    def decode(self, cache: KVCache, tokens: dict[Hashable, int], ranks: dict[Hashable, int] | None = None) -> dict[Hashable, torch.Tensor]:
+    def decode(
+        self, cache: KVCache, tokens: dict[Hashable, int], ranks: dict[Hashable, int] | None = None
+    ) -> dict[Hashable, torch.Tensor]:
         """One decode step: append one token per sequence; returns each sequence's next-token logits [V]."""
         return self.step(cache, {s: [t] for s, t in tokens.items()}, ranks)
 

@@ -52,8 +52,9 @@ class RLInputError(ModelInputError):
 # ---- mismatch metrics -------------------------------------------------------------------------
 
 
-def mismatch_metrics(rollout_logp: torch.Tensor, trainer_logp: torch.Tensor, lengths: Sequence[int] | None = None,
-                     clip_eps: float = 0.2) -> dict[str, float]:
+def mismatch_metrics(
+    rollout_logp: torch.Tensor, trainer_logp: torch.Tensor, lengths: Sequence[int] | None = None, clip_eps: float = 0.2
+) -> dict[str, float]:
     """How far the trainer's log-probs are from the rollout's, over the same tokens.
 
     ``rollout_logp``, ``trainer_logp``: [N] log-probs of the sampled tokens (any float dtype; compared
@@ -101,8 +102,8 @@ def mismatch_metrics(rollout_logp: torch.Tensor, trainer_logp: torch.Tensor, len
         "rollout_corr/rollout_ppl": float(torch.exp(-rd.mean())),
         "rollout_corr/log_ppl_diff": float(log_ppl_diff.mean()),
         "rollout_corr/log_ppl_abs_diff": float(log_ppl_diff.abs().mean()),
-        "rollout_corr/chi2_token": float((ratio ** 2).mean() - 1),
-        "rollout_corr/chi2_seq": float((seq_ratio ** 2).mean() - 1),
+        "rollout_corr/chi2_token": float((ratio**2).mean() - 1),
+        "rollout_corr/chi2_seq": float((seq_ratio**2).mean() - 1),
         "rollout_corr/rollout_is_mean": float(ratio.mean()),
         "rollout_corr/rollout_is_min": float(ratio.min()),
         "rollout_corr/rollout_is_max": float(ratio.max()),
@@ -135,7 +136,7 @@ class CopyTask:
         return (self.bos, *(self.alphabet[i] for i in idx), self.sep)
 
     def reward(self, prompt: Sequence[int], completion: Sequence[int]) -> float:
-        want = list(prompt[1:1 + self.length])
+        want = list(prompt[1 : 1 + self.length])
         got = [t for t in completion if t != self.stop][: self.length]
         in_alpha = sum(t in self.alphabet for t in got) / self.length
         copied = sum(a == b for a, b in zip(got, want)) / self.length
@@ -149,8 +150,8 @@ class CopyTask:
 class GRPOConfig:
     steps: int = 30
     prompts_per_step: int = 4
-    group_size: int = 4                 # samples per prompt (GRPO's group; >= 2)
-    max_new_tokens: tuple[int, int] = (4, 8)   # each request's limit, drawn in [lo, hi]
+    group_size: int = 4  # samples per prompt (GRPO's group; >= 2)
+    max_new_tokens: tuple[int, int] = (4, 8)  # each request's limit, drawn in [lo, hi]
     temperature: float = 1.0
     lr: float = 3e-3
     betas: tuple[float, float] = (0.9, 0.999)
@@ -158,10 +159,10 @@ class GRPOConfig:
     clip_eps: float = 0.2
     seed: int = 0
     # knobs that must not change a bit of the run (tested)
-    max_batch: int = 8                  # the rollout's continuous-batching slots
-    chunk: int | None = None            # the rollout's chunked-prefill size
-    trainer_layout: str = "packed"      # the trainer's layout (the rollout decodes through a paged cache)
-    micro_batches: int = 1              # the trainer's micro-batches (one canonical_grads scope per step)
+    max_batch: int = 8  # the rollout's continuous-batching slots
+    chunk: int | None = None  # the rollout's chunked-prefill size
+    trainer_layout: str = "packed"  # the trainer's layout (the rollout decodes through a paged cache)
+    micro_batches: int = 1  # the trainer's micro-batches (one canonical_grads scope per step)
 
 
 @dataclass
@@ -176,8 +177,14 @@ class StepLog:
     completions: list[Completion] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict:
-        return {"step": self.step, "reward_mean": self.reward_mean, "loss": self.loss, "tokens": self.tokens,
-                "grad_norm": self.grad_norm, **self.metrics}
+        return {
+            "step": self.step,
+            "reward_mean": self.reward_mean,
+            "loss": self.loss,
+            "tokens": self.tokens,
+            "grad_norm": self.grad_norm,
+            **self.metrics,
+        }
 
 
 def _seed(*parts) -> int:
@@ -196,7 +203,7 @@ def group_advantages(rewards: Sequence[float], group_size: int, eps: float = 1e-
         raise RLInputError(f"reward of sample {bad[0]} is not finite ({rewards[bad[0]]})")
     out = []
     for g in range(0, len(rewards), group_size):
-        grp = torch.tensor(rewards[g:g + group_size], dtype=torch.float64, device="cpu")
+        grp = torch.tensor(rewards[g : g + group_size], dtype=torch.float64, device="cpu")
         out += ((grp - grp.mean()) / (grp.std(unbiased=False) + eps)).tolist()
     return out
 
@@ -207,8 +214,14 @@ class AdamW:
     count cannot change a bit), no fused/foreach variant chosen by the library, and no accelerator
     probing (torch.optim asks torch.accelerator, which a renamed PrivateUse1 backend breaks)."""
 
-    def __init__(self, params: dict[str, torch.Tensor], lr: float, betas: tuple[float, float], weight_decay: float = 0.0,
-                 eps: float = 1e-8):
+    def __init__(
+        self,
+        params: dict[str, torch.Tensor],
+        lr: float,
+        betas: tuple[float, float],
+        weight_decay: float = 0.0,
+        eps: float = 1e-8,
+    ):
         self.params, self.lr, self.betas, self.wd, self.eps = params, lr, betas, weight_decay, eps
         self.m = {n: torch.zeros_like(p) for n, p in params.items()}
         self.v = {n: torch.zeros_like(p) for n, p in params.items()}
@@ -218,7 +231,7 @@ class AdamW:
     def step(self, grads: dict[str, torch.Tensor]) -> None:
         self.t += 1
         b1, b2 = self.betas
-        bc1, bc2 = 1 - b1 ** self.t, 1 - b2 ** self.t
+        bc1, bc2 = 1 - b1**self.t, 1 - b2**self.t
         for n, p in self.params.items():
             g = grads[n]
             p.mul_(1 - self.lr * self.wd)
@@ -239,8 +252,10 @@ class Trainer:
             raise RLInputError(f"max_new_tokens must be 1 <= lo <= hi, got {config.max_new_tokens}")
         longest = task.length + 2 + hi
         if longest > model.config.max_position_embeddings:
-            raise RLInputError(f"a prompt of {task.length + 2} tokens + {hi} new tokens exceeds the context "
-                               f"({model.config.max_position_embeddings})")
+            raise RLInputError(
+                f"a prompt of {task.length + 2} tokens + {hi} new tokens exceeds the context "
+                f"({model.config.max_position_embeddings})"
+            )
         if config.micro_batches < 1:
             raise RLInputError(f"micro_batches must be >= 1, got {config.micro_batches}")
         self.model, self.config, self.task = model, config, task
@@ -260,8 +275,16 @@ class Trainer:
             prompt = self.task.prompt(g)
             for k in range(c.group_size):
                 n = int(torch.randint(c.max_new_tokens[0], c.max_new_tokens[1] + 1, (1,), generator=g, device="cpu"))
-                reqs.append(Request(prompt, n, c.temperature, _seed("ws1-rl-sample", c.seed, step, p, k), f"s{step}-p{p}-g{k}",
-                                    (self.task.stop,)))
+                reqs.append(
+                    Request(
+                        prompt,
+                        n,
+                        c.temperature,
+                        _seed("ws1-rl-sample", c.seed, step, p, k),
+                        f"s{step}-p{p}-g{k}",
+                        (self.task.stop,),
+                    )
+                )
         with torch.no_grad():
             comps = generate(self.model, reqs, max_batch=c.max_batch, chunk=c.chunk)
         return reqs, comps
@@ -273,8 +296,11 @@ class Trainer:
         Anything wrong is raised before the optimizer runs: a failed step changes no weights."""
         c, step = self.config, self.step_index
         reqs, comps = self.rollout(step)
-        rewards = list(rewards_override) if rewards_override is not None else [
-            self.task.reward(r.prompt, comp.tokens) for r, comp in zip(reqs, comps)]
+        rewards = (
+            list(rewards_override)
+            if rewards_override is not None
+            else [self.task.reward(r.prompt, comp.tokens) for r, comp in zip(reqs, comps)]
+        )
         if len(rewards) != len(comps):
             raise RLInputError(f"{len(rewards)} rewards for {len(comps)} completions")
         adv = group_advantages(rewards, c.group_size)
@@ -283,7 +309,9 @@ class Trainer:
             if not comp.tokens:
                 raise RLInputError(f"completion {comp.request_id} is empty")
             samples.append(Sample(rank, tuple(r.prompt) + tuple(comp.tokens), len(r.prompt), comp.request_id))
-        old = torch.tensor([lp for comp in comps for lp in comp.logprobs], dtype=F32, device="cpu")   # rank, then position
+        old = torch.tensor(
+            [lp for comp in comps for lp in comp.logprobs], dtype=F32, device="cpu"
+        )  # rank, then position
         adv_tok = torch.tensor([a for a, comp in zip(adv, comps) for _ in comp.tokens], dtype=F32, device="cpu")
         n_tok = old.numel()
         trainer_lp, loss_total = self._backward(samples, old, adv_tok, n_tok, step)
@@ -298,10 +326,12 @@ class Trainer:
         ``canonical_grads()`` scope (so parameter gradients reduce rows in canonical order whatever the
         pieces). Returns the trainer's log-probs in (rank, position) order and the loss."""
         c, model = self.config, self.model
-        order = torch.randperm(len(samples), generator=torch.Generator().manual_seed(_seed("ws1-rl-order", c.seed, step)), device="cpu").tolist()
-        pieces = [order[i::c.micro_batches] for i in range(c.micro_batches)]
+        order = torch.randperm(
+            len(samples), generator=torch.Generator().manual_seed(_seed("ws1-rl-order", c.seed, step)), device="cpu"
+        ).tolist()
+        pieces = [order[i :: c.micro_batches] for i in range(c.micro_batches)]
         offsets, o = {}, 0
-        for s in samples:                      # each sample's first token index in ``old`` (rank order)
+        for s in samples:  # each sample's first token index in ``old`` (rank order)
             offsets[s.rank] = o
             o += s.length - s.n_prompt
         got = torch.empty(n_tok, dtype=F32, device="cpu")
@@ -314,8 +344,12 @@ class Trainer:
                 sub = [samples[i] for i in piece]
                 tf = teacher_forcing(model, sub, layout=c.trainer_layout, n_active=n_tok, grad=True)
                 # tf rows: ascending logical key = (rank, position) of the pieces' samples
-                idx = torch.cat([torch.arange(offsets[s.rank], offsets[s.rank] + s.length - s.n_prompt, device="cpu")
-                                 for s in sorted(sub, key=lambda s: s.rank)])
+                idx = torch.cat(
+                    [
+                        torch.arange(offsets[s.rank], offsets[s.rank] + s.length - s.n_prompt, device="cpu")
+                        for s in sorted(sub, key=lambda s: s.rank)
+                    ]
+                )
                 lp = tf.logp[tf.active.to(tf.logp.device)]
                 ratio = torch.exp(lp - old[idx].to(lp.device))
                 a = adv[idx].to(lp.device)
@@ -339,7 +373,7 @@ class Trainer:
                 raise RLInputError(f"the gradient of {n} is not finite; no weight was changed")
             grads[n] = g.detach().float().cpu()
         sq = 0.0
-        for n in self.names:              # the norm, for the log: FP64, fixed parameter order
+        for n in self.names:  # the norm, for the log: FP64, fixed parameter order
             sq += float(grads[n].double().pow(2).sum())
         self.opt.step(grads)
         with torch.no_grad():

@@ -42,7 +42,7 @@ MASK64 = (1 << 64) - 1
 GAMMA = 0x9E3779B97F4A7C15
 M1 = 0xBF58476D1CE4E5B9
 M2 = 0x94D049BB133111EB
-BLOCK = 256          # vocabulary ids per block of the two-level draw (a constant: a row's bits never depend on it moving)
+BLOCK = 256  # vocabulary ids per block of the two-level draw (a constant: a row's bits never depend on it moving)
 
 
 def _s64(x: int) -> int:
@@ -71,7 +71,7 @@ def uniform_bits_ref(stream: int, step: int, index: int) -> int:
 
 
 def uniform_ref(stream: int, step: int, index: int) -> float:
-    return ((uniform_bits_ref(stream, step, index) >> 12) + 0.5) * 2.0 ** -52
+    return ((uniform_bits_ref(stream, step, index) >> 12) + 0.5) * 2.0**-52
 
 
 # ---- streams --------------------------------------------------------------------------------------------------
@@ -129,7 +129,7 @@ def uniform_bits(row_keys: torch.Tensor, n: int) -> torch.Tensor:
 
 def uniform(row_keys: torch.Tensor, n: int) -> torch.Tensor:
     """[B] keys -> [B, n] FP64 uniforms in (0, 1): the top 52 bits + 1/2, times 2**-52 (every step exact)."""
-    return (_shr(uniform_bits(row_keys, n), 12).double() + 0.5) * 2.0 ** -52
+    return (_shr(uniform_bits(row_keys, n), 12).double() + 0.5) * 2.0**-52
 
 
 def gumbel(row_keys: torch.Tensor, n: int) -> torch.Tensor:
@@ -144,8 +144,9 @@ def n_blocks(vocab: int, block: int = BLOCK) -> int:
     return -(-vocab // block)
 
 
-def sample(logp: torch.Tensor, temperature: torch.Tensor, streams: torch.Tensor, steps: torch.Tensor,
-           block: int = BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
+def sample(
+    logp: torch.Tensor, temperature: torch.Tensor, streams: torch.Tensor, steps: torch.Tensor, block: int = BLOCK
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row, on the logits' device, with no host sync.
 
     logp [B, V] FP32 (``batch_invariant_logp``), temperature [B] (0: greedy), streams / steps [B] int64 ->
@@ -154,31 +155,34 @@ def sample(logp: torch.Tensor, temperature: torch.Tensor, streams: torch.Tensor,
     B, V = logp.shape
     dev = logp.device
     nb = n_blocks(V, block)
-    greedy = logp.argmax(1)                                        # first max: the lowest id on ties
+    greedy = logp.argmax(1)  # first max: the lowest id on ties
     t = temperature.to(device=dev, dtype=torch.float32)
     hot = t > 0
-    z = logp / torch.where(hot, t, torch.ones_like(t))[:, None]    # T = 1: exact (x / 1 == x)
-    if nb * block > V:                                              # the last block padded with -inf (mass +0)
+    z = logp / torch.where(hot, t, torch.ones_like(t))[:, None]  # T = 1: exact (x / 1 == x)
+    if nb * block > V:  # the last block padded with -inf (mass +0)
         z = torch.nn.functional.pad(z, (0, nb * block - V), value=float("-inf"))
-    m = z.amax(1, keepdim=True)                                    # exact: max is order-free
+    m = z.amax(1, keepdim=True)  # exact: max is order-free
     s = (z - m).exp_().view(B, nb, block)
     w = block
-    while w > 1:                                                   # the block sums: a fixed pairwise tree
+    while w > 1:  # the block sums: a fixed pairwise tree
         w //= 2
         s = s[..., :w] + s[..., w:]
-    mass = s[..., 0].log_().add_(m)                                # [B, nb] log-mass of each block (FP32)
+    mass = s[..., 0].log_().add_(m)  # [B, nb] log-mass of each block (FP32)
     g = gumbel(keys(streams.to(dev), steps.to(dev)), nb + block)
-    blk = (mass.double() + g[:, :nb]).argmax(1)                    # the block
+    blk = (mass.double() + g[:, :nb]).argmax(1)  # the block
     ids = blk[:, None] * block + torch.arange(block, dtype=torch.int64, device=dev)[None, :]
-    inner = (z.gather(1, ids).double() + g[:, nb:]).argmax(1)      # the id inside it
-    tok = torch.where(hot, blk * block + inner, greedy).clamp_(0, V - 1)   # NaN rows (dummies) stay in range
+    inner = (z.gather(1, ids).double() + g[:, nb:]).argmax(1)  # the id inside it
+    tok = torch.where(hot, blk * block + inner, greedy).clamp_(0, V - 1)  # NaN rows (dummies) stay in range
     return tok, logp.gather(1, tok[:, None]).squeeze(1)
 
 
 def sample_token(logp: torch.Tensor, temperature: float, stream: int, step: int) -> int:
     """One token from logp [V] (one row of :func:`sample`; reads it back to the host)."""
     dev = logp.device
-    tok, _ = sample(logp[None], torch.tensor([temperature], dtype=torch.float32, device=dev),
-                    torch.tensor(as_int64([stream]), dtype=torch.int64, device=dev),
-                    torch.tensor([step], dtype=torch.int64, device=dev))
+    tok, _ = sample(
+        logp[None],
+        torch.tensor([temperature], dtype=torch.float32, device=dev),
+        torch.tensor(as_int64([stream]), dtype=torch.int64, device=dev),
+        torch.tensor([step], dtype=torch.int64, device=dev),
+    )
     return int(tok[0])

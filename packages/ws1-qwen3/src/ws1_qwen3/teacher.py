@@ -33,7 +33,9 @@ class Sample:
 
     def __post_init__(self):
         if not 1 <= self.n_prompt <= len(self.tokens):
-            raise ModelInputError(f"sample {self.sample_id or self.rank}: n_prompt {self.n_prompt} must be in [1, {len(self.tokens)}]")
+            raise ModelInputError(
+                f"sample {self.sample_id or self.rank}: n_prompt {self.n_prompt} must be in [1, {len(self.tokens)}]"
+            )
 
     @property
     def length(self) -> int:
@@ -41,7 +43,7 @@ class Sample:
 
     @property
     def completion(self) -> tuple[int, ...]:
-        return self.tokens[self.n_prompt:]
+        return self.tokens[self.n_prompt :]
 
 
 PAD_GRAD_SEED = 20260812
@@ -72,7 +74,10 @@ def fixture_samples(manifest=None, which: str = "primary") -> list[Sample]:
         manifest = load_manifest()
     fx = manifest.fixtures
     items = fx.primary if which == "primary" else [getattr(fx, which)]
-    return [Sample(rank=i, tokens=tuple(s.tokens), n_prompt=len(s.prompt), sample_id=s.sample_id) for i, s in enumerate(items)]
+    return [
+        Sample(rank=i, tokens=tuple(s.tokens), n_prompt=len(s.prompt), sample_id=s.sample_id)
+        for i, s in enumerate(items)
+    ]
 
 
 @dataclass
@@ -89,13 +94,17 @@ class TeacherForcing:
     rows: int
 
 
-def _rows(model: Qwen3ForCausalLM, samples: Sequence[Sample], layout: str, padded_length: int | None) -> tuple[Rows, list[int]]:
+def _rows(
+    model: Qwen3ForCausalLM, samples: Sequence[Sample], layout: str, padded_length: int | None
+) -> tuple[Rows, list[int]]:
     """Rows of the batch and, per sample in batch order, the row index of its position 0."""
     if layout not in LAYOUTS:
         raise ModelInputError(f"unknown layout {layout!r}; expected one of {LAYOUTS}")
     longest = max(s.length for s in samples)
     if longest > model.config.max_position_embeddings:
-        raise ModelInputError(f"a sample of {longest} tokens exceeds max_position_embeddings {model.config.max_position_embeddings}")
+        raise ModelInputError(
+            f"a sample of {longest} tokens exceeds max_position_embeddings {model.config.max_position_embeddings}"
+        )
     ids, lens, first = [], [], []
     t = lambda x: torch.tensor(x, dtype=torch.int64, device="cpu")  # noqa: E731  (row metadata lives on the host)
     # positions and keys as tensor ops per sample, not Python per token (8 x 2048 tokens: milliseconds the
@@ -114,18 +123,19 @@ def _rows(model: Qwen3ForCausalLM, samples: Sequence[Sample], layout: str, padde
         raise ModelInputError(f"padded_length {S} is shorter than the longest sample ({longest} tokens)")
     # pad rows carry seeded garbage token ids, not the pad id: a run of identical pad rows would
     # attend to identical values, which hands them dq = dk = 0 exactly and hides a leak through q/k
-    garbage = torch.randint(model.config.vocab_size, (len(samples), S), generator=torch.Generator().manual_seed(PAD_GRAD_SEED),
-                            device="cpu")
+    garbage = torch.randint(
+        model.config.vocab_size, (len(samples), S), generator=torch.Generator().manual_seed(PAD_GRAD_SEED), device="cpu"
+    )
     valid = torch.zeros(len(samples), S, dtype=torch.bool, device="cpu")
     keys = torch.full((len(samples), S), -1, dtype=torch.int64, device="cpu")
     for b, s in enumerate(samples):
         lead = S - s.length if layout == "padded_left" else 0
         first.append(b * S + lead)
         row_ids = garbage[b].tolist()
-        row_ids[lead:lead + s.length] = s.tokens
+        row_ids[lead : lead + s.length] = s.tokens
         ids += row_ids
-        valid[b, lead:lead + s.length] = True
-        keys[b, lead:lead + s.length] = (s.rank << 32) | ar(s.length)
+        valid[b, lead : lead + s.length] = True
+        keys[b, lead : lead + s.length] = (s.rank << 32) | ar(s.length)
     keys = keys.reshape(-1)
     # every row goes through the kernels: the pad rows are attention segments of their own (a
     # sequence's position = its row's place in its segment); their results are never read
@@ -133,9 +143,17 @@ def _rows(model: Qwen3ForCausalLM, samples: Sequence[Sample], layout: str, padde
     return Rows(t(ids), pos_t, keys, cu), first
 
 
-def teacher_forcing(model: Qwen3ForCausalLM, samples: Sequence[Sample], *, layout: str = "padded_right",
-                    padded_length: int | None = None, chunk: int | None = None, n_active: int | None = None,
-                    all_tokens: bool = False, grad: bool = False) -> TeacherForcing:
+def teacher_forcing(
+    model: Qwen3ForCausalLM,
+    samples: Sequence[Sample],
+    *,
+    layout: str = "padded_right",
+    padded_length: int | None = None,
+    chunk: int | None = None,
+    n_active: int | None = None,
+    all_tokens: bool = False,
+    grad: bool = False,
+) -> TeacherForcing:
     """Selected log-probs of ``samples`` laid out as ``layout`` (batch order = the order given).
 
     ``chunk``: attention as chunked prefill (chunks of ``chunk`` absolute positions) with the
@@ -158,8 +176,8 @@ def teacher_forcing(model: Qwen3ForCausalLM, samples: Sequence[Sample], *, layou
     sel, tgt, keys, act, row_keys = [], [], [], [], []
     for s, r0 in zip(samples, first):
         lo = 1 if all_tokens else s.n_prompt
-        p = torch.arange(lo, s.length, dtype=torch.int64, device="cpu")     # the predicted positions
-        sel.append(r0 + p - 1)              # the row that predicts position p
+        p = torch.arange(lo, s.length, dtype=torch.int64, device="cpu")  # the predicted positions
+        sel.append(r0 + p - 1)  # the row that predicts position p
         tgt.append(torch.tensor(s.tokens[lo:], dtype=torch.int64, device="cpu"))
         keys.append((s.rank << 32) | p)
         row_keys.append((s.rank << 32) | (p - 1))
@@ -169,18 +187,18 @@ def teacher_forcing(model: Qwen3ForCausalLM, samples: Sequence[Sample], *, layou
     pad_rows = torch.nonzero(rows.keys < 0).flatten()
     lm_rows, lm_order = torch.sort(torch.cat([sel_t, pad_rows]))
     where = torch.empty_like(lm_order).index_copy_(0, lm_order, torch.arange(lm_order.numel(), device="cpu"))
-    lm_keys = rows.keys.index_select(0, lm_rows)     # a selected row's key: position p − 1, as in a decode step
+    lm_keys = rows.keys.index_select(0, lm_rows)  # a selected row's key: position p − 1, as in a decode step
     lm_tgt = torch.cat([tgt_t, torch.full_like(pad_rows, model.config.pad_id)]).index_select(0, lm_order)
     dev = model.device
     with torch.set_grad_enabled(grad), model.activate():
         x = model.hidden(rows, chunk=chunk)
         logits = model.logits_of(x.index_select(0, lm_rows.to(dev)), lm_keys)
-        with ws1_ops.trusted_inputs():      # the targets are the rows' own validated ids and the pad id
+        with ws1_ops.trusted_inputs():  # the targets are the rows' own validated ids and the pad id
             logp = model.ops().logprob(logits, lm_tgt.to(dev))
         if grad and model.profile != REFERENCE:
             logp = PadGarbage.apply(logp, (lm_keys < 0).to(dev))
-        logp = logp.index_select(0, where[:sel_t.numel()].to(dev))     # the selected rows, in ``sel`` order
-        model._trace(model.config.num_hidden_layers, "logprob", logp[:, None], row_keys_t)   # keyed like lm_head's row
+        logp = logp.index_select(0, where[: sel_t.numel()].to(dev))  # the selected rows, in ``sel`` order
+        model._trace(model.config.num_hidden_layers, "logprob", logp[:, None], row_keys_t)  # keyed like lm_head's row
         order = torch.argsort(keys_t)
         logp = logp.index_select(0, order.to(dev))
         keys_t, act_t = keys_t.index_select(0, order), act_t.index_select(0, order)

@@ -33,12 +33,21 @@ def expected_shapes(c: Qwen3Config) -> dict[str, tuple[int, ...]]:
     out = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,), "lm_head.weight": (V, H)}
     for i in range(c.num_hidden_layers):
         p = f"model.layers.{i}."
-        out.update({
-            p + "self_attn.q_proj.weight": (qd, H), p + "self_attn.k_proj.weight": (kd, H), p + "self_attn.v_proj.weight": (kd, H),
-            p + "self_attn.o_proj.weight": (H, qd), p + "self_attn.q_norm.weight": (D,), p + "self_attn.k_norm.weight": (D,),
-            p + "mlp.gate_proj.weight": (F, H), p + "mlp.up_proj.weight": (F, H), p + "mlp.down_proj.weight": (H, F),
-            p + "input_layernorm.weight": (H,), p + "post_attention_layernorm.weight": (H,),
-        })
+        out.update(
+            {
+                p + "self_attn.q_proj.weight": (qd, H),
+                p + "self_attn.k_proj.weight": (kd, H),
+                p + "self_attn.v_proj.weight": (kd, H),
+                p + "self_attn.o_proj.weight": (H, qd),
+                p + "self_attn.q_norm.weight": (D,),
+                p + "self_attn.k_norm.weight": (D,),
+                p + "mlp.gate_proj.weight": (F, H),
+                p + "mlp.up_proj.weight": (F, H),
+                p + "mlp.down_proj.weight": (H, F),
+                p + "input_layernorm.weight": (H,),
+                p + "post_attention_layernorm.weight": (H,),
+            }
+        )
     return out
 
 
@@ -109,7 +118,9 @@ def check_tensors(config: Qwen3Config, tensors: dict[str, torch.Tensor]) -> None
     missing = sorted(set(want) - set(tensors))
     extra = sorted(set(tensors) - set(want))
     if missing:
-        raise WeightsError(f"missing tensor(s): {missing[:5]}{' ...' if len(missing) > 5 else ''} ({len(missing)} of {len(want)})")
+        raise WeightsError(
+            f"missing tensor(s): {missing[:5]}{' ...' if len(missing) > 5 else ''} ({len(missing)} of {len(want)})"
+        )
     if extra:
         raise WeightsError(f"unexpected tensor(s) for this config: {extra[:5]}{' ...' if len(extra) > 5 else ''}")
     for name, shape in want.items():
@@ -128,12 +139,17 @@ def build(config: Qwen3Config, tensors: dict[str, torch.Tensor], profile: str, d
     dt = param_dtype(profile)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            p.copy_(tensors[name].to(dt))   # the rounding to BF16 happens on the host: the same bits on every device
+            p.copy_(tensors[name].to(dt))  # the rounding to BF16 happens on the host: the same bits on every device
     return model
 
 
-def from_pretrained(path: str | Path, profile: str = "cpu_bf16", *, expected_sha256: str | None = None,
-                    device: str | torch.device | None = None) -> Qwen3ForCausalLM:
+def from_pretrained(
+    path: str | Path,
+    profile: str = "cpu_bf16",
+    *,
+    expected_sha256: str | None = None,
+    device: str | torch.device | None = None,
+) -> Qwen3ForCausalLM:
     """Load an HF-format Qwen3 directory for ``profile`` (``"reference"``: the FP32 path).
 
     ``expected_sha256``: the content hash the weights must have (see :func:`content_sha256`);
@@ -188,7 +204,9 @@ def save_pretrained(model: Qwen3ForCausalLM, path: str | Path, *, max_shard_byte
             save_file(shard, str(p / fname), metadata={"format": "pt"})
             wm.update({n: fname for n in shard})
         total = sum(t.numel() * t.element_size() for t in tensors.values())
-        (p / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": wm}, indent=1))
+        (p / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {"total_size": total}, "weight_map": wm}, indent=1)
+        )
     return content_sha256(tensors)
 
 
@@ -217,8 +235,14 @@ def synthetic_tensor(seed: int, name: str, shape: tuple[int, ...], device: str |
     return 0.02 * torch.randn(shape, generator=g, device=device)
 
 
-def synthetic(config: Qwen3Config | str, profile: str = "cpu_bf16", *, seed: int = 20260812,
-              device: str | torch.device | None = None, progress: bool = False) -> Qwen3ForCausalLM:
+def synthetic(
+    config: Qwen3Config | str,
+    profile: str = "cpu_bf16",
+    *,
+    seed: int = 20260812,
+    device: str | torch.device | None = None,
+    progress: bool = False,
+) -> Qwen3ForCausalLM:
     """A model with seeded synthetic weights (``model.synthetic`` is True: never the formal gate),
     created on the profile's device (:func:`synthetic_tensor`)."""
     from .config import preset

@@ -26,8 +26,10 @@ FAMILY = "ascend"
 K = torch.ops.ws1_ascend
 
 if not hasattr(K, "calls"):
-    raise ImportError("the installed ws1_kernels_ascend lacks ws1_ascend::calls (the kernels' self-report); "
-                      "rebuild it: bash ci/run_ws1_ascend_ci.sh")
+    raise ImportError(
+        "the installed ws1_kernels_ascend lacks ws1_ascend::calls (the kernels' self-report); "
+        "rebuild it: bash ci/run_ws1_ascend_ci.sh"
+    )
 
 
 def COUNTER() -> dict[str, dict[str, int]]:  # noqa: N802  (the backend shape's name)
@@ -39,8 +41,12 @@ def provenance(index: int = 0) -> dict[str, str]:
     """The NPU these kernels run on: torch_npu's device name (the SoC, e.g. Ascend910B3) and the arch the
     kernels were compiled for (WS1_NPU_ARCH at build time; dav-2201 = Atlas A2/A3 by default)."""
     name = str(torch.npu.get_device_name(index))
-    return {"npu_name": name, "soc": name, "npu_arch": os.environ.get("WS1_NPU_ARCH", "dav-2201"),
-            "kernel_package": "ws1-kernels-ascend"}
+    return {
+        "npu_name": name,
+        "soc": name,
+        "npu_arch": os.environ.get("WS1_NPU_ARCH", "dav-2201"),
+        "kernel_package": "ws1-kernels-ascend",
+    }
 
 
 def _gemm_dx(dy, x, w):
@@ -54,8 +60,12 @@ def _gemm_dw(dy, x, perm):
 
 
 def _rms_dw(dy, x, rstd, w, perm):
-    return K.rms_norm_bwd(dy.index_select(0, perm).contiguous(), x.index_select(0, perm).contiguous(), w,
-                          rstd.index_select(0, perm).contiguous())[1]
+    return K.rms_norm_bwd(
+        dy.index_select(0, perm).contiguous(),
+        x.index_select(0, perm).contiguous(),
+        w,
+        rstd.index_select(0, perm).contiguous(),
+    )[1]
 
 
 def _qk_dw(dy, x, rstd, w, perm):
@@ -82,8 +92,13 @@ def _rope_bwd(dy, pos, theta):
 
 
 def _impl(fwd, bwd, raw: tuple[str, ...], param_grad=None) -> Impl:
-    return Impl(fwd, bwd, param_grad, runs=tuple(f"ws1_ascend::{r}" for r in raw),
-                missing=tuple(r for r in raw if not hasattr(K, r)))
+    return Impl(
+        fwd,
+        bwd,
+        param_grad,
+        runs=tuple(f"ws1_ascend::{r}" for r in raw),
+        missing=tuple(r for r in raw if not hasattr(K, r)),
+    )
 
 
 KERNELS = {
@@ -97,6 +112,9 @@ KERNELS = {
     "swiglu": _impl(_op("swiglu"), _op("swiglu_bwd"), ("swiglu", "swiglu_bwd")),
     "silu": _impl(_op("silu"), _op("silu_bwd"), ("silu", "silu_bwd")),
     "logprob": _impl(_op("logprob"), _op("logprob_bwd"), ("logprob", "logprob_bwd")),
-    "batch_invariant_logp": _impl(_op("batch_invariant_logp"), _op("batch_invariant_logp_bwd"),
-                                  ("batch_invariant_logp", "batch_invariant_logp_bwd")),
+    "batch_invariant_logp": _impl(
+        _op("batch_invariant_logp"),
+        _op("batch_invariant_logp_bwd"),
+        ("batch_invariant_logp", "batch_invariant_logp_bwd"),
+    ),
 }

@@ -38,9 +38,9 @@ class Control:
     """One negative control: ``family``'s kernels with ``overrides`` (node -> variant builder)."""
 
     name: str
-    breaks: str        # the invariance family it breaks: "batch_size", "permutation", "padding", ...; or
-                       # "fp64_accuracy": the logprob class's accuracy row against its FP64 reference
-    why: str           # what the variant does differently, in one line
+    breaks: str  # the invariance family it breaks: "batch_size", "permutation", "padding", ...; or
+    # "fp64_accuracy": the logprob class's accuracy row against its FP64 reference
+    why: str  # what the variant does differently, in one line
     overrides: dict[str, Callable[[Kernel], Kernel]]
     family: str = "cpu"
     # the families the variant can be built on: those whose builders only wrap the base kernel's own fwd/bwd
@@ -131,7 +131,7 @@ def _rms_norm_by_row_parity(k: Kernel) -> Kernel:
         y, rstd = k.fwd(x, w, eps)
         if x.shape[0] > 1:
             r = rstd[1::2].to(BF16).float()
-            rows = x[1::2].float() * r.reshape(-1, 1)          # the kernel's two FP32 multiplies, then RNE
+            rows = x[1::2].float() * r.reshape(-1, 1)  # the kernel's two FP32 multiplies, then RNE
             y, rstd = y.clone(), rstd.clone()
             y[1::2] = (rows * w.float()).to(BF16)
             rstd[1::2] = r
@@ -208,8 +208,15 @@ def _attn_rotating(k: Kernel, start_of: Callable[[int, int, torch.Tensor], int])
             return out, lse
         idx, kidx = torch.tensor(rows, device="cpu"), torch.cat(keys).to(kk.device)
         cu = torch.tensor([0, *lens], device="cpu").cumsum(0).to(cu_q.device)
-        o, ls = k.fwd(q.index_select(0, idx.to(q.device)), kk.index_select(0, kidx), v.index_select(0, kidx),
-                      torch.arange(len(rows) + 1, device=cu_q.device), cu, (cu[1:] - cu[:-1] - 1).to(q_pos.device), scale)
+        o, ls = k.fwd(
+            q.index_select(0, idx.to(q.device)),
+            kk.index_select(0, kidx),
+            v.index_select(0, kidx),
+            torch.arange(len(rows) + 1, device=cu_q.device),
+            cu,
+            (cu[1:] - cu[:-1] - 1).to(q_pos.device),
+            scale,
+        )
         out, lse = out.clone(), lse.clone()
         out[idx] = torch.nextafter(o, torch.full_like(o, float("inf")))
         lse[idx] = ls
@@ -266,23 +273,63 @@ ALL_FAMILIES = ("cpu", "triton", "cuda", "ascend")
 CONTROLS: dict[str, Control] = {
     c.name: c
     for c in (
-        Control("variant_m_split_k", "batch_size", "det_gemm splits K in two halves when M > 8 (a large-batch path)",
-                {"det_gemm": _gemm_k_blocked_by_m}),
-        Control("variant_threads_split", "thread_count", "det_gemm splits K into torch.get_num_threads() partial sums",
-                {"det_gemm": _gemm_split_by_threads}),
-        Control("variant_row_parity", "row_position", "rms_norm keeps rstd in BF16 for rows at odd batch positions",
-                {"rms_norm": _rms_norm_by_row_parity}),
-        Control("variant_dw_batch_order", "permutation", "det_gemm reduces dW over rows in batch order, not canonical",
-                {"det_gemm": _gemm_dw_batch_order}),
-        Control("variant_pad_leak_dw", "padding", "det_gemm reduces dW over every row, the pad rows (key -1) included",
-                {"det_gemm": _gemm_dw_pad_leak}),
-        Control("variant_attn_pack_tiles", "packing", "attention key tiles aligned to the packed buffer's row 0",
-                {"attention": _attn_tiles_from_buffer}, families=ALL_FAMILIES),
-        Control("variant_attn_chunk_tiles", "chunking", "attention key tiles aligned to the chunk start, not key 0",
-                {"attention": _attn_tiles_from_chunk}, families=ALL_FAMILIES),
-        Control("variant_attn_decode_order", "decode_prefill", "attention reduces a one-query (decode) step in another order",
-                {"attention": _attn_decode_path}, families=ALL_FAMILIES),
-        Control("variant_logprob_lse_shift", "fp64_accuracy", "logprob and batch_invariant_logp add 1e-4 to every row's lse",
-                {"logprob": _logprob_lse_shift, "batch_invariant_logp": _logprob_lse_shift}, families=ALL_FAMILIES),
+        Control(
+            "variant_m_split_k",
+            "batch_size",
+            "det_gemm splits K in two halves when M > 8 (a large-batch path)",
+            {"det_gemm": _gemm_k_blocked_by_m},
+        ),
+        Control(
+            "variant_threads_split",
+            "thread_count",
+            "det_gemm splits K into torch.get_num_threads() partial sums",
+            {"det_gemm": _gemm_split_by_threads},
+        ),
+        Control(
+            "variant_row_parity",
+            "row_position",
+            "rms_norm keeps rstd in BF16 for rows at odd batch positions",
+            {"rms_norm": _rms_norm_by_row_parity},
+        ),
+        Control(
+            "variant_dw_batch_order",
+            "permutation",
+            "det_gemm reduces dW over rows in batch order, not canonical",
+            {"det_gemm": _gemm_dw_batch_order},
+        ),
+        Control(
+            "variant_pad_leak_dw",
+            "padding",
+            "det_gemm reduces dW over every row, the pad rows (key -1) included",
+            {"det_gemm": _gemm_dw_pad_leak},
+        ),
+        Control(
+            "variant_attn_pack_tiles",
+            "packing",
+            "attention key tiles aligned to the packed buffer's row 0",
+            {"attention": _attn_tiles_from_buffer},
+            families=ALL_FAMILIES,
+        ),
+        Control(
+            "variant_attn_chunk_tiles",
+            "chunking",
+            "attention key tiles aligned to the chunk start, not key 0",
+            {"attention": _attn_tiles_from_chunk},
+            families=ALL_FAMILIES,
+        ),
+        Control(
+            "variant_attn_decode_order",
+            "decode_prefill",
+            "attention reduces a one-query (decode) step in another order",
+            {"attention": _attn_decode_path},
+            families=ALL_FAMILIES,
+        ),
+        Control(
+            "variant_logprob_lse_shift",
+            "fp64_accuracy",
+            "logprob and batch_invariant_logp add 1e-4 to every row's lse",
+            {"logprob": _logprob_lse_shift, "batch_invariant_logp": _logprob_lse_shift},
+            families=ALL_FAMILIES,
+        ),
     )
 }

@@ -20,8 +20,10 @@ K = torch.ops.ws1_cpu
 
 if not hasattr(K, "calls"):
     # without the self-report the gates could only trust the Python labels: refuse the family
-    raise ImportError("the installed ws1_kernels_cpu lacks ws1_cpu::calls (the kernels' self-report); "
-                      "rebuild it: bash ci/setup_cpu.sh")
+    raise ImportError(
+        "the installed ws1_kernels_cpu lacks ws1_cpu::calls (the kernels' self-report); "
+        "rebuild it: bash ci/setup_cpu.sh"
+    )
 
 
 def COUNTER() -> dict[str, dict[str, int]]:  # noqa: N802  (the backend shape's name)
@@ -75,7 +77,13 @@ def _rope_bwd(dy, pos, theta):
 
 def _impl(fwd, bwd, raw: tuple[str, ...], param_grad=None) -> Impl:
     """A node's kernel from the raw torch.ops.ws1_cpu ops it runs; a build lacking one marks the node missing."""
-    return Impl(fwd, bwd, param_grad, runs=tuple(f"ws1_cpu::{r}" for r in raw), missing=tuple(r for r in raw if not hasattr(K, r)))
+    return Impl(
+        fwd,
+        bwd,
+        param_grad,
+        runs=tuple(f"ws1_cpu::{r}" for r in raw),
+        missing=tuple(r for r in raw if not hasattr(K, r)),
+    )
 
 
 KERNELS = {
@@ -89,6 +97,9 @@ KERNELS = {
     "swiglu": _impl(_op("swiglu"), _op("swiglu_bwd"), ("swiglu", "swiglu_bwd")),
     "silu": _impl(_op("silu"), _op("silu_bwd"), ("silu", "silu_bwd")),
     "logprob": _impl(_op("logprob"), _op("logprob_bwd"), ("logprob", "logprob_bwd")),
-    "batch_invariant_logp": _impl(_op("batch_invariant_logp"), _op("batch_invariant_logp_bwd"),
-                                  ("batch_invariant_logp", "batch_invariant_logp_bwd")),
+    "batch_invariant_logp": _impl(
+        _op("batch_invariant_logp"),
+        _op("batch_invariant_logp_bwd"),
+        ("batch_invariant_logp", "batch_invariant_logp_bwd"),
+    ),
 }

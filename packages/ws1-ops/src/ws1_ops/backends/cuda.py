@@ -24,8 +24,10 @@ K = torch.ops.ws1_cuda
 
 if not hasattr(K, "calls"):
     # without the self-report the gates could only trust the Python labels: refuse the family
-    raise ImportError("the installed ws1_kernels_cuda lacks ws1_cuda::calls (the kernels' self-report); rebuild it: "
-                      "pip install --no-build-isolation --no-deps -e kernels-cuda")
+    raise ImportError(
+        "the installed ws1_kernels_cuda lacks ws1_cuda::calls (the kernels' self-report); rebuild it: "
+        "pip install --no-build-isolation --no-deps -e kernels-cuda"
+    )
 
 
 def COUNTER() -> dict[str, dict[str, int]]:  # noqa: N802  (the backend shape's name)
@@ -108,7 +110,13 @@ def _logprob_bwd(g, logits, lse, targets):
 
 def _impl(fwd, bwd, raw: tuple[str, ...], param_grad=None) -> Impl:
     """A node's kernel from the raw torch.ops.ws1_cuda ops it runs; a build lacking one marks the node missing."""
-    return Impl(fwd, bwd, param_grad, runs=tuple(f"ws1_cuda::{r}" for r in raw), missing=tuple(r for r in raw if not hasattr(K, r)))
+    return Impl(
+        fwd,
+        bwd,
+        param_grad,
+        runs=tuple(f"ws1_cuda::{r}" for r in raw),
+        missing=tuple(r for r in raw if not hasattr(K, r)),
+    )
 
 
 KERNELS = {
@@ -122,6 +130,9 @@ KERNELS = {
     "swiglu": _impl(_op("swiglu"), _op("swiglu_bwd"), ("swiglu", "swiglu_bwd")),
     "silu": _impl(_op("silu"), _op("silu_bwd"), ("silu", "silu_bwd")),
     "logprob": _impl(_logprob_fwd, _logprob_bwd, ("logprob", "logprob_bwd")),
-    "batch_invariant_logp": _impl(_op("batch_invariant_logp"), _op("batch_invariant_logp_bwd"),
-                                  ("batch_invariant_logp", "batch_invariant_logp_bwd")),
+    "batch_invariant_logp": _impl(
+        _op("batch_invariant_logp"),
+        _op("batch_invariant_logp_bwd"),
+        ("batch_invariant_logp", "batch_invariant_logp_bwd"),
+    ),
 }

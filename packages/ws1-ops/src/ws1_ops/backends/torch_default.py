@@ -126,7 +126,12 @@ KERNELS = {
     "attention": Impl(_attn, _attn_bwd, kernel_id="torch::sdpa"),
     "swiglu": Impl(_swiglu, lambda dy, g, u: _vjp(_swiglu, (g, u), dy), kernel_id="torch::silu_mul"),
     "silu": Impl(F.silu, lambda dy, x: _vjp(F.silu, (x,), dy)[0], kernel_id="torch::silu"),
-    "logprob": Impl(_logprob, lambda g, logits, lse, t: _vjp(lambda a: _logprob(a, t), (logits,), g)[0],
-                    kernel_id="torch::log_softmax_gather"),
-    "batch_invariant_logp": Impl(_bilp, lambda g, logp: g - logp.exp() * g.sum(-1, keepdim=True), kernel_id="torch::log_softmax"),
+    "logprob": Impl(
+        _logprob,
+        lambda g, logits, lse, t: _vjp(lambda a: _logprob(a, t), (logits,), g)[0],
+        kernel_id="torch::log_softmax_gather",
+    ),
+    "batch_invariant_logp": Impl(
+        _bilp, lambda g, logp: g - logp.exp() * g.sum(-1, keepdim=True), kernel_id="torch::log_softmax"
+    ),
 }

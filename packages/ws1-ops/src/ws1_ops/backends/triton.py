@@ -44,9 +44,19 @@ _TABLE = {
     "logprob": (_logprob.logprob, _logprob.logprob_bwd, None),
     "batch_invariant_logp": (_bilp.batch_invariant_logp, _bilp.batch_invariant_logp_bwd, None),
 }
-MODULES = {"embedding": _embedding, "rms_norm": _rms_norm, "qk_norm": _qk_norm, "det_gemm": _det_gemm,
-           "lm_head": _lm_head, "rope": _rope, "attention": _attention, "swiglu": _swiglu, "silu": _silu,
-           "logprob": _logprob, "batch_invariant_logp": _bilp}
+MODULES = {
+    "embedding": _embedding,
+    "rms_norm": _rms_norm,
+    "qk_norm": _qk_norm,
+    "det_gemm": _det_gemm,
+    "lm_head": _lm_head,
+    "rope": _rope,
+    "attention": _attention,
+    "swiglu": _swiglu,
+    "silu": _silu,
+    "logprob": _logprob,
+    "batch_invariant_logp": _bilp,
+}
 
 # the modules whose kernels a node's launchers launch besides its own (shared dW / dx launchers)
 _ALSO = {"qk_norm": (_rms_norm,), "lm_head": (_det_gemm,), "batch_invariant_logp": (_logprob,)}

@@ -36,7 +36,7 @@ def exec_dtype(t: torch.Tensor) -> torch.Tensor:
     if t.dtype == torch.bfloat16:
         return t
     cache = getattr(_casts, "cache", None)
-    if cache is None or t.is_inference():   # an inference tensor has no version counter to key on
+    if cache is None or t.is_inference():  # an inference tensor has no version counter to key on
         return t.to(torch.bfloat16)
     # one entry per tensor: it holds t itself (so the id is not reused while cached) and is replaced,
     # old copy freed, when an in-place update has moved the version counter on

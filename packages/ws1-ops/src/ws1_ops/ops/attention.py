@@ -55,8 +55,15 @@ class ChunkedAttention(Attention):
         for idx, sub_q, sub_k in _chunks(cu_q, cu_k, q_pos, chunk):
             keys = torch.cat([torch.arange(int(cu_k[b]), int(cu_k[b]) + n, device=k.device) for b, n in sub_k])
             cu_sub_k = _offsets([n for _, n in sub_k], k.device)
-            o, ls = kern.fwd(q.index_select(0, idx), k.index_select(0, keys), v.index_select(0, keys), sub_q, cu_sub_k,
-                             q_pos.index_select(0, idx), scale)
+            o, ls = kern.fwd(
+                q.index_select(0, idx),
+                k.index_select(0, keys),
+                v.index_select(0, keys),
+                sub_q,
+                cu_sub_k,
+                q_pos.index_select(0, idx),
+                scale,
+            )
             out.index_copy_(0, idx, o)
             lse.index_copy_(0, idx, ls)
         ctx.kern, ctx.scale = kern, scale
@@ -109,21 +116,50 @@ def attention(
         check_rank(t, 3, OP, name, "[T, heads, D]")
     check(k.shape == v.shape, OP, f"k and v must have one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
     check(q.shape[2] == k.shape[2], OP, f"head_dim mismatch: q {q.shape[2]}, k {k.shape[2]}")
-    check(k.shape[1] > 0 and q.shape[1] % k.shape[1] == 0, OP, f"Hq ({q.shape[1]}) must be a multiple of Hkv ({k.shape[1]})")
+    check(
+        k.shape[1] > 0 and q.shape[1] % k.shape[1] == 0,
+        OP,
+        f"Hq ({q.shape[1]}) must be a multiple of Hkv ({k.shape[1]})",
+    )
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k), ("q_pos", q_pos)):
-        check(isinstance(t, torch.Tensor) and t.dtype == torch.int64 and t.dim() == 1, OP, f"{name} must be a 1-D int64 tensor")
-    check(cu_seqlens_q.shape == cu_seqlens_k.shape and cu_seqlens_q.numel() >= 2, OP,
-          f"cu_seqlens_q and cu_seqlens_k must both be [B+1], got {tuple(cu_seqlens_q.shape)} and {tuple(cu_seqlens_k.shape)}")
-    if value_checks(cu_seqlens_q, cu_seqlens_k):   # a host sync on a device: see ws1_ops.trusted_inputs
+        check(
+            isinstance(t, torch.Tensor) and t.dtype == torch.int64 and t.dim() == 1,
+            OP,
+            f"{name} must be a 1-D int64 tensor",
+        )
+    check(
+        cu_seqlens_q.shape == cu_seqlens_k.shape and cu_seqlens_q.numel() >= 2,
+        OP,
+        f"cu_seqlens_q and cu_seqlens_k must both be [B+1], got {tuple(cu_seqlens_q.shape)} and {tuple(cu_seqlens_k.shape)}",
+    )
+    if value_checks(cu_seqlens_q, cu_seqlens_k):  # a host sync on a device: see ws1_ops.trusted_inputs
         end_q, end_k = int(cu_seqlens_q[-1]), int(cu_seqlens_k[-1])
-        check(end_q == q.shape[0] and end_k == k.shape[0], OP,
-              f"cu_seqlens end ({end_q}, {end_k}) must equal Tq={q.shape[0]}, Tk={k.shape[0]}")
+        check(
+            end_q == q.shape[0] and end_k == k.shape[0],
+            OP,
+            f"cu_seqlens end ({end_q}, {end_k}) must equal Tq={q.shape[0]}, Tk={k.shape[0]}",
+        )
     check(q_pos.shape == (q.shape[0],), OP, f"q_pos must be [{q.shape[0]}], got {tuple(q_pos.shape)}")
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[2])
     if chunk is not None:
         check(isinstance(chunk, int) and chunk > 0, OP, f"chunk must be a positive int, got {chunk!r}")
-        return ChunkedAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), cu_seqlens_q.contiguous(),
-                                      cu_seqlens_k.contiguous(), q_pos.contiguous(), float(scale), chunk)
-    return Attention.apply(q.contiguous(), k.contiguous(), v.contiguous(), cu_seqlens_q.contiguous(),
-                           cu_seqlens_k.contiguous(), q_pos.contiguous(), float(scale))
+        return ChunkedAttention.apply(
+            q.contiguous(),
+            k.contiguous(),
+            v.contiguous(),
+            cu_seqlens_q.contiguous(),
+            cu_seqlens_k.contiguous(),
+            q_pos.contiguous(),
+            float(scale),
+            chunk,
+        )
+    return Attention.apply(
+        q.contiguous(),
+        k.contiguous(),
+        v.contiguous(),
+        cu_seqlens_q.contiguous(),
+        cu_seqlens_k.contiguous(),
+        q_pos.contiguous(),
+        float(scale),
+    )

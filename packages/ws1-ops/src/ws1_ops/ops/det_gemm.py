@@ -31,11 +31,11 @@ class DetGemm(torch.autograd.Function):
     def backward(ctx, dy):
         x, w, row_keys = ctx.saved_tensors
         dy = dy.contiguous()
-        dx = backward(ctx.k, dy, x, w) if ctx.needs_input_grad[0] else None   # per row: dx = dy @ weight
-        if not ctx.needs_input_grad[1]:                     # a frozen weight: no row reduction at all
+        dx = backward(ctx.k, dy, x, w) if ctx.needs_input_grad[0] else None  # per row: dx = dy @ weight
+        if not ctx.needs_input_grad[1]:  # a frozen weight: no row reduction at all
             return dx, None, None, None
         scope = grads.current()
-        if scope is not None:                               # one reduction over all calls' rows, later
+        if scope is not None:  # one reduction over all calls' rows, later
             scope.stash(ctx.weight, ctx.k, row_keys, dy, x)
             return dx, None, None, None
         dw = param_grad(ctx.k, dy, x, canonical_order(row_keys, x.shape[0], ctx.k.op))

@@ -42,11 +42,19 @@ def embedding(ids: torch.Tensor, weight: torch.Tensor, row_keys: torch.Tensor | 
     """Token embeddings. ids [T] int64 (each in [0, V)), weight [V, H] -> [T, H] BF16.
 
     ``row_keys`` [T] (see :mod:`ws1_ops.canonical`) orders dE's per-id sums; -1 marks padding."""
-    check(isinstance(ids, torch.Tensor) and ids.dtype == torch.int64, OP, f"ids must be an int64 tensor, got {getattr(ids, 'dtype', type(ids))}")
+    check(
+        isinstance(ids, torch.Tensor) and ids.dtype == torch.int64,
+        OP,
+        f"ids must be an int64 tensor, got {getattr(ids, 'dtype', type(ids))}",
+    )
     check_rank(ids, 1, OP, "ids", "[T]")
     check_float(weight, OP, "weight")
     check_rank(weight, 2, OP, "weight", "[V, H]")
-    if ids.numel() and value_checks(ids):      # a host sync on a device: see ws1_ops.trusted_inputs
+    if ids.numel() and value_checks(ids):  # a host sync on a device: see ws1_ops.trusted_inputs
         lo, hi = int(ids.min()), int(ids.max())
-        check(lo >= 0 and hi < weight.shape[0], OP, f"token id {hi if hi >= weight.shape[0] else lo} out of range [0, {weight.shape[0]})")
+        check(
+            lo >= 0 and hi < weight.shape[0],
+            OP,
+            f"token id {hi if hi >= weight.shape[0] else lo} out of range [0, {weight.shape[0]})",
+        )
     return Embedding.apply(ids, weight, row_keys)

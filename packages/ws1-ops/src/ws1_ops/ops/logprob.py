@@ -37,7 +37,11 @@ def logprob(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     check_rank(logits, 2, OP, "logits", "[T, V]")
     check(isinstance(targets, torch.Tensor) and targets.dtype == torch.int64, OP, "targets must be an int64 tensor")
     check(targets.shape == (logits.shape[0],), OP, f"targets must be [{logits.shape[0]}], got {tuple(targets.shape)}")
-    if targets.numel() and value_checks(targets):   # a host sync on a device: see ws1_ops.trusted_inputs
+    if targets.numel() and value_checks(targets):  # a host sync on a device: see ws1_ops.trusted_inputs
         lo, hi = int(targets.min()), int(targets.max())
-        check(lo >= 0 and hi < logits.shape[1], OP, f"target id {hi if hi >= logits.shape[1] else lo} out of range [0, {logits.shape[1]})")
+        check(
+            lo >= 0 and hi < logits.shape[1],
+            OP,
+            f"target id {hi if hi >= logits.shape[1] else lo} out of range [0, {logits.shape[1]})",
+        )
     return LogProb.apply(logits.contiguous(), targets.contiguous())

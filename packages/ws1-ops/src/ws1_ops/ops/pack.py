@@ -15,15 +15,25 @@ from ..errors import check
 
 def cu_seqlens_from_lengths(lengths: torch.Tensor) -> torch.Tensor:
     """[B] lengths -> [B+1] int64 offsets (0, l0, l0+l1, ...)."""
-    return torch.cat([torch.zeros(1, dtype=torch.int64, device=lengths.device), torch.cumsum(lengths.to(torch.int64), 0)])
+    return torch.cat(
+        [torch.zeros(1, dtype=torch.int64, device=lengths.device), torch.cumsum(lengths.to(torch.int64), 0)]
+    )
 
 
 def pack(x: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Drop padding. x [B, S, ...], valid [B, S] bool -> (packed [T, ...], cu_seqlens [B+1] int64).
 
     Tokens keep their order within a sequence; sequences keep batch order."""
-    check(valid.dtype == torch.bool and valid.dim() == 2, "pack", f"valid must be a [B, S] bool mask, got {valid.dtype} {tuple(valid.shape)}")
-    check(tuple(x.shape[:2]) == tuple(valid.shape), "pack", f"x must be [B, S, ...] with [B, S] = {tuple(valid.shape)}, got {tuple(x.shape)}")
+    check(
+        valid.dtype == torch.bool and valid.dim() == 2,
+        "pack",
+        f"valid must be a [B, S] bool mask, got {valid.dtype} {tuple(valid.shape)}",
+    )
+    check(
+        tuple(x.shape[:2]) == tuple(valid.shape),
+        "pack",
+        f"x must be [B, S, ...] with [B, S] = {tuple(valid.shape)}, got {tuple(x.shape)}",
+    )
     idx = torch.nonzero(valid.reshape(-1)).flatten()
     packed = x.reshape(-1, *x.shape[2:]).index_select(0, idx)
     return packed, cu_seqlens_from_lengths(valid.sum(1))
@@ -40,21 +50,30 @@ def padded_segments(valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     sequence's queries and keys to its own tokens — and keeps the pad queries off them: a pad query
     attending real keys would carry its (garbage) dO into their dK/dV. Left padding needs the
     segments anyway: the kernel's key index is the key's position."""
-    check(valid.dtype == torch.bool and valid.dim() == 2, "padded_segments",
-          f"valid must be a [B, S] bool mask, got {valid.dtype} {tuple(valid.shape)}")
+    check(
+        valid.dtype == torch.bool and valid.dim() == 2,
+        "padded_segments",
+        f"valid must be a [B, S] bool mask, got {valid.dtype} {tuple(valid.shape)}",
+    )
     lengths, pos = [], []
     for b, row in enumerate(valid.cpu().tolist()):
-        runs: list[list] = []                     # [is_valid, length] per run of equal validity
+        runs: list[list] = []  # [is_valid, length] per run of equal validity
         for v in row:
             if runs and runs[-1][0] == v:
                 runs[-1][1] += 1
             else:
                 runs.append([v, 1])
-        check(sum(v for v, _ in runs) <= 1, "padded_segments", f"batch row {b}: its valid tokens are not one contiguous run")
+        check(
+            sum(v for v, _ in runs) <= 1,
+            "padded_segments",
+            f"batch row {b}: its valid tokens are not one contiguous run",
+        )
         for _, n in runs:
             lengths.append(n)
             pos += range(n)
-    return cu_seqlens_from_lengths(torch.tensor(lengths, dtype=torch.int64, device="cpu")), torch.tensor(pos, dtype=torch.int64, device="cpu")
+    return cu_seqlens_from_lengths(torch.tensor(lengths, dtype=torch.int64, device="cpu")), torch.tensor(
+        pos, dtype=torch.int64, device="cpu"
+    )
 
 
 def unpack(packed: torch.Tensor, valid: torch.Tensor, pad_value: float | int = 0) -> torch.Tensor:
@@ -62,7 +81,11 @@ def unpack(packed: torch.Tensor, valid: torch.Tensor, pad_value: float | int = 0
     check(valid.dtype == torch.bool and valid.dim() == 2, "unpack", "valid must be a [B, S] bool mask")
     B, S = valid.shape
     idx = torch.nonzero(valid.reshape(-1)).flatten()
-    check(idx.numel() == packed.shape[0], "unpack", f"{packed.shape[0]} packed rows but the mask has {idx.numel()} valid positions")
+    check(
+        idx.numel() == packed.shape[0],
+        "unpack",
+        f"{packed.shape[0]} packed rows but the mask has {idx.numel()} valid positions",
+    )
     out = torch.full((B * S, *packed.shape[1:]), pad_value, dtype=packed.dtype, device=packed.device)
     out = out.index_copy(0, idx, packed)
     return out.reshape(B, S, *packed.shape[1:])

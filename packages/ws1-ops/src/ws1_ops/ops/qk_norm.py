@@ -15,7 +15,9 @@ from .rms_norm import RowNorm
 OP = "qk_norm"
 
 
-def qk_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, row_keys: torch.Tensor | None = None) -> torch.Tensor:
+def qk_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, row_keys: torch.Tensor | None = None
+) -> torch.Tensor:
     """Per-head RMSNorm. x [T, n_heads, D] BF16, weight [D] -> [T, n_heads, D] BF16.
 
     Gradient order: tokens in canonical order, heads ascending within a token."""

@@ -38,11 +38,11 @@ class RowNorm(torch.autograd.Function):
     def backward(ctx, dy):
         x, w, rstd, row_keys = ctx.saved_tensors
         dy = dy.contiguous()
-        dx, _ = backward(ctx.k, dy, x, w, rstd)              # per row
+        dx, _ = backward(ctx.k, dy, x, w, rstd)  # per row
         if not ctx.needs_input_grad[2]:
             return None, dx, None, None, None
         T, D = x.shape[0], x.shape[-1]
-        inner = x.numel() // max(T * D, 1) if x.numel() else 1   # 1 for rms_norm, n_heads for qk_norm
+        inner = x.numel() // max(T * D, 1) if x.numel() else 1  # 1 for rms_norm, n_heads for qk_norm
         # dweight rows = (token in canonical order, inner index ascending); rstd is [T] or [T, n_heads]
         rows = (dy.reshape(T * inner, D), x.reshape(T * inner, D), rstd.reshape(T * inner))
         scope = grads.current()
@@ -53,7 +53,9 @@ class RowNorm(torch.autograd.Function):
         return None, dx, param_grad(ctx.k, *rows, w, perm), None, None
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, row_keys: torch.Tensor | None = None) -> torch.Tensor:
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, row_keys: torch.Tensor | None = None
+) -> torch.Tensor:
     """RMSNorm over the last axis. x [T, H] FP32 or BF16, weight [H] -> [T, H] BF16."""
     check_float(x, OP, "x")
     check_rank(x, 2, OP, "x", "[T, H]")

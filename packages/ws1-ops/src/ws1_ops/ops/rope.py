@@ -35,8 +35,10 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float = 1e6) -> torch.
     check_float(x, OP, "x", ("bfloat16",))
     check_rank(x, 3, OP, "x", "[T, n_heads, D]")
     check(x.shape[2] % 2 == 0, OP, f"head_dim must be even, got {x.shape[2]}")
-    check(isinstance(positions, torch.Tensor) and positions.dtype == torch.int64, OP, "positions must be an int64 tensor")
+    check(
+        isinstance(positions, torch.Tensor) and positions.dtype == torch.int64, OP, "positions must be an int64 tensor"
+    )
     check(positions.shape == (x.shape[0],), OP, f"positions must be [{x.shape[0]}], got {tuple(positions.shape)}")
-    if positions.numel() and value_checks(positions):   # a host sync on a device: see ws1_ops.trusted_inputs
+    if positions.numel() and value_checks(positions):  # a host sync on a device: see ws1_ops.trusted_inputs
         check(int(positions.min()) >= 0, OP, "positions must be >= 0")
     return RoPE.apply(x.contiguous(), positions.contiguous(), float(theta))

@@ -31,5 +31,9 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up. gate, up [..., F] BF16 of one shape -> same shape, BF16."""
     check_float(gate, "swiglu", "gate", ("bfloat16",))
     check_float(up, "swiglu", "up", ("bfloat16",))
-    check(gate.shape == up.shape, "swiglu", f"gate and up must have one shape, got {tuple(gate.shape)} and {tuple(up.shape)}")
+    check(
+        gate.shape == up.shape,
+        "swiglu",
+        f"gate and up must have one shape, got {tuple(gate.shape)} and {tuple(up.shape)}",
+    )
     return SwiGLU.apply(gate.contiguous(), up.contiguous())

@@ -175,8 +175,10 @@ def check_device(op: str, *tensors: torch.Tensor) -> None:
             continue
         if t.device.type == "cpu" and INTERPRET:
             continue
-        raise ValueError(f"triton {op}: tensors must be on a CUDA device, got {t.device}"
-                         + ("" if INTERPRET else " (CPU tensors run only under TRITON_INTERPRET=1)"))
+        raise ValueError(
+            f"triton {op}: tensors must be on a CUDA device, got {t.device}"
+            + ("" if INTERPRET else " (CPU tensors run only under TRITON_INTERPRET=1)")
+        )
 
 
 def index_on(data: torch.Tensor, *index: torch.Tensor) -> list[torch.Tensor]:

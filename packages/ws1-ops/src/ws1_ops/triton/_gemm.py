@@ -113,9 +113,11 @@ BK = 64
 #     128 x 256 with a BF16 epilogue and of 128 x 128 on 8 warps with an FP32 one; triton-aot checks.)
 #   sm_80 (and every arch that is not 9.x): one configuration, 64 x 128 x 64, 4 warps, 4 stages.
 BF16_TIERS = {
-    "sm90": (Tier(64, GemmConfig(BM=64, BN=128, BK=BK, GROUP_M=8, num_warps=4, num_stages=8)),
-             Tier(1023, GemmConfig(BM=64, BN=128, BK=BK, GROUP_M=8, num_warps=4, num_stages=4)),
-             Tier(None, GemmConfig(BM=128, BN=128, BK=BK, GROUP_M=8, num_warps=4, num_stages=4))),
+    "sm90": (
+        Tier(64, GemmConfig(BM=64, BN=128, BK=BK, GROUP_M=8, num_warps=4, num_stages=8)),
+        Tier(1023, GemmConfig(BM=64, BN=128, BK=BK, GROUP_M=8, num_warps=4, num_stages=4)),
+        Tier(None, GemmConfig(BM=128, BN=128, BK=BK, GROUP_M=8, num_warps=4, num_stages=4)),
+    ),
     "sm80": (Tier(None, GemmConfig(BM=64, BN=128, BK=BK, GROUP_M=8, num_warps=4, num_stages=4)),),
 }
 # Not a tier (see above): the M <= 64 candidate benchmarks/bench_triton.py measures on a GPU.
@@ -130,8 +132,10 @@ F32_CONFIG = GemmConfig(BM=64, BN=64, BK=BK, GROUP_M=8, num_warps=8, num_stages=
 # dW = dy[perm].T @ x[perm]: the reduction runs over the batch rows, so its configuration is fixed
 # per arch and never looks at them. Hopper: 128 x 128 output tiles on one warpgroup (two m64n128k16
 # per k16 step; with 8 warps ptxas under Triton 3.6 serialized the wgmmas, C7515).
-DW_BF16 = {"sm90": GemmConfig(BM=128, BN=128, BK=BK, GROUP_M=8, num_warps=4, num_stages=3),
-           "sm80": BF16_TIERS["sm80"][0].cfg}
+DW_BF16 = {
+    "sm90": GemmConfig(BM=128, BN=128, BK=BK, GROUP_M=8, num_warps=4, num_stages=3),
+    "sm80": BF16_TIERS["sm80"][0].cfg,
+}
 
 
 def bf16_config(arch_: str, M: int, out_bf16: bool = False) -> GemmConfig:
@@ -181,9 +185,28 @@ def tile_of_program(M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.conste
 
 
 @triton.jit
-def gemm_acc(a_ptr, b_ptr, k_idx_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, pid_m, pid_n,
-             GATHER_K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-             DOT_F32: tl.constexpr, SPLIT_A: tl.constexpr, TMA: tl.constexpr = False, B_NK: tl.constexpr = True):
+def gemm_acc(
+    a_ptr,
+    b_ptr,
+    k_idx_ptr,
+    M,
+    N,
+    K,
+    s_am,
+    s_ak,
+    s_bk,
+    s_bn,
+    pid_m,
+    pid_n,
+    GATHER_K: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    SPLIT_A: tl.constexpr,
+    TMA: tl.constexpr = False,
+    B_NK: tl.constexpr = True,
+):
     """FP32 [BM, BN] accumulator of tile (pid_m, pid_n): K ascending in BK steps, never split.
 
     ``GATHER_K``: the k-th reduction index addresses row ``k_idx[k]`` (canonical row order).
@@ -225,9 +248,9 @@ def gemm_acc(a_ptr, b_ptr, k_idx_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, pid_m, pi
                 b = b.to(tl.float32)
             if SPLIT_A:
                 hi = bf16_round_f32(a)
-                rest = a - hi                     # exact (Sterbenz): the low 16 significand bits
+                rest = a - hi  # exact (Sterbenz): the low 16 significand bits
                 mid = bf16_round_f32(rest)
-                lo = rest - mid                   # exact, and a BF16 value (at most 8 bits left)
+                lo = rest - mid  # exact, and a BF16 value (at most 8 bits left)
                 acc = dot(_bf16_operand(lo, DOT_F32), b, acc)
                 acc = dot(_bf16_operand(mid, DOT_F32), b, acc)
                 acc = dot(_bf16_operand(hi, DOT_F32), b, acc)
@@ -272,8 +295,16 @@ class Launch:
 
     def kwargs(self, *operands: torch.Tensor) -> dict:
         c = self.cfg
-        return dict(BM=c.BM, BN=c.BN, BK=c.BK, GROUP_M=c.GROUP_M, DOT_F32=dot_f32(*operands), TMA=self.tma,
-                    num_warps=c.num_warps, num_stages=c.num_stages)
+        return dict(
+            BM=c.BM,
+            BN=c.BN,
+            BK=c.BK,
+            GROUP_M=c.GROUP_M,
+            DOT_F32=dot_f32(*operands),
+            TMA=self.tma,
+            num_warps=c.num_warps,
+            num_stages=c.num_stages,
+        )
 
 
 def plan_fwd(x: torch.Tensor, w: torch.Tensor, out_bf16: bool = False) -> Launch:

@@ -81,33 +81,39 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from ..errors import graph_safe_now
 from ._common import arch, bf16_operand, check_device, counted, dot, dot_f32, index_on, next_pow2, rne_bf16
 
-BN = 64               # keys per tile, every arch and path (part of every query's order)
-KV_CHUNK = 2048       # keys per split-KV chunk, aligned to absolute key 0 (a multiple of BN; every path)
+BN = 64  # keys per tile, every arch and path (part of every query's order)
+KV_CHUNK = 2048  # keys per split-KV chunk, aligned to absolute key 0 (a multiple of BN; every path)
 LOG2E = 1.4426950408889634
 
 
 @dataclass(frozen=True)
 class FwdConfig:
-    BM: int            # rows (query, head) per program
+    BM: int  # rows (query, head) per program
     num_warps: int
     num_stages: int
 
 
 # Forward configurations per arch and layout (fixed; see the module docstring). Hopper: 64 rows per
 # warpgroup in both layouts (the same wgmma shapes). sm_80: 8 warps (4 spilled at head_dim 128).
-FWD = {"sm90": {"prefill": FwdConfig(BM=128, num_warps=8, num_stages=2),
-                "decode": FwdConfig(BM=64, num_warps=4, num_stages=3)},
-       "sm80": {"prefill": FwdConfig(BM=64, num_warps=8, num_stages=2),
-                "decode": FwdConfig(BM=64, num_warps=8, num_stages=2)}}
-MERGE_ROWS = 16        # (query, head) rows per program of the merge kernel
-PLAN_LANES = 128       # sequences per step of the device plan's one program
-WS_BUDGET_BYTES = 64 << 20   # a device plan's split-KV workspace sized for any input while within this
+FWD = {
+    "sm90": {
+        "prefill": FwdConfig(BM=128, num_warps=8, num_stages=2),
+        "decode": FwdConfig(BM=64, num_warps=4, num_stages=3),
+    },
+    "sm80": {
+        "prefill": FwdConfig(BM=64, num_warps=8, num_stages=2),
+        "decode": FwdConfig(BM=64, num_warps=8, num_stages=2),
+    },
+}
+MERGE_ROWS = 16  # (query, head) rows per program of the merge kernel
+PLAN_LANES = 128  # sequences per step of the device plan's one program
+WS_BUDGET_BYTES = 64 << 20  # a device plan's split-KV workspace sized for any input while within this
 
 
 @dataclass(frozen=True)
 class BwdConfig:
-    BM: int            # dq: queries per program; dk/dv: queries per inner step
-    BN_KV: int         # dk/dv: keys per program
+    BM: int  # dq: queries per program; dk/dv: queries per inner step
+    BN_KV: int  # dk/dv: keys per program
     warps_dq: int
     warps_kv: int
     stages_kv: int
@@ -116,8 +122,10 @@ class BwdConfig:
 # Backward: dk/dv on Hopper with 64-key programs (wgmma needs 64 rows; 8 warps keep dk and dv at 32
 # registers each) and one stage: with two, Triton 3.6 (the H200 image's) spilled 280 B at head_dim 128
 # (3.9 did not); on sm_80 32-key programs (a 64-key program spilled at head_dim 128).
-BWD = {"sm90": BwdConfig(BM=64, BN_KV=64, warps_dq=4, warps_kv=8, stages_kv=1),
-       "sm80": BwdConfig(BM=64, BN_KV=32, warps_dq=8, warps_kv=8, stages_kv=2)}
+BWD = {
+    "sm90": BwdConfig(BM=64, BN_KV=64, warps_dq=4, warps_kv=8, stages_kv=1),
+    "sm80": BwdConfig(BM=64, BN_KV=32, warps_dq=8, warps_kv=8, stages_kv=2),
+}
 
 
 def qk_scale2(scale: float) -> float:
@@ -132,16 +140,30 @@ def qk_scale2(scale: float) -> float:
 @triton.jit
 def _rows(ptr, rows, ok, row_stride, col0, d, D, DOT_F32: tl.constexpr):
     """[len(rows), BD] tile of a [T, H, D] tensor at head offset col0 (pointer loads, zeros where not ok)."""
-    t = tl.load(ptr + rows.to(tl.int64)[:, None] * row_stride + col0 + d[None, :],
-                mask=ok[:, None] & (d < D)[None, :], other=0.0)
+    t = tl.load(
+        ptr + rows.to(tl.int64)[:, None] * row_stride + col0 + d[None, :],
+        mask=ok[:, None] & (d < D)[None, :],
+        other=0.0,
+    )
     if DOT_F32:
         t = t.to(tl.float32)
     return t
 
 
 @triton.jit
-def _kv_tile(ptr, row0, end, col0, row_stride, D, BR: tl.constexpr, BD: tl.constexpr, TMA: tl.constexpr,
-             ZERO_TAIL: tl.constexpr, DOT_F32: tl.constexpr):
+def _kv_tile(
+    ptr,
+    row0,
+    end,
+    col0,
+    row_stride,
+    D,
+    BR: tl.constexpr,
+    BD: tl.constexpr,
+    TMA: tl.constexpr,
+    ZERO_TAIL: tl.constexpr,
+    DOT_F32: tl.constexpr,
+):
     """Rows row0 .. row0 + BR of a [T, H, D] tensor (one head, col0 = head * D): a TMA block (Hopper;
     rows at or past ``end`` zeroed when ZERO_TAIL) or masked pointer loads (rows >= end give zeros)."""
     r = row0 + tl.arange(0, BR)
@@ -177,10 +199,33 @@ def _scores(q, kt, qk_scale, BM: tl.constexpr, BN: tl.constexpr):
 
 @counted
 @triton.jit
-def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, ws_ptr, wml_ptr, cu_q_ptr, cu_k_ptr, pos_ptr, item_ptr,
-                         base_ptr, qk_scale, Tq, HQ, HKV, D, HPB,
-                         BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, GP: tl.constexpr,
-                         KV_CHUNK: tl.constexpr, DOT_F32: tl.constexpr, TMA: tl.constexpr):
+def attention_fwd_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    o_ptr,
+    lse_ptr,
+    ws_ptr,
+    wml_ptr,
+    cu_q_ptr,
+    cu_k_ptr,
+    pos_ptr,
+    item_ptr,
+    base_ptr,
+    qk_scale,
+    Tq,
+    HQ,
+    HKV,
+    D,
+    HPB,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BD: tl.constexpr,
+    GP: tl.constexpr,
+    KV_CHUNK: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    TMA: tl.constexpr,
+):
     """One program per (work item = (sequence, first query row, chunk), head block of HPB heads).
 
     Row r of the block is query r // GP of the item, head h0 + r % GP (prefill: GP = HPB = 1).
@@ -213,10 +258,10 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, ws_ptr, wml_ptr, c
     else:
         q = _rows(q_ptr, qrow, r_ok, HQ * D, head[:, None] * D, d, D, DOT_F32)
     kbeg = c * KV_CHUNK
-    kend = tl.minimum(kbeg + KV_CHUNK, tl.max(pos, 0) + 1)                       # exclusive, chunk-relative end
+    kend = tl.minimum(kbeg + KV_CHUNK, tl.max(pos, 0) + 1)  # exclusive, chunk-relative end
     min_pos = tl.min(tl.where(r_ok, pos, 2147483647), 0)
-    full_end = tl.maximum(kbeg, tl.minimum(kend, (min_pos + 1) // BN * BN))     # tiles every row sees wholly
-    has = r_ok & (pos >= kbeg)                                                 # this chunk holds keys of the row
+    full_end = tl.maximum(kbeg, tl.minimum(kend, (min_pos + 1) // BN * BN))  # tiles every row sees wholly
+    has = r_ok & (pos >= kbeg)  # this chunk holds keys of the row
     m_i = tl.full((BM,), float("-inf"), tl.float32)
     l_i = tl.zeros((BM,), dtype=tl.float32)
     acc = tl.zeros((BM, BD), dtype=tl.float32)
@@ -249,13 +294,13 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, ws_ptr, wml_ptr, c
         m_i = m_new
     d = tl.arange(0, BD)
     dm = (d < D)[None, :]
-    fin = has & (pos < KV_CHUNK)              # the row's only chunk (then c == 0): finalize here
-    part = has & (pos >= KV_CHUNK)            # one of several chunks: a partial for the merge
+    fin = has & (pos < KV_CHUNK)  # the row's only chunk (then c == 0): finalize here
+    part = has & (pos >= KV_CHUNK)  # one of several chunks: a partial for the merge
     out_off = qrow.to(tl.int64)[:, None] * (HQ * D) + head[:, None] * D + d[None, :]
     tl.store(o_ptr + out_off, rne_bf16(tl.div_rn(acc, l_i[:, None])), mask=fin[:, None] & dm)
     tl.store(lse_ptr + qrow.to(tl.int64) * HQ + head, m_i + tl.log2(l_i), mask=fin)
     base = tl.load(base_ptr + qrow, mask=part, other=-1)
-    part = part & (base >= 0)                 # a device plan's bad or overflowing row has none (merge: NaN)
+    part = part & (base >= 0)  # a device plan's bad or overflowing row has none (merge: NaN)
     slot = (base.to(tl.int64) + c) * HQ + head
     tl.store(ws_ptr + slot[:, None] * D + d[None, :], acc, mask=part[:, None] & dm)
     tl.store(wml_ptr + 2 * slot, m_i, mask=part)
@@ -264,8 +309,22 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, ws_ptr, wml_ptr, c
 
 @counted
 @triton.jit(do_not_specialize=["R"])
-def attention_fwd_merge_kernel(ws_ptr, wml_ptr, o_ptr, lse_ptr, pos_ptr, base_ptr, stat_ptr, R, HQ, D, BR: tl.constexpr,
-                               BD: tl.constexpr, KV_CHUNK: tl.constexpr, CHECKED: tl.constexpr):
+def attention_fwd_merge_kernel(
+    ws_ptr,
+    wml_ptr,
+    o_ptr,
+    lse_ptr,
+    pos_ptr,
+    base_ptr,
+    stat_ptr,
+    R,
+    HQ,
+    D,
+    BR: tl.constexpr,
+    BD: tl.constexpr,
+    KV_CHUNK: tl.constexpr,
+    CHECKED: tl.constexpr,
+):
     """Rows (t, h) = t * HQ + h with more than one chunk: fold the chunks' (m, l, acc) from slots
     (base[t] + c) * HQ + h in ascending order (module docstring), then out = bf16(A / L), lse2 = M +
     log2(L). Single-chunk rows: skipped (the forward kernel finalized them). CHECKED (a plan made on
@@ -280,7 +339,7 @@ def attention_fwd_merge_kernel(ws_ptr, wml_ptr, o_ptr, lse_ptr, pos_ptr, base_pt
     act = ok & (n > 1)
     if CHECKED:
         b_all = tl.load(base_ptr + t, mask=ok, other=0)
-        st = tl.load(stat_ptr + 0 * t, mask=ok, other=0)      # the status as a row vector (one address)
+        st = tl.load(stat_ptr + 0 * t, mask=ok, other=0)  # the status as a row vector (one address)
         bad = ok & ((b_all == -2) | (st == 0))
         act = act & (b_all != -2) & (st != 0)
     base = tl.load(base_ptr + t, mask=act, other=0).to(tl.int64)
@@ -308,20 +367,38 @@ def attention_fwd_merge_kernel(ws_ptr, wml_ptr, o_ptr, lse_ptr, pos_ptr, base_pt
     tl.store(lse_ptr + rows, m_i + tl.log2(l_i), mask=act)
     if CHECKED:
         nan = float("nan")
-        tl.store(o_ptr + rows[:, None] * D + d[None, :], tl.full((BR, BD), nan, tl.float32).to(tl.bfloat16),
-                 mask=bad[:, None] & dm)
+        tl.store(
+            o_ptr + rows[:, None] * D + d[None, :],
+            tl.full((BR, BD), nan, tl.float32).to(tl.bfloat16),
+            mask=bad[:, None] & dm,
+        )
         tl.store(lse_ptr + rows, tl.full((BR,), nan, tl.float32), mask=bad)
 
 
 # ---- the plan on the device (graph capture: ws1_ops.graph_safe) ----------------------------------
 
-SENTINEL_CHUNK = 1 << 19   # a work item that does nothing: chunk start 2^30 lies past every position
+SENTINEL_CHUNK = 1 << 19  # a work item that does nothing: chunk start 2^30 lies past every position
 
 
 @counted
 @triton.jit(do_not_specialize=["B", "Tq", "Tk", "PER", "CAP", "CAP_SLOTS"])
-def attention_plan_kernel(cu_q_ptr, cu_k_ptr, pos_ptr, item_ptr, base_ptr, stat_ptr, B, Tq, Tk, PER, CAP, CAP_SLOTS,
-                          SB: tl.constexpr, KV_CHUNK: tl.constexpr, SENT: tl.constexpr):
+def attention_plan_kernel(
+    cu_q_ptr,
+    cu_k_ptr,
+    pos_ptr,
+    item_ptr,
+    base_ptr,
+    stat_ptr,
+    B,
+    Tq,
+    Tk,
+    PER,
+    CAP,
+    CAP_SLOTS,
+    SB: tl.constexpr,
+    KV_CHUNK: tl.constexpr,
+    SENT: tl.constexpr,
+):
     """The forward's work items and workspace slots from cu_seqlens / q_pos, on the device (one program;
     no host sync, so a captured forward plans each replay from its own inputs). Sequences in blocks of SB
     (vector lanes), in order, with running totals (integers: exact):
@@ -341,8 +418,12 @@ def attention_plan_kernel(cu_q_ptr, cu_k_ptr, pos_ptr, item_ptr, base_ptr, stat_
     * stat[0] = 1 if cu_seqlens are consistent (start 0, non-decreasing, end Tq / Tk) and the items and
       slots fit CAP / CAP_SLOTS, else 0: the merge then writes NaN to every row (nothing is raised on a
       device; NaN is what a bad input gives under capture, as in ws1_cuda)."""
-    bad = (tl.load(cu_q_ptr) != 0) | (tl.load(cu_k_ptr) != 0) | (tl.load(cu_q_ptr + B) != Tq) | \
-        (tl.load(cu_k_ptr + B) != Tk)
+    bad = (
+        (tl.load(cu_q_ptr) != 0)
+        | (tl.load(cu_k_ptr) != 0)
+        | (tl.load(cu_q_ptr + B) != Tq)
+        | (tl.load(cu_k_ptr + B) != Tk)
+    )
     n_items = tl.full((), 0, tl.int64)
     n_slots = tl.full((), 0, tl.int64)
     lane = tl.arange(0, SB)
@@ -359,7 +440,7 @@ def attention_plan_kernel(cu_q_ptr, cu_k_ptr, pos_ptr, item_ptr, base_ptr, stat_
         kl = k1 - k0
         mp = tl.full((SB,), -1, tl.int64)
         slots = tl.zeros((SB,), tl.int64)
-        for i in range(0, tl.max(lq, 0)):                       # pass 1: largest position, slots per sequence
+        for i in range(0, tl.max(lq, 0)):  # pass 1: largest position, slots per sequence
             live = i < lq
             p = tl.load(pos_ptr + q0 + i, mask=live, other=-1)
             valid = live & (p >= 0) & (p < kl)
@@ -371,17 +452,18 @@ def attention_plan_kernel(cu_q_ptr, cu_k_ptr, pos_ptr, item_ptr, base_ptr, stat_
         first_item = n_items + tl.cumsum(items, 0) - items
         first_slot = n_slots + tl.cumsum(slots, 0) - slots
         run = first_slot
-        for i in range(0, tl.max(lq, 0)):                       # pass 2: each row's base
+        for i in range(0, tl.max(lq, 0)):  # pass 2: each row's base
             live = i < lq
             p = tl.load(pos_ptr + q0 + i, mask=live, other=-1)
             valid = live & (p >= 0) & (p < kl)
             multi = valid & (p >= KV_CHUNK)
             need = tl.where(multi, p // KV_CHUNK + 1, 0)
-            fits = run + need <= CAP_SLOTS                      # never a slot past the workspace
-            tl.store(base_ptr + q0 + i, tl.where(multi & fits, run, tl.where(valid & fits, -1, -2)).to(tl.int32),
-                     mask=live)
+            fits = run + need <= CAP_SLOTS  # never a slot past the workspace
+            tl.store(
+                base_ptr + q0 + i, tl.where(multi & fits, run, tl.where(valid & fits, -1, -2)).to(tl.int32), mask=live
+            )
             run += need
-        for i in range(0, tl.max(ntiles, 0)):                   # the items, tile-major
+        for i in range(0, tl.max(ntiles, 0)):  # the items, tile-major
             for c in range(0, tl.max(tl.where(i < ntiles, nch, 0), 0)):
                 w = first_item + i * nch + c
                 m = (i < ntiles) & (c < nch) & (w < CAP)
@@ -390,7 +472,7 @@ def attention_plan_kernel(cu_q_ptr, cu_k_ptr, pos_ptr, item_ptr, base_ptr, stat_
                 tl.store(item_ptr + 3 * w + 2, tl.zeros((SB,), tl.int64) + c, mask=m)
         n_items += tl.sum(items, 0)
         n_slots += tl.sum(slots, 0)
-    for w0 in range(0, CAP, SB):                                # sentinels after the last item
+    for w0 in range(0, CAP, SB):  # sentinels after the last item
         w = w0 + lane
         m = (w >= n_items) & (w < CAP)
         zero = tl.zeros((SB,), tl.int64)
@@ -420,14 +502,34 @@ def attention_bwd_delta_kernel(do_ptr, o_ptr, delta_ptr, T, HQ, D, BH: tl.conste
 
 @counted
 @triton.jit
-def attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_q_ptr, cu_k_ptr, pos_ptr,
-                            tile_ptr, scale, qk_scale, HQ, HKV, D, BM: tl.constexpr, BN: tl.constexpr,
-                            BD: tl.constexpr, DOT_F32: tl.constexpr, TMA: tl.constexpr):
+def attention_bwd_dq_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    do_ptr,
+    lse_ptr,
+    delta_ptr,
+    dq_ptr,
+    cu_q_ptr,
+    cu_k_ptr,
+    pos_ptr,
+    tile_ptr,
+    scale,
+    qk_scale,
+    HQ,
+    HKV,
+    D,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BD: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    TMA: tl.constexpr,
+):
     """One program per (query tile of BM rows of one sequence, head); key tiles 0.. ascending."""
     tile = tl.program_id(0)
     h = tl.program_id(1)
     b = tl.load(tile_ptr + 2 * tile)
-    r0 = tl.load(tile_ptr + 2 * tile + 1).to(tl.int32)       # int32 indices: see the forward
+    r0 = tl.load(tile_ptr + 2 * tile + 1).to(tl.int32)  # int32 indices: see the forward
     q_end = tl.load(cu_q_ptr + b + 1).to(tl.int32)
     k0 = tl.load(cu_k_ptr + b).to(tl.int32)
     k_end = tl.load(cu_k_ptr + b + 1).to(tl.int32)
@@ -454,7 +556,7 @@ def attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_
         dp = dot(do, tl.trans(vt), tl.zeros((BM, BN), dtype=tl.float32))
         ds = _operand(p * (dp - delta[:, None]), DOT_F32)
         dq = dot(ds, kt, dq)
-    v_end = tl.minimum(k_end, k0 + kend)      # rows no query of the block sees: zeroed (as the forward)
+    v_end = tl.minimum(k_end, k0 + kend)  # rows no query of the block sees: zeroed (as the forward)
     for j in range(full_end, kend, BN):
         kt = _kv_tile(k_ptr, k0 + j, v_end, col, HKV * D, D, BN, BD, TMA, True, DOT_F32)
         vt = _kv_tile(v_ptr, k0 + j, v_end, col, HKV * D, D, BN, BD, TMA, True, DOT_F32)
@@ -462,16 +564,40 @@ def attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_
         p = tl.exp2(_scores(q, kt, qk_scale, BM, BN) - lse[:, None])
         dp = dot(do, tl.trans(vt), tl.zeros((BM, BN), dtype=tl.float32))
         ds = _operand(tl.where(live, p * (dp - delta[:, None]), 0.0), DOT_F32)
-        dq = dot(ds, kt, dq)                  # a row the tile is wholly past: ds = 0, the null update
-    tl.store(dq_ptr + rows.to(tl.int64)[:, None] * (HQ * D) + h * D + d[None, :], dq * scale,
-             mask=r_ok[:, None] & (d < D)[None, :])
+        dq = dot(ds, kt, dq)  # a row the tile is wholly past: ds = 0, the null update
+    tl.store(
+        dq_ptr + rows.to(tl.int64)[:, None] * (HQ * D) + h * D + d[None, :],
+        dq * scale,
+        mask=r_ok[:, None] & (d < D)[None, :],
+    )
 
 
 @counted
 @triton.jit
-def attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_q_ptr, cu_k_ptr,
-                              pos_ptr, ktile_ptr, scale, qk_scale, HQ, HKV, D, BM: tl.constexpr, BN: tl.constexpr,
-                              BD: tl.constexpr, DOT_F32: tl.constexpr, TMA: tl.constexpr):
+def attention_bwd_dkdv_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    do_ptr,
+    lse_ptr,
+    delta_ptr,
+    dk_ptr,
+    dv_ptr,
+    cu_q_ptr,
+    cu_k_ptr,
+    pos_ptr,
+    ktile_ptr,
+    scale,
+    qk_scale,
+    HQ,
+    HKV,
+    D,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BD: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    TMA: tl.constexpr,
+):
     """One program per (tile of BN keys of one sequence, kv head): the group's heads ascending, then
     the sequence's query tiles ascending from the first that sees the key tile.
     TMA: q_ptr / do_ptr are descriptors over [Tq, Hq * D] with blocks [BM, BD] (query rows past the
@@ -479,7 +605,7 @@ def attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, d
     tile = tl.program_id(0)
     kh = tl.program_id(1)
     b = tl.load(ktile_ptr + 2 * tile)
-    j0 = tl.load(ktile_ptr + 2 * tile + 1).to(tl.int32)      # int32 indices: see the forward
+    j0 = tl.load(ktile_ptr + 2 * tile + 1).to(tl.int32)  # int32 indices: see the forward
     k0 = tl.load(cu_k_ptr + b).to(tl.int32)
     k_end = tl.load(cu_k_ptr + b + 1).to(tl.int32)
     q0 = tl.load(cu_q_ptr + b).to(tl.int32)
@@ -512,7 +638,7 @@ def attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, d
             lse = tl.load(lse_ptr + rows.to(tl.int64) * HQ + h, mask=i_ok, other=0.0)
             delta = tl.load(delta_ptr + rows.to(tl.int64) * HQ + h, mask=i_ok, other=0.0)
             live = kj[:, None] <= pos[None, :]
-            st = dot(kt, tl.trans(q), tl.zeros((BN, BM), dtype=tl.float32)) * qk_scale      # [BN, BM]
+            st = dot(kt, tl.trans(q), tl.zeros((BN, BM), dtype=tl.float32)) * qk_scale  # [BN, BM]
             pt = tl.where(live, tl.exp2(st - lse[None, :]), 0.0)
             dv = dot(_operand(pt, DOT_F32), do, dv)
             dpt = dot(vt, tl.trans(do), tl.zeros((BN, BM), dtype=tl.float32))
@@ -568,10 +694,10 @@ def _tiles_on_device(cu: torch.Tensor, block: int, cap: int, relative: bool) -> 
     (sequence 0, its end): a program on it finds no row of its sequence at or past the end, so it loads nothing
     unmasked and stores nothing."""
     B = cu.shape[0] - 1
-    n = (cu[1:] - cu[:-1] + block - 1) // block          # tiles per sequence
+    n = (cu[1:] - cu[:-1] + block - 1) // block  # tiles per sequence
     ends = torch.cumsum(n, 0)
     t = torch.arange(cap, dtype=torch.int64, device=cu.device)
-    b = torch.searchsorted(ends, t, right=True)          # the first sequence whose tiles end past t (B: a sentinel)
+    b = torch.searchsorted(ends, t, right=True)  # the first sequence whose tiles end past t (B: a sentinel)
     bc = b.clamp(max=B - 1)
     first = (t - (ends[bc] - n[bc])) * block + (0 if relative else cu[bc])
     end0 = cu[1] - cu[0] if relative else cu[1]
@@ -593,8 +719,12 @@ def bwd_tiles_on_device(cu_q, cu_k, q_pos, Tq: int, Tk: int, cfg: BwdConfig):
         seq = torch.searchsorted(cu_q[1:], torch.arange(Tq, dtype=torch.int64, device=cu_q.device), right=True)
         ok = ok & ((q_pos >= 0) & (q_pos < lk[seq.clamp(max=B - 1)])).all()
     cu_q, cu_k = torch.where(ok, cu_q, 0), torch.where(ok, cu_k, 0)
-    return (cu_q, cu_k, _tiles_on_device(cu_q, cfg.BM, Tq // cfg.BM + B, False),
-            _tiles_on_device(cu_k, cfg.BN_KV, Tk // cfg.BN_KV + B, True))
+    return (
+        cu_q,
+        cu_k,
+        _tiles_on_device(cu_q, cfg.BM, Tq // cfg.BM + B, False),
+        _tiles_on_device(cu_k, cfg.BN_KV, Tk // cfg.BN_KV + B, True),
+    )
 
 
 def _bd(D: int) -> int:
@@ -606,8 +736,14 @@ def _tma(arch_: str, D: int, *tensors: torch.Tensor) -> bool:
     """TMA descriptors for the K/V (and, backward, Q/dO) tiles: Hopper, a power-of-two head_dim >= 16
     (a block is exactly one head), 16-byte rows and aligned bases. A function of the shapes (and of
     the allocation's alignment, which only an odd view changes); the values loaded are the same."""
-    return arch_ == "sm90" and D == _bd(D) and all(
-        t.is_contiguous() and (t.shape[1] * D * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0 for t in tensors)
+    return (
+        arch_ == "sm90"
+        and D == _bd(D)
+        and all(
+            t.is_contiguous() and (t.shape[1] * D * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
+            for t in tensors
+        )
+    )
 
 
 def _desc(t: torch.Tensor, rows: int, D: int) -> TensorDescriptor:
@@ -622,15 +758,15 @@ class Plan:
     configuration, work items, workspace slots."""
 
     arch: str
-    layout: str                 # "prefill" or "decode"
+    layout: str  # "prefill" or "decode"
     cfg: FwdConfig
-    GP: int                     # rows per query (heads packed along M; 1 in prefill)
-    HPB: int                    # heads per block
-    items: torch.Tensor         # [n, 3] int64 (sequence, first query row, chunk), on the device
-    base: torch.Tensor          # [Tq] int32: a several-chunk row's first workspace slot (else -1; -2 bad row)
-    slots: int                  # workspace slots (a slot: one (query, chunk) partial of every head)
-    merge: bool                 # the merge kernel runs (a row has several chunks, or the plan is unchecked)
-    status: torch.Tensor | None = None   # [1] int32 of a device plan (1 ok; 0: every row NaN); None: host-checked
+    GP: int  # rows per query (heads packed along M; 1 in prefill)
+    HPB: int  # heads per block
+    items: torch.Tensor  # [n, 3] int64 (sequence, first query row, chunk), on the device
+    base: torch.Tensor  # [Tq] int32: a several-chunk row's first workspace slot (else -1; -2 bad row)
+    slots: int  # workspace slots (a slot: one (query, chunk) partial of every head)
+    merge: bool  # the merge kernel runs (a row has several chunks, or the plan is unchecked)
+    status: torch.Tensor | None = None  # [1] int32 of a device plan (1 ok; 0: every row NaN); None: host-checked
 
 
 def _layout(q, k, decode: bool) -> tuple[str, FwdConfig, int, int]:
@@ -651,21 +787,30 @@ def plan(q, k, v, cu_q, cu_k, q_pos) -> Plan:
     qs, lq, _, _ = _meta("attention", q, k, v, cu_q, cu_k, q_pos)
     GP = next_pow2(q.shape[1] // k.shape[1])
     layout, cfg, gp, hpb = _layout(q, k, max(lq, default=0) * GP <= FWD[arch(q)]["decode"].BM)
-    per = cfg.BM // gp                                   # queries per block
+    per = cfg.BM // gp  # queries per block
     pos = q_pos.to("cpu").tolist()
     items = []
     for bi, (s, n) in enumerate(zip(qs, lq)):
         for r0 in range(s, s + n, per):
-            top = max(pos[r0:min(s + n, r0 + per)]) // KV_CHUNK + 1
+            top = max(pos[r0 : min(s + n, r0 + per)]) // KV_CHUNK + 1
             items += [(bi, r0, c) for c in range(top)]
     base, slots = [], 0
-    for p in pos:                                        # several-chunk rows, in row order
+    for p in pos:  # several-chunk rows, in row order
         n = p // KV_CHUNK + 1
         base.append(slots if n > 1 else -1)
         slots += n if n > 1 else 0
     dev = q.device
-    return Plan(arch(q), layout, cfg, gp, hpb, torch.tensor(items, dtype=torch.int64, device=dev).reshape(-1, 3),
-                torch.tensor(base, dtype=torch.int32, device=dev), slots, slots > 0)
+    return Plan(
+        arch(q),
+        layout,
+        cfg,
+        gp,
+        hpb,
+        torch.tensor(items, dtype=torch.int64, device=dev).reshape(-1, 3),
+        torch.tensor(base, dtype=torch.int32, device=dev),
+        slots,
+        slots > 0,
+    )
 
 
 def plan_on_device(q, k, v, cu_q, cu_k, q_pos) -> Plan:
@@ -697,8 +842,24 @@ def plan_on_device(q, k, v, cu_q, cu_k, q_pos) -> Plan:
     items = torch.empty(cap, 3, dtype=torch.int64, device=dev)
     base = torch.empty(Tq, dtype=torch.int32, device=dev)
     status = torch.empty(1, dtype=torch.int32, device=dev)
-    attention_plan_kernel[(1,)](cu_q, cu_k, q_pos, items, base, status, B, Tq, Tk, per, cap, cap_slots,
-                                SB=PLAN_LANES, KV_CHUNK=KV_CHUNK, SENT=SENTINEL_CHUNK, num_warps=4)
+    attention_plan_kernel[(1,)](
+        cu_q,
+        cu_k,
+        q_pos,
+        items,
+        base,
+        status,
+        B,
+        Tq,
+        Tk,
+        per,
+        cap,
+        cap_slots,
+        SB=PLAN_LANES,
+        KV_CHUNK=KV_CHUNK,
+        SENT=SENTINEL_CHUNK,
+        num_warps=4,
+    )
     return Plan(arch(q), layout, cfg, gp, hpb, items, base, cap_slots, True, status)
 
 
@@ -731,15 +892,54 @@ def attention_planned(q, k, v, cu_q, cu_k, q_pos, scale, p: Plan):
         ka, va = _desc(k, BN, D), _desc(v, BN, D)
     q_pos = q_pos.contiguous()
     attention_fwd_kernel[(p.items.shape[0], HQ // p.HPB)](
-        qa, ka, va, out, lse, ws, wml, cu_q, cu_k, q_pos, p.items, p.base, qk_scale2(scale), Tq, HQ, HKV, D,
-        p.HPB, BM=p.cfg.BM, BN=BN, BD=BD, GP=p.GP, KV_CHUNK=KV_CHUNK, DOT_F32=dot_f32(q, k), TMA=tma,
-        num_warps=p.cfg.num_warps, num_stages=p.cfg.num_stages)
+        qa,
+        ka,
+        va,
+        out,
+        lse,
+        ws,
+        wml,
+        cu_q,
+        cu_k,
+        q_pos,
+        p.items,
+        p.base,
+        qk_scale2(scale),
+        Tq,
+        HQ,
+        HKV,
+        D,
+        p.HPB,
+        BM=p.cfg.BM,
+        BN=BN,
+        BD=BD,
+        GP=p.GP,
+        KV_CHUNK=KV_CHUNK,
+        DOT_F32=dot_f32(q, k),
+        TMA=tma,
+        num_warps=p.cfg.num_warps,
+        num_stages=p.cfg.num_stages,
+    )
     if p.merge:
         R = Tq * HQ
         checked = p.status is not None
         attention_fwd_merge_kernel[(max(1, triton.cdiv(R, MERGE_ROWS)),)](
-            ws, wml, out, lse, q_pos, p.base, p.status if checked else p.base, R, HQ, D, BR=MERGE_ROWS, BD=BD,
-            KV_CHUNK=KV_CHUNK, CHECKED=checked, num_warps=4)
+            ws,
+            wml,
+            out,
+            lse,
+            q_pos,
+            p.base,
+            p.status if checked else p.base,
+            R,
+            HQ,
+            D,
+            BR=MERGE_ROWS,
+            BD=BD,
+            KV_CHUNK=KV_CHUNK,
+            CHECKED=checked,
+            num_warps=4,
+        )
     return out, lse
 
 
@@ -755,15 +955,17 @@ def attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, q_pos, scale):
         qs, lq, ks, lk = _meta("attention_bwd", q, k, v, cu_q, cu_k, q_pos)
     dout, q, k, v, out = (t.contiguous() for t in (dout, q, k, v, out))
     if dout.dtype != torch.bfloat16:
-        dout = dout.to(torch.bfloat16)      # the gradient of a BF16 output is BF16 (exact)
+        dout = dout.to(torch.bfloat16)  # the gradient of a BF16 output is BF16 (exact)
     lse, q_pos = lse.float().contiguous(), q_pos.contiguous()
     Tq, HQ, D = q.shape
     HKV = k.shape[1]
     delta = torch.empty(Tq, HQ, dtype=torch.float32, device=q.device)
-    if Tq == 0 or D == 0:                   # no query: every gradient is zero
-        return (torch.zeros(q.shape, dtype=torch.float32, device=q.device),
-                torch.zeros(k.shape, dtype=torch.float32, device=q.device),
-                torch.zeros(k.shape, dtype=torch.float32, device=q.device))
+    if Tq == 0 or D == 0:  # no query: every gradient is zero
+        return (
+            torch.zeros(q.shape, dtype=torch.float32, device=q.device),
+            torch.zeros(k.shape, dtype=torch.float32, device=q.device),
+            torch.zeros(k.shape, dtype=torch.float32, device=q.device),
+        )
     # valid input: the kernels write every element (every query row is in a query tile, every key in a key tile);
     # a device plan that refused its input writes none, so there they start as NaN
     fill = float("nan") if on_device else 0.0
@@ -782,19 +984,75 @@ def attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, q_pos, scale):
     attention_bwd_delta_kernel[(Tq,)](dout, out, delta, Tq, HQ, D, BH=next_pow2(HQ), BD=BD, num_warps=4)
     tma_kv = _tma(a, D, k, v)
     ka, va = (_desc(k, BN, D), _desc(v, BN, D)) if tma_kv else (k, v)
-    attention_bwd_dq_kernel[(qt.shape[0], HQ)](q, ka, va, dout, lse, delta, dq, cu_q, cu_k, q_pos, qt, float(scale), s2,
-                                               HQ, HKV, D, BM=cfg.BM, BN=BN, BD=BD, DOT_F32=f32, TMA=tma_kv,
-                                               num_warps=cfg.warps_dq, num_stages=2)
+    attention_bwd_dq_kernel[(qt.shape[0], HQ)](
+        q,
+        ka,
+        va,
+        dout,
+        lse,
+        delta,
+        dq,
+        cu_q,
+        cu_k,
+        q_pos,
+        qt,
+        float(scale),
+        s2,
+        HQ,
+        HKV,
+        D,
+        BM=cfg.BM,
+        BN=BN,
+        BD=BD,
+        DOT_F32=f32,
+        TMA=tma_kv,
+        num_warps=cfg.warps_dq,
+        num_stages=2,
+    )
     if kt.shape[0]:
         tma = tma_kv and _tma(a, D, q, dout)
         qa, da = (_desc(q, cfg.BM, D), _desc(dout, cfg.BM, D)) if tma else (q, dout)
         kb, vb = (_desc(k, cfg.BN_KV, D), _desc(v, cfg.BN_KV, D)) if tma else (k, v)
-        attention_bwd_dkdv_kernel[(kt.shape[0], HKV)](qa, kb, vb, da, lse, delta, dk, dv, cu_q, cu_k, q_pos, kt,
-                                                      float(scale), s2, HQ, HKV, D, BM=cfg.BM, BN=cfg.BN_KV, BD=BD,
-                                                      DOT_F32=f32, TMA=tma, num_warps=cfg.warps_kv,
-                                                      num_stages=cfg.stages_kv)
+        attention_bwd_dkdv_kernel[(kt.shape[0], HKV)](
+            qa,
+            kb,
+            vb,
+            da,
+            lse,
+            delta,
+            dk,
+            dv,
+            cu_q,
+            cu_k,
+            q_pos,
+            kt,
+            float(scale),
+            s2,
+            HQ,
+            HKV,
+            D,
+            BM=cfg.BM,
+            BN=cfg.BN_KV,
+            BD=BD,
+            DOT_F32=f32,
+            TMA=tma,
+            num_warps=cfg.warps_kv,
+            num_stages=cfg.stages_kv,
+        )
     return dq, dk, dv
 
 
-__all__ = ["BN", "KV_CHUNK", "FWD", "BWD", "Plan", "plan", "plan_on_device", "attention", "attention_planned", "attention_bwd",
-           "bwd_tiles_on_device", "qk_scale2"]
+__all__ = [
+    "BN",
+    "KV_CHUNK",
+    "FWD",
+    "BWD",
+    "Plan",
+    "plan",
+    "plan_on_device",
+    "attention",
+    "attention_planned",
+    "attention_bwd",
+    "bwd_tiles_on_device",
+    "qk_scale2",
+]

@@ -52,8 +52,9 @@ def batch_invariant_logp(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     lse = row_lse(logits)
     out = torch.empty_like(logits)
     if T:
-        batch_invariant_logp_fwd_kernel[(T, triton.cdiv(V, ROW_BLOCK))](logits, lse, out, T, V, logits.stride(0),
-                                                                        out.stride(0), BLOCK=ROW_BLOCK, num_warps=4)
+        batch_invariant_logp_fwd_kernel[(T, triton.cdiv(V, ROW_BLOCK))](
+            logits, lse, out, T, V, logits.stride(0), out.stride(0), BLOCK=ROW_BLOCK, num_warps=4
+        )
     return out, lse
 
 
@@ -63,6 +64,7 @@ def batch_invariant_logp_bwd(g: torch.Tensor, logp: torch.Tensor) -> torch.Tenso
     T, V = logp.shape
     d = torch.empty_like(logp)
     if T:
-        batch_invariant_logp_bwd_kernel[(T,)](g, logp, d, T, V, g.stride(0), logp.stride(0), d.stride(0),
-                                              BLOCK=LSE_BLOCK, num_warps=8)
+        batch_invariant_logp_bwd_kernel[(T,)](
+            g, logp, d, T, V, g.stride(0), logp.stride(0), d.stride(0), BLOCK=LSE_BLOCK, num_warps=8
+        )
     return d

@@ -23,41 +23,89 @@ from ._gemm import descriptor, gemm_acc, plan_dw, plan_dx, plan_fwd, store_tile,
 
 @counted
 @triton.jit(do_not_specialize=["M"])
-def det_gemm_fwd_kernel(x_ptr, w_ptr, y_ptr, M, N, K, s_xm, s_wn, s_ym,
-                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                        DOT_F32: tl.constexpr, TMA: tl.constexpr):
+def det_gemm_fwd_kernel(
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    s_xm,
+    s_wn,
+    s_ym,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    TMA: tl.constexpr,
+):
     """y[m, n] = bf16_rne(sum_k x[m, k] w[n, k]); B[k, n] = w[n, k] (stride 1 along k).
     TMA: x_ptr / w_ptr are descriptors with blocks [BM, BK] / [BN, BK] (_gemm.gemm_acc)."""
     pid_m, pid_n = tile_of_program(M, N, BM, BN, GROUP_M)
-    acc = gemm_acc(x_ptr, w_ptr, x_ptr, M, N, K, s_xm, 1, 1, s_wn, pid_m, pid_n,
-                   False, BM, BN, BK, DOT_F32, False, TMA, True)
+    acc = gemm_acc(
+        x_ptr, w_ptr, x_ptr, M, N, K, s_xm, 1, 1, s_wn, pid_m, pid_n, False, BM, BN, BK, DOT_F32, False, TMA, True
+    )
     store_tile(y_ptr, acc, M, N, s_ym, pid_m, pid_n, BM, BN, True)
 
 
 @counted
 @triton.jit(do_not_specialize=["M"])
-def det_gemm_bwd_dx_kernel(dy_ptr, w_ptr, dx_ptr, M, N, K, s_dym, s_wn, s_dxm,
-                           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                           DOT_F32: tl.constexpr, TMA: tl.constexpr, SPLIT_A: tl.constexpr):
+def det_gemm_bwd_dx_kernel(
+    dy_ptr,
+    w_ptr,
+    dx_ptr,
+    M,
+    N,
+    K,
+    s_dym,
+    s_wn,
+    s_dxm,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    TMA: tl.constexpr,
+    SPLIT_A: tl.constexpr,
+):
     """dx[m, k] = sum_n dy[m, n] w[n, k] in FP32 (the reduction axis is N, never split).
     TMA (BF16 dy on Hopper): dy_ptr / w_ptr are descriptors, blocks [BM, BK] / [BK, BN].
     FP32 dy (lm_head): SPLIT_A, three BF16 MMAs per block (_gemm)."""
     pid_m, pid_n = tile_of_program(M, K, BM, BN, GROUP_M)
-    acc = gemm_acc(dy_ptr, w_ptr, dy_ptr, M, K, N, s_dym, 1, s_wn, 1, pid_m, pid_n,
-                   False, BM, BN, BK, DOT_F32, SPLIT_A, TMA, False)
+    acc = gemm_acc(
+        dy_ptr, w_ptr, dy_ptr, M, K, N, s_dym, 1, s_wn, 1, pid_m, pid_n, False, BM, BN, BK, DOT_F32, SPLIT_A, TMA, False
+    )
     store_tile(dx_ptr, acc, M, K, s_dxm, pid_m, pid_n, BM, BN, False)
 
 
 @counted
 @triton.jit(do_not_specialize=["R"])
-def det_gemm_bwd_dw_kernel(dy_ptr, x_ptr, perm_ptr, dw_ptr, R, N, K, s_dym, s_xm, s_dwn,
-                           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                           DOT_F32: tl.constexpr, TMA: tl.constexpr, SPLIT_A: tl.constexpr):
+def det_gemm_bwd_dw_kernel(
+    dy_ptr,
+    x_ptr,
+    perm_ptr,
+    dw_ptr,
+    R,
+    N,
+    K,
+    s_dym,
+    s_xm,
+    s_dwn,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    TMA: tl.constexpr,
+    SPLIT_A: tl.constexpr,
+):
     """dw[n, k] = sum_r dy[perm[r], n] x[perm[r], k] in FP32, r ascending in canonical order.
     Pointer loads always (the rows are gathered; TMA is False). FP32 dy (lm_head): SPLIT_A."""
     pid_m, pid_n = tile_of_program(N, K, BM, BN, GROUP_M)
-    acc = gemm_acc(dy_ptr, x_ptr, perm_ptr, N, K, R, 1, s_dym, s_xm, 1, pid_m, pid_n,
-                   True, BM, BN, BK, DOT_F32, SPLIT_A)
+    acc = gemm_acc(
+        dy_ptr, x_ptr, perm_ptr, N, K, R, 1, s_dym, s_xm, 1, pid_m, pid_n, True, BM, BN, BK, DOT_F32, SPLIT_A
+    )
     store_tile(dw_ptr, acc, N, K, s_dwn, pid_m, pid_n, BM, BN, False)
 
 
@@ -108,8 +156,9 @@ def gemm_dx(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         if p.tma:
             dy, w = tma_operand(dy), tma_operand(w)
             da, wa = descriptor(dy, [p.cfg.BM, p.cfg.BK]), descriptor(w, [p.cfg.BK, p.cfg.BN])
-        det_gemm_bwd_dx_kernel[p.grid(M, K)](da, wa, dx, M, N, K, dy.stride(0), w.stride(0), dx.stride(0),
-                                             **p.kwargs(dy, w), SPLIT_A=p.split_a)
+        det_gemm_bwd_dx_kernel[p.grid(M, K)](
+            da, wa, dx, M, N, K, dy.stride(0), w.stride(0), dx.stride(0), **p.kwargs(dy, w), SPLIT_A=p.split_a
+        )
     return dx
 
 
@@ -124,6 +173,18 @@ def gemm_dw(dy: torch.Tensor, x: torch.Tensor, perm: torch.Tensor) -> torch.Tens
     dw = torch.empty(N, K, dtype=torch.float32, device=dy.device)
     if N and K:
         p = plan_dw(dy, x)
-        det_gemm_bwd_dw_kernel[p.grid(N, K)](dy, x, perm, dw, perm.numel(), N, K, dy.stride(0), x.stride(0),
-                                             dw.stride(0), **p.kwargs(dy, x), SPLIT_A=p.split_a)
+        det_gemm_bwd_dw_kernel[p.grid(N, K)](
+            dy,
+            x,
+            perm,
+            dw,
+            perm.numel(),
+            N,
+            K,
+            dy.stride(0),
+            x.stride(0),
+            dw.stride(0),
+            **p.kwargs(dy, x),
+            SPLIT_A=p.split_a,
+        )
     return dw

@@ -69,10 +69,11 @@ def embedding_dw(dy: torch.Tensor, ids: torch.Tensor, V: int, perm: torch.Tensor
     if perm.numel() == 0 or H == 0:
         return de
     ids_c = ids.index_select(0, perm)
-    order = torch.sort(ids_c, stable=True).indices        # by id; canonical order kept within an id
+    order = torch.sort(ids_c, stable=True).indices  # by id; canonical order kept within an id
     rows = perm.index_select(0, order).contiguous()
     seg_id, seg_len = torch.unique_consecutive(ids_c.index_select(0, order), return_counts=True)
     seg_start = torch.cumsum(seg_len, 0) - seg_len
     embedding_bwd_kernel[(seg_id.numel(), triton.cdiv(H, BLOCK_H))](
-        dy, rows, seg_start.contiguous(), seg_len.contiguous(), seg_id.contiguous(), de, H, BLOCK=BLOCK_H, num_warps=2)
+        dy, rows, seg_start.contiguous(), seg_len.contiguous(), seg_id.contiguous(), de, H, BLOCK=BLOCK_H, num_warps=2
+    )
     return de

@@ -20,13 +20,28 @@ from .det_gemm import run_fwd
 
 @counted
 @triton.jit(do_not_specialize=["M"])
-def lm_head_fwd_kernel(x_ptr, w_ptr, y_ptr, M, N, K, s_xm, s_wn, s_ym,
-                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                       DOT_F32: tl.constexpr, TMA: tl.constexpr):
+def lm_head_fwd_kernel(
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    s_xm,
+    s_wn,
+    s_ym,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    TMA: tl.constexpr,
+):
     """logits[m, v] = sum_k x[m, k] w[v, k], FP32 (the accumulator itself). TMA as det_gemm's."""
     pid_m, pid_n = tile_of_program(M, N, BM, BN, GROUP_M)
-    acc = gemm_acc(x_ptr, w_ptr, x_ptr, M, N, K, s_xm, 1, 1, s_wn, pid_m, pid_n,
-                   False, BM, BN, BK, DOT_F32, False, TMA, True)
+    acc = gemm_acc(
+        x_ptr, w_ptr, x_ptr, M, N, K, s_xm, 1, 1, s_wn, pid_m, pid_n, False, BM, BN, BK, DOT_F32, False, TMA, True
+    )
     store_tile(y_ptr, acc, M, N, s_ym, pid_m, pid_n, BM, BN, False)
 
 

@@ -19,8 +19,8 @@ import triton.language as tl
 
 from ._common import check_device, counted, index_on
 
-LSE_BLOCK = 4096     # lanes of the lse reduction (fixed; the order depends on V only)
-ROW_BLOCK = 2048     # columns per program of the elementwise passes (any value: no reduction)
+LSE_BLOCK = 4096  # lanes of the lse reduction (fixed; the order depends on V only)
+ROW_BLOCK = 2048  # columns per program of the elementwise passes (any value: no reduction)
 
 
 @counted
@@ -70,7 +70,9 @@ def logprob_bwd_kernel(g_ptr, x_ptr, lse_ptr, tgt_ptr, d_ptr, T, V, s_xt, s_dt, 
 def check_logits(op: str, logits: torch.Tensor) -> None:
     check_device(op, logits)
     if logits.dim() != 2 or logits.dtype != torch.float32 or logits.shape[1] == 0:
-        raise ValueError(f"triton {op}: logits must be FP32 [T, V] with V > 0, got {logits.dtype} {tuple(logits.shape)}")
+        raise ValueError(
+            f"triton {op}: logits must be FP32 [T, V] with V > 0, got {logits.dtype} {tuple(logits.shape)}"
+        )
 
 
 def row_lse(logits: torch.Tensor) -> torch.Tensor:
@@ -90,7 +92,9 @@ def logprob(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, 
     lse = row_lse(logits)
     out = torch.empty(T, dtype=torch.float32, device=logits.device)
     if T:
-        logprob_fwd_kernel[(triton.cdiv(T, 128),)](logits, targets, lse, out, T, logits.stride(0), BLOCK=128, num_warps=4)
+        logprob_fwd_kernel[(triton.cdiv(T, 128),)](
+            logits, targets, lse, out, T, logits.stride(0), BLOCK=128, num_warps=4
+        )
     return out, lse
 
 
@@ -101,7 +105,17 @@ def logprob_bwd(g: torch.Tensor, logits: torch.Tensor, lse: torch.Tensor, target
     T, V = logits.shape
     d = torch.empty_like(logits)
     if T:
-        logprob_bwd_kernel[(T, triton.cdiv(V, ROW_BLOCK))](g.float().contiguous(), logits, lse.float().contiguous(),
-                                                           targets, d, T, V, logits.stride(0), d.stride(0),
-                                                           BLOCK=ROW_BLOCK, num_warps=4)
+        logprob_bwd_kernel[(T, triton.cdiv(V, ROW_BLOCK))](
+            g.float().contiguous(),
+            logits,
+            lse.float().contiguous(),
+            targets,
+            d,
+            T,
+            V,
+            logits.stride(0),
+            d.stride(0),
+            BLOCK=ROW_BLOCK,
+            num_warps=4,
+        )
     return d

@@ -21,8 +21,7 @@ from .rms_norm import norm_bwd_rows, norm_dw, norm_fwd_rows
 
 @counted
 @triton.jit(do_not_specialize=["T"])
-def qk_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, T, NH, D, Df, eps,
-                       BLOCK_NH: tl.constexpr, BLOCK_D: tl.constexpr):
+def qk_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, T, NH, D, Df, eps, BLOCK_NH: tl.constexpr, BLOCK_D: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     h = tl.arange(0, BLOCK_NH)
     d = tl.arange(0, BLOCK_D)
@@ -37,8 +36,9 @@ def qk_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, T, NH, D, Df, eps,
 
 @counted
 @triton.jit(do_not_specialize=["T"])
-def qk_norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, T, NH, D, Df,
-                       BLOCK_NH: tl.constexpr, BLOCK_D: tl.constexpr):
+def qk_norm_bwd_kernel(
+    dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, T, NH, D, Df, BLOCK_NH: tl.constexpr, BLOCK_D: tl.constexpr
+):
     t = tl.program_id(0).to(tl.int64)
     h = tl.arange(0, BLOCK_NH)
     d = tl.arange(0, BLOCK_D)
@@ -54,7 +54,9 @@ def qk_norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, T, NH, D, Df,
 def _shape(op: str, x: torch.Tensor, w: torch.Tensor) -> tuple[int, int, int]:
     check_device(op, x, w)
     if x.dim() != 3 or w.shape != (x.shape[2],):
-        raise ValueError(f"triton {op}: need x [T, n_heads, D] and weight [D], got {tuple(x.shape)} and {tuple(w.shape)}")
+        raise ValueError(
+            f"triton {op}: need x [T, n_heads, D] and weight [D], got {tuple(x.shape)} and {tuple(w.shape)}"
+        )
     if not x.is_contiguous():
         raise ValueError(f"triton {op}: x must be contiguous")
     return x.shape
@@ -74,17 +76,20 @@ def qk_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> tuple[torch.Tensor,
     return y, rstd
 
 
-def qk_norm_bwd(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def qk_norm_bwd(
+    dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(dx [T, NH, D] FP32, dweight [D] FP32 over the (token, head) rows in the given order)."""
     T, NH, D = _shape("qk_norm_bwd", x, w)
     dy = dy.contiguous()
     dx = torch.empty(x.shape, dtype=torch.float32, device=x.device)
     if T and NH and D:
-        qk_norm_bwd_kernel[(T,)](dy, x, w.contiguous(), rstd.contiguous(), dx, T, NH, D, float(D), **_launch_args(NH, D))
+        qk_norm_bwd_kernel[(T,)](
+            dy, x, w.contiguous(), rstd.contiguous(), dx, T, NH, D, float(D), **_launch_args(NH, D)
+        )
     return dx, norm_dw(dy, x, rstd, torch.arange(T * NH, device=x.device))
 
 
 def qk_dw(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, w: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
     """param_grad: rows are (token, head) pairs [R, D] (rstd [R]) in canonical order ``perm``."""
     return norm_dw(dy, x, rstd, perm)
-

@@ -75,8 +75,9 @@ def rms_norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, T, H, Hf, BLOCK_
 
 @counted
 @triton.jit(do_not_specialize=["R"])
-def norm_dw_kernel(dy_ptr, x_ptr, rstd_ptr, perm_ptr, part_ptr, R, H, BR: tl.constexpr, BC: tl.constexpr,
-                   CHUNK: tl.constexpr):
+def norm_dw_kernel(
+    dy_ptr, x_ptr, rstd_ptr, perm_ptr, part_ptr, R, H, BR: tl.constexpr, BC: tl.constexpr, CHUNK: tl.constexpr
+):
     """part[c, h] = sum over the canonical rows r of chunk c (CHUNK rows from c * CHUNK) of
     dy[perm[r], h] * (x[perm[r], h] * rstd[perm[r]]): BR rows per step (a fixed tree within the step,
     steps ascending), from 0. One program per (chunk, BC columns)."""
@@ -104,7 +105,7 @@ def norm_dw_sum_kernel(part_ptr, dw_ptr, NCH, H, BC: tl.constexpr):
     c_ok = cols < H
     acc = tl.zeros((BC,), dtype=tl.float32)
     for c in range(0, NCH):
-        acc += tl.load(part_ptr + c * H + cols, mask=c_ok, other=0.0)   # < 2^31 elements (host check)
+        acc += tl.load(part_ptr + c * H + cols, mask=c_ok, other=0.0)  # < 2^31 elements (host check)
     tl.store(dw_ptr + cols, acc, mask=c_ok)
 
 
@@ -124,8 +125,18 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> tuple[torch.Tensor
     y = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
     rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
     if T and H:
-        rms_norm_fwd_kernel[(T,)](x, w.contiguous(), y, rstd, T, H, float(H), float(eps), BLOCK_H=next_pow2(H),
-                                  num_warps=8 if H >= 2048 else 4)
+        rms_norm_fwd_kernel[(T,)](
+            x,
+            w.contiguous(),
+            y,
+            rstd,
+            T,
+            H,
+            float(H),
+            float(eps),
+            BLOCK_H=next_pow2(H),
+            num_warps=8 if H >= 2048 else 4,
+        )
     return y, rstd
 
 
@@ -139,24 +150,37 @@ def norm_dw(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, perm: torch.T
     if H:
         R = perm.numel()
         nch = triton.cdiv(R, DW_CHUNK)
-        if nch * H >= 2 ** 31:
+        if nch * H >= 2**31:
             raise ValueError(f"triton norm_dw: {R} rows x {H} columns need {nch * H} chunk partials (at most 2^31 - 1)")
         part = torch.empty(max(nch, 1) * H, dtype=torch.float32, device=x.device)
         if nch:
-            norm_dw_kernel[(nch, triton.cdiv(H, DW_BC))](dy, x, rstd, perm, part, R, H, BR=DW_BR, BC=DW_BC,
-                                                          CHUNK=DW_CHUNK, num_warps=4)
+            norm_dw_kernel[(nch, triton.cdiv(H, DW_BC))](
+                dy, x, rstd, perm, part, R, H, BR=DW_BR, BC=DW_BC, CHUNK=DW_CHUNK, num_warps=4
+            )
         norm_dw_sum_kernel[(triton.cdiv(H, DW_BC),)](part, dw, nch, H, BC=DW_BC, num_warps=4)
     return dw
 
 
-def rms_norm_bwd(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def rms_norm_bwd(
+    dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(dx [T, H] FP32, dweight [H] FP32 over the rows in the given order), as ws1_cpu::rms_norm_bwd."""
     T, H = _rows("rms_norm_bwd", x, w)
     dy = dy.contiguous()
     dx = torch.empty(x.shape, dtype=torch.float32, device=x.device)
     if T and H:
-        rms_norm_bwd_kernel[(T,)](dy, x, w.contiguous(), rstd.contiguous(), dx, T, H, float(H), BLOCK_H=next_pow2(H),
-                                  num_warps=8 if H >= 2048 else 4)
+        rms_norm_bwd_kernel[(T,)](
+            dy,
+            x,
+            w.contiguous(),
+            rstd.contiguous(),
+            dx,
+            T,
+            H,
+            float(H),
+            BLOCK_H=next_pow2(H),
+            num_warps=8 if H >= 2048 else 4,
+        )
     return dx, norm_dw(dy, x, rstd, torch.arange(T, device=x.device))
 
 

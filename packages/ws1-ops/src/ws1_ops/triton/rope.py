@@ -34,7 +34,9 @@ from ._common import check_device, counted, index_on, next_pow2, rne_bf16
 # for quadrant counts k < 2^21 (angles up to ~3e6 rad; Qwen3's 40960 positions need ~4.1e4).
 getcontext().prec = 50
 _PIO2 = Decimal("1.57079632679489661923132169163975144209858469968755291")
-_HI = struct.unpack(">d", (struct.unpack(">Q", struct.pack(">d", float(_PIO2)))[0] & ~((1 << 21) - 1)).to_bytes(8, "big"))[0]
+_HI = struct.unpack(
+    ">d", (struct.unpack(">Q", struct.pack(">d", float(_PIO2)))[0] & ~((1 << 21) - 1)).to_bytes(8, "big")
+)[0]
 PIO2_HI = tl.constexpr(_HI)
 PIO2_LO = tl.constexpr(float(_PIO2 - Decimal(_HI)))
 TWO_OVER_PI = tl.constexpr(float(1 / _PIO2))
@@ -53,9 +55,9 @@ def f64(c):
 def sincos(angle):
     """(cos, sin) of an FP32 angle >= 0, evaluated in FP64 and rounded once to FP32."""
     x = angle.to(tl.float64)
-    k = (x * f64(TWO_OVER_PI) + f64(0.5)).to(tl.int64)         # nearest quadrant count (x >= 0)
+    k = (x * f64(TWO_OVER_PI) + f64(0.5)).to(tl.int64)  # nearest quadrant count (x >= 0)
     kf = k.to(tl.float64)
-    r = (x - kf * f64(PIO2_HI)) - kf * f64(PIO2_LO)            # |r| <= pi/4
+    r = (x - kf * f64(PIO2_HI)) - kf * f64(PIO2_LO)  # |r| <= pi/4
     z = r * r
     ps = f64(S8) + z * f64(S9)
     ps = f64(S7) + z * ps
@@ -75,15 +77,26 @@ def sincos(angle):
     pc = f64(C2) + z * pc
     pc = f64(C1) + z * pc
     cos_r = f64(1.0) + z * pc
-    q = k & 3                                                  # angle = k*pi/2 + r
+    q = k & 3  # angle = k*pi/2 + r
     c = tl.where(q == 0, cos_r, tl.where(q == 1, -sin_r, tl.where(q == 2, -cos_r, sin_r)))
     s = tl.where(q == 0, sin_r, tl.where(q == 1, cos_r, tl.where(q == 2, -sin_r, -cos_r)))
     return c.to(tl.float32), s.to(tl.float32)
 
 
 @triton.jit
-def rotate_rows(x_ptr, pos_ptr, invf_ptr, y_ptr, R, NH, HALF, INVERSE: tl.constexpr, OUT_BF16: tl.constexpr,
-                BLOCK_R: tl.constexpr, BLOCK_HALF: tl.constexpr):
+def rotate_rows(
+    x_ptr,
+    pos_ptr,
+    invf_ptr,
+    y_ptr,
+    R,
+    NH,
+    HALF,
+    INVERSE: tl.constexpr,
+    OUT_BF16: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+):
     """Rows r = token * NH + head, BLOCK_R per program; each row's cos/sin from its token's position.
 
     Elementwise: no value depends on which rows share a program."""
@@ -145,14 +158,26 @@ def _run(kernel, op: str, x: torch.Tensor, pos: torch.Tensor, theta: float, out_
     (pos,) = index_on(x, pos)
     check_device(op, x, pos)
     if x.dim() != 3 or x.shape[2] % 2 or pos.shape != (x.shape[0],):
-        raise ValueError(f"triton {op}: need x [T, n_heads, D] (D even) and positions [T], got {tuple(x.shape)}, {tuple(pos.shape)}")
+        raise ValueError(
+            f"triton {op}: need x [T, n_heads, D] (D even) and positions [T], got {tuple(x.shape)}, {tuple(pos.shape)}"
+        )
     x, pos = x.contiguous(), pos.contiguous()
     T, NH, D = x.shape
     y = torch.empty(x.shape, dtype=out_dtype, device=x.device)
     if T and NH and D:
         R = T * NH
-        kernel[(triton.cdiv(R, BLOCK_R),)](x, pos, inv_freq(D, theta, x.device), y, R, NH, D // 2,
-                                           BLOCK_R=BLOCK_R, BLOCK_HALF=next_pow2(D // 2), num_warps=4)
+        kernel[(triton.cdiv(R, BLOCK_R),)](
+            x,
+            pos,
+            inv_freq(D, theta, x.device),
+            y,
+            R,
+            NH,
+            D // 2,
+            BLOCK_R=BLOCK_R,
+            BLOCK_HALF=next_pow2(D // 2),
+            num_warps=4,
+        )
     return y
 
 
