@@ -201,12 +201,12 @@ def instrument(
     from ws1_ops import grads, registry
 
     def package():  # the package's self-count, less its own counter reads (ws1_cpu::calls counts itself)
-        return {k: v for k, v in (registry._package_counts(family) or {}).items() if not k[0].endswith("::calls")}
+        return {k: v for k, v in (registry.package_counts(family) or {}).items() if not k[0].endswith("::calls")}
 
     package = package if count and family else None
     timer = _Timer(counts, package)
     undo = []
-    nodes = [n for n in ws1_ops.__dir__() if n in ws1_ops._node_modules()]
+    nodes = list(ws1_ops.REQUIRED_NODES)
     for node in nodes:
         mod = importlib.import_module(f"ws1_ops.ops.{node}")
 

@@ -61,7 +61,7 @@ EXPECTED = {
 
 
 def test_every_control_has_its_model_level_expectation():
-    assert set(EXPECTED) == {"cpu_bf16", *ws1_ops.registry.candidates()} - {"torch_default"}
+    assert set(EXPECTED) == {"cpu_bf16", *ws1_ops.candidate_names()} - {"torch_default"}
 
 
 @pytest.mark.parametrize("candidate", sorted(EXPECTED))

@@ -116,13 +116,13 @@ def _on_device(fn):
 def tri():
     """The triton family on the tests' CPU tensors.
 
-    Interpreter: ``registry._activate`` without ``use_profile``'s device resolution (there is no
+    Interpreter: ``registry.activate`` without ``use_profile``'s device resolution (there is no
     CUDA device). Device mode: the same family with each launcher wrapped to move its tensors to
     the device and its results back (an overlay of the family's own kernels, same kernel ids and
     launch counts). Test-only: no gate uses either, and the name is not a profile name, so nothing
     recorded here can pass for triton_cuda_bf16 evidence."""
     if MODE == "interpreter":
-        with registry._activate("triton_interpreter", "triton"):
+        with registry.activate("triton_interpreter", "triton"):
             yield
         return
     import dataclasses
@@ -135,7 +135,7 @@ def tri():
         for (op, fam), k in registry._KERNELS.items()
         if fam == "triton" and op in ws1_ops.REQUIRED_NODES
     }
-    with registry._activate("triton_device_test", "triton", overlay):
+    with registry.activate("triton_device_test", "triton", overlay):
         yield
 
 

@@ -47,6 +47,7 @@ __all__ = [
     "synchronize",
     "empty_cache",
     "facts",
+    "VENDORS",
 ]
 
 

@@ -589,7 +589,7 @@ def add_args(ap) -> None:
     ap.add_argument(
         "--candidate",
         default=None,
-        choices=list(ws1_ops.registry.candidates()),
+        choices=list(ws1_ops.candidate_names()),
         help="negative control (not a profile): torch_default (plain PyTorch ops for every node) or one of "
         "the project's variant kernels (ws1_ops.backends.controls); the gate must come out red",
     )

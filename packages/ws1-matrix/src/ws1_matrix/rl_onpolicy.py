@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import ws1_accel
+import ws1_ops
 import ws1_qwen3
 from ws1_contract.evidence import evidence_root
 from ws1_contract.progress import Progress
@@ -144,10 +145,10 @@ def main(argv: list[str]) -> int:
         )
         return EXIT_UNAVAILABLE
     names = [args.profile, *[c for c in args.candidates.split(",") if c]]
-    unknown = [c for c in names[1:] if c not in ws1_qwen3.model.CANDIDATES]
+    unknown = [c for c in names[1:] if c not in ws1_ops.candidate_names()]
     if unknown:
         print(
-            f"ws1 rl-onpolicy: unknown candidate(s) {unknown}; expected some of {list(ws1_qwen3.model.CANDIDATES)}",
+            f"ws1 rl-onpolicy: unknown candidate(s) {unknown}; expected some of {list(ws1_ops.candidate_names())}",
             file=sys.stderr,
         )
         return EXIT_UNAVAILABLE

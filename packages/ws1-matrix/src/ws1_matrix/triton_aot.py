@@ -261,7 +261,7 @@ def record(shapes: list[str], execute: bool = True, tables: tuple[str, ...] = ("
     _common.counted.__getitem__ = recording
     table0 = _common.INTERPRET_ARCH
     try:
-        with registry._activate("triton_aot_record", "triton"):
+        with registry.activate("triton_aot_record", "triton"):
             for i, table in enumerate(tables):
                 _common.INTERPRET_ARCH = state["table"] = table
                 for s in shapes:

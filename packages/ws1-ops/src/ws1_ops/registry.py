@@ -210,7 +210,12 @@ def family_available(family: str) -> str | None:
 
 
 @contextlib.contextmanager
-def _activate(name: str, family: str, overlay: dict[str, Kernel] | None = None) -> Iterator[str]:
+def activate(name: str, family: str, overlay: dict[str, Kernel] | None = None) -> Iterator[str]:
+    """Make ``family``'s kernels active under ``name`` (what records and errors call it) for the ops called
+    inside, with ``overlay`` (node -> Kernel: a negative control's variants) in force over them. No device
+    resolution: :func:`use_profile` (a profile on its device) and :func:`ws1_ops.use_candidate` are the entries a
+    user calls; a harness that has no device for the family (the Triton interpreter, an ahead-of-time
+    compile's recording pass) calls this directly."""
     load_family(family)
     token = _active.set((name, family))
     otoken = _overlay.set(overlay)
@@ -227,39 +232,7 @@ def use_profile(profile: str, device=None) -> contextlib.AbstractContextManager[
     family = ws1_accel.family_of(profile)
     ws1_accel.resolve_device(profile, device)
     load_family(family)  # here, not on __enter__: the error points at the use_profile() line
-    return _activate(profile, family)
-
-
-def candidates() -> tuple[str, ...]:
-    """Every non-profile candidate: ``torch_default`` and the project's own negative controls."""
-    from .backends import controls
-
-    return ("torch_default", *controls.CONTROLS)
-
-
-def use_candidate(name: str, family: str | None = None) -> contextlib.AbstractContextManager[str]:
-    """Run ws1 ops on a non-profile candidate: ``torch_default`` (plain PyTorch) or one of the
-    deliberately variant controls of :mod:`ws1_ops.backends.controls` (a family's kernels with one
-    node replaced by a variant whose invariance failure is certain on every host). ``family``: the
-    kernels the control is built on (default its own, ``cpu``) — a GPU host's gate runs the control on
-    its profile's family; a control that can only be built on the cpu kernels refuses another."""
-    if name == "torch_default":
-        return _activate(name, name)
-    from .backends import controls
-
-    ctl = controls.CONTROLS.get(name)
-    if ctl is None:
-        raise KernelUnavailable(
-            f"unknown candidate {name!r}; expected one of {list(candidates())} (profiles go through use_profile())"
-        )
-    family = family or ctl.family
-    if family not in ctl.families:
-        raise KernelUnavailable(
-            f"control {name} is built on the {'/'.join(ctl.families)} kernels only, not on the {family} "
-            f"family; controls for {family}: {sorted(n for n, c in controls.CONTROLS.items() if family in c.families)}"
-        )
-    load_family(family)
-    return _activate(name, family, ctl.kernels(family))
+    return activate(profile, family)
 
 
 def active() -> tuple[str, str]:
@@ -392,7 +365,7 @@ def arch_key_of(summaries) -> str:
     return paths[0] if len(paths) == 1 else "mixed:" + "+".join(paths)
 
 
-def _package_counts(family: str) -> dict[tuple[str, str], int] | None:
+def package_counts(family: str) -> dict[tuple[str, str], int] | None:
     counts = _COUNTERS.get(family)
     if counts is None:
         return None
@@ -405,7 +378,7 @@ def _settle_pending() -> None:
     if not _pending:
         return
     k, direction, before, recs = _pending.pop()
-    after = _package_counts(k.family) if before is not None else None
+    after = package_counts(k.family) if before is not None else None
     delta = (
         None if after is None else {key: n - before.get(key, 0) for key, n in after.items() if n != before.get(key, 0)}
     )
@@ -420,7 +393,7 @@ def note(k: Kernel, direction: str, device_type: str) -> None:
     with _rec_lock:
         _settle_pending()
         if _recorders:
-            _pending.append((k, direction, _package_counts(k.family), list(_recorders)))
+            _pending.append((k, direction, package_counts(k.family), list(_recorders)))
         for rec in _recorders:
             rec.events[(k.op, k.family, k.kernel_id, direction, device_type)] += 1
             if k.variant is not None:

@@ -169,9 +169,11 @@ def from_pretrained(
 
 
 def _device_for(profile: str, device) -> torch.device:
-    from .model import CANDIDATES, REFERENCE
+    import ws1_ops
 
-    if profile in (REFERENCE, *CANDIDATES):
+    from .model import REFERENCE
+
+    if profile in (REFERENCE, *ws1_ops.candidate_names()):
         return torch.device(device or "cpu")
     import ws1_accel
 
