@@ -39,6 +39,8 @@ CONTRACT_NAMES = {
     "load_manifest",
 }
 ORDER = ["ws1_accel", "ws1_contract", "ws1_ops", "ws1_kv", "ws1_qwen3", "ws1_matrix"]
+# every package of the monorepo, for the cycle check (a package's modules import one another without a cycle)
+PACKAGES = {pkg: f"packages/{pkg.replace('_', '-')}/src/{pkg}" for pkg in ORDER}
 
 
 def _imports(pkg: str, path: Path):
@@ -58,6 +60,52 @@ def _imports(pkg: str, path: Path):
                 else:
                     mod = node.module
                 yield f, node.lineno, mod, [a.name for a in node.names]
+
+
+def _module_of(pkg: str, path: Path, f: Path) -> str:
+    parts = [pkg, *f.relative_to(path).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_graph(pkg: str, path: Path) -> dict[str, dict[str, str]]:
+    """module -> {module of the same package it imports: "file:line" of the first such import}.
+
+    Every import statement counts, at module level or inside a function (a lazy import hides a cycle
+    from the interpreter, not from the design). ``from a import b`` is an edge to ``a.b`` when that is a
+    module, else to ``a`` (a package's ``__init__``). The implicit import of a module's parent packages
+    is not an edge: ``__init__`` re-exports would otherwise close a cycle through every module."""
+    modules = {_module_of(pkg, path, f) for f in path.rglob("*.py")}
+    graph: dict[str, dict[str, str]] = {m: {} for m in modules}
+    for f, line, mod, names in _imports(pkg, path):
+        src = _module_of(pkg, path, f)
+        targets = [f"{mod}.{n}" if f"{mod}.{n}" in modules else mod for n in names] if names else [mod]
+        for t in targets:
+            if t in modules and t != src:
+                graph[src].setdefault(t, f"{f.relative_to(path.parent)}:{line}")
+    return graph
+
+
+def _cycles(graph: dict[str, dict[str, str]]) -> list[str]:
+    """Each import cycle once, as ``a (file:line) -> b (file:line) -> a``, from a depth-first search."""
+    found, seen, stack, on_stack = [], set(), [], set()
+
+    def visit(m: str) -> None:
+        seen.add(m)
+        stack.append(m)
+        on_stack.add(m)
+        for t in sorted(graph[m]):
+            if t in on_stack:
+                loop = stack[stack.index(t) :] + [t]
+                found.append(" -> ".join(f"{a} ({graph[a][b]})" for a, b in zip(loop, loop[1:])) + f" -> {t}")
+            elif t not in seen:
+                visit(t)
+        stack.pop()
+        on_stack.discard(m)
+
+    for m in sorted(graph):
+        if m not in seen:
+            visit(m)
+    return found
 
 
 def _violations(pkg: str, path: Path) -> list[str]:
@@ -80,6 +128,26 @@ def _violations(pkg: str, path: Path) -> list[str]:
 def test_libraries_import_no_gate_machinery_and_depend_one_way():
     bad = [v for pkg, rel in LIBRARIES.items() for v in _violations(pkg, ROOT / rel)]
     assert bad == [], "\n".join(bad)
+
+
+def test_no_import_cycle_inside_a_package():
+    cycles = [c for pkg, rel in PACKAGES.items() for c in _cycles(_module_graph(pkg, ROOT / rel))]
+    assert cycles == [], "import cycles:\n" + "\n".join(cycles)
+
+
+def test_the_cycle_check_sees_a_lazy_cycle(tmp_path):
+    """The cycle check can fail: a cycle closed by an import inside a function (the registry <->
+    controls cycle as it was before issue 35) is named, with the line of each import."""
+    pkg = tmp_path / "ws1_ops"
+    (pkg / "backends").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from .registry import use_candidate\n")
+    (pkg / "backends" / "__init__.py").write_text("")
+    (pkg / "registry.py").write_text("def use_candidate(name):\n    from .backends import controls\n")
+    (pkg / "backends" / "controls.py").write_text("from .. import registry\n")
+    assert _cycles(_module_graph("ws1_ops", pkg)) == [
+        "ws1_ops.registry (ws1_ops/registry.py:2) -> ws1_ops.backends.controls (ws1_ops/backends/controls.py:1) "
+        "-> ws1_ops.registry"
+    ]
 
 
 def test_importing_the_libraries_loads_no_gate_module():
@@ -105,4 +173,60 @@ def test_the_check_sees_a_gate_import(tmp_path):
         "bad.py:1: imports ['Cell'] from ws1_contract (evidence/gate machinery)",
         "bad.py:2: imports ws1_contract.gate (evidence/gate machinery)",
         "bad.py:3: ws1_ops imports ws1_matrix (a package above it)",
+    ]
+
+
+# ---- no reach-ins: a module uses another's private names only through what that module declares ----------------
+
+# private attributes of third-party objects a module may touch, and why
+THIRD_PARTY_PRIVATE = {
+    "_version": "torch.Tensor's in-place version counter (a cached result is stale once it moves)",
+    "_C": "torch's C extension module (dispatch-key queries of the link check)",
+    "_GLOBAL_DEVICE_CONTEXT": "torch's default-device context (the stray-device check)",
+    "_dispatch_has_kernel_for_dispatch_key": "torch._C: is an op registered for a dispatch key",
+    "_opname": "torch OpOverload's op name (the step profiler's dispatch mode)",
+    "_pack_args": "Triton JITFunction's argument packing (the ahead-of-time compile)",
+    "_path_to_binary": "Triton's NVIDIA backend: the ptxas it would run (the ahead-of-time compile)",
+}
+# a module's own private state, reached on objects the same module creates
+SAME_MODULE = {("ws1_ops/registry.py", "_settle"), ("ws1_ops/canonical.py", "_ws1_identity")}
+REACH_SCOPE = ["packages/*/src/**/*.py", "ci/*.py", "benchmarks/*.py"]
+
+
+def _reach_ins(files: list[Path], root: Path) -> list[str]:
+    """``x._name`` on anything but ``self``/``cls`` that is neither a listed third-party private nor the module's own."""
+    bad = []
+    for f in files:
+        rel = f.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(f.read_text())):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+                continue
+            base = ast.unparse(node.value)
+            if base in ("self", "cls") or node.attr in THIRD_PARTY_PRIVATE:
+                continue
+            if any(rel.endswith(mod) and node.attr == attr for mod, attr in SAME_MODULE):
+                continue
+            bad.append(f"{rel}:{node.lineno}: {base}.{node.attr}")
+    return bad
+
+
+def test_no_module_reaches_into_another_modules_private_state():
+    files = sorted({f for pattern in REACH_SCOPE for f in ROOT.glob(pattern)})
+    assert _reach_ins(files, ROOT) == []
+
+
+def test_the_reach_in_check_sees_the_reach_ins_of_before_issue_35(tmp_path):
+    """It can fail: the engine's lanes stashed on the cache, the cache's private storage, the registry's private
+    activation, as they were before issue 35."""
+    f = tmp_path / "engine.py"
+    f.write_text(
+        "cache._ws1_lanes = state\n"
+        "ks, vs = cache._storage(layer, None)\n"
+        "with registry._activate('x', 'triton'):\n    pass\n"
+        "self._ok = t._version\n"
+    )
+    assert _reach_ins([f], tmp_path) == [
+        "engine.py:1: cache._ws1_lanes",
+        "engine.py:2: cache._storage",
+        "engine.py:3: registry._activate",
     ]

@@ -184,7 +184,7 @@ def test_b1_in_slot_order_reads_its_storage_in_place():
     c.write(0, step, torch.cat([ka[4:], kb[2:]]), torch.cat([va[4:], vb[2:]]))
     K, V, cu = c.keys_for_attention(0, step)
     assert step.view == (0, 16 + 3) and cu.tolist() == [0, 16, 19]
-    assert K.data_ptr() == c._storage(0, None)[0].data_ptr()  # in place
+    assert K.data_ptr() == c.storage(0)[0].data_ptr()  # in place
     G, _ = c.gather(0, step)
     for b, (s0, n) in enumerate(zip(cu.tolist()[:-1], step.ends)):
         assert torch.equal(

@@ -219,7 +219,11 @@ class KVCache(ABC):
         :class:`Step`), else None. B2 (block tables) never can."""
         return None
 
-    def _storage(self, layer: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def storage(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer ``layer``'s K and V storage, each [capacity_rows, n_kv_heads, head_dim] in the cache dtype on
+        its device, zero-filled on first use. A caller that captures a CUDA graph over the cache calls this for
+        every layer first, so that the zero-fill is not captured; the rows belong to the cache (written by
+        :meth:`write`, laid out by the step's ``write_rows``/``read_host``)."""
         if not 0 <= layer < self.n_layers:
             raise KVCacheError(f"{self.kind} cache: layer {layer} out of range [0, {self.n_layers})")
         if self._k[layer] is None:
@@ -238,13 +242,13 @@ class KVCache(ABC):
                 raise KVCacheError(
                     f"{self.kind} cache: {name} must be {self.dtype} (stored exactly, never cast), got {t.dtype}"
                 )
-        ks, vs = self._storage(layer, k)
+        ks, vs = self.storage(layer)
         ks.index_copy_(0, step.write_rows, k.detach())
         vs.index_copy_(0, step.write_rows, v.detach())
 
     def gather(self, layer: int, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
         """K, V [sum(ends), Hkv, D] of positions 0..end-1 of each of the step's sequences (packed)."""
-        ks, vs = self._storage(layer, None)
+        ks, vs = self.storage(layer)
         return ks.index_select(0, step.read_rows), vs.index_select(0, step.read_rows)
 
     def keys_for_attention(self, layer: int, step: Step) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -252,7 +256,7 @@ class KVCache(ABC):
         (``step.view``, no copy) when the layout allows, else the packed :meth:`gather`. The same keys at
         the same positions either way, so the same bits (a query reads keys 0..q_pos of its sequence)."""
         if step.view is not None:
-            ks, vs = self._storage(layer, None)
+            ks, vs = self.storage(layer)
             lo, hi = step.view
             return ks[lo:hi], vs[lo:hi], step.dev["cu_view_k"]
         k, v = self.gather(layer, step)
@@ -314,7 +318,7 @@ class KVCache(ABC):
     def read(self, layer: int, seq_id: Hashable) -> tuple[torch.Tensor, torch.Tensor]:
         """K, V [length, Hkv, D] committed for one sequence."""
         st = self._state(seq_id)
-        ks, vs = self._storage(layer, None)
+        ks, vs = self.storage(layer)
         rows = self._rows(seq_id, 0, st.length).to(self.device)
         return ks.index_select(0, rows), vs.index_select(0, rows)
 

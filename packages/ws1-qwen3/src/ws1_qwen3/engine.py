@@ -32,6 +32,7 @@ path there: the Triton attention plans its launch on the device (ws1_cuda's alwa
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -86,6 +87,26 @@ class _Clock:
         return out
 
 
+class _Lanes:
+    """The per-lane device buffers of the runs of ``model`` through one cache (``n`` lanes), and the static steps
+    captured over them: what a later generate() through the same contiguous cache reuses."""
+
+    NAMES = ("tok", "pos", "steps", "stream", "temp", "active")
+
+    def __init__(self, model: Qwen3ForCausalLM, n: int, device: torch.device):
+        self.model, self.n = model, n
+        self.buffers = {
+            name: torch.zeros(n, dtype=torch.float32 if name == "temp" else torch.int64, device=device)
+            for name in self.NAMES
+        }
+        self.graphs: dict[int, _StaticStep] = {}  # bucket -> its static step (nothing here refers to the cache)
+
+
+# The static path's lanes per contiguous cache, owned by the engine and weakly keyed: they go with their cache.
+# Nothing in a _Lanes refers back to its cache (a static step is handed its engine per call), so the key can die.
+_LANES: weakref.WeakKeyDictionary[KVCache, _Lanes] = weakref.WeakKeyDictionary()
+
+
 class Engine:
     """One generate() run: ``model`` decoding ``requests`` through ``cache`` (see the module docstring)."""
 
@@ -110,30 +131,22 @@ class Engine:
         L, dev = self.lanes, self.dev
         # per-lane state on the device: the next input token, its position, the next sampling step, the stream,
         # the temperature; and (static path) which lanes a step advances. The static path keeps it, with the
-        # captured graphs that point at it, on the cache (for this model): a later generate() through the same
-        # cache replays them instead of capturing again.
-        state = getattr(cache, "_ws1_lanes", None) if self.static else None
-        if state is None or state["model"] is not model or state["lanes"] != L:
-            state = {
-                "model": model,
-                "lanes": L,
-                "graphs": {},
-                **{
-                    n: torch.zeros(L, dtype=torch.float32 if n == "temp" else torch.int64, device=dev)
-                    for n in ("tok", "pos", "steps", "stream", "temp", "active")
-                },
-            }
+        # captured graphs that point at it, per cache (for this model) in _LANES: a later generate() through the
+        # same cache replays them instead of capturing again.
+        lanes = _LANES.get(cache) if self.static else None
+        if lanes is None or lanes.model is not model or lanes.n != L:
+            lanes = _Lanes(model, L, dev)
             if self.static:
-                cache._ws1_lanes = state
-        for n in ("tok", "pos", "steps", "stream", "temp", "active"):
-            state[n].zero_()
-            setattr(self, n, state[n])
+                _LANES[cache] = lanes
+        for n, buf in lanes.buffers.items():
+            buf.zero_()
+            setattr(self, n, buf)
         self._active_host = [0] * L
         self.free_lanes = list(range(L))
         self.running: dict[str, _Run] = {}
         # the window's draws: (lanes, their rows in the step's outputs, tokens, logprobs) per step
         self.window: list[tuple[tuple[int, ...], tuple[int, ...], torch.Tensor, torch.Tensor]] = []
-        self.graphs_by_bucket: dict[int, _StaticStep] = state["graphs"]
+        self.graphs_by_bucket: dict[int, _StaticStep] = lanes.graphs
         self.captured = 0
         self.buckets_used: set[int] = set()
         self.clock = _Clock(dev)
@@ -248,9 +261,8 @@ class Engine:
         if g is None:
             g = self.graphs_by_bucket[bk] = _StaticStep(self, bk)
             self.captured += 1
-        g.eng = self
         self.buckets_used.add(bk)
-        tok, lp = g.run()
+        tok, lp = g.run(self)
         self.cache.advance({r.req.request_id: 1 for r in act})
         lanes = tuple(r.lane for r in act)
         self.window.append((lanes, lanes, tok.clone(), lp.clone()))  # bucket row = lane
@@ -311,54 +323,54 @@ class _StaticStep:
     graph replayed on a GPU, the same function called directly on a CPU."""
 
     def __init__(self, eng: Engine, bk: int):
-        self.eng, self.bk = eng, bk
+        self.bk = bk  # no reference to the engine or its cache is kept (see _LANES)
         cache, dev, ml = eng.cache, eng.dev, eng.cache.max_len
         self.cu_q = torch.arange(bk + 1, dtype=torch.int64, device=dev)
         self.cu_k = torch.arange(0, (bk + 1) * ml, ml, dtype=torch.int64, device=dev)
         self.base = torch.arange(0, bk * ml, ml, dtype=torch.int64, device=dev)  # each lane's slot row 0
         self.keys = torch.zeros(bk, dtype=torch.int64, device="cpu")  # no gradient: unused keys
         for layer in range(cache.n_layers):
-            cache._storage(layer, None)  # allocated before any capture (a zero-fill must not be captured)
+            cache.storage(layer)  # allocated before any capture (a zero-fill must not be captured)
         self.graph = None
         self.out = None
         if dev.type == "cuda":
-            self._capture()
+            self._capture(eng)
 
-    def _capture(self) -> None:
-        eng = self.eng
+    def _capture(self, eng: Engine) -> None:
         saved = eng.active.clone()
         eng.active.zero_()  # warm-up steps advance nothing (their writes are the real step's own)
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
             for _ in range(2):
-                self._step()  # compiles (Triton), plans, allocates: outside the capture
+                self._step(eng)  # compiles (Triton), plans, allocates: outside the capture
         torch.cuda.current_stream().wait_stream(s)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            self.out = self._step()
+            self.out = self._step(eng)
         eng.active.copy_(saved)
 
-    def run(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def run(self, eng: Engine) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decode step of ``eng``'s lanes 0..bk-1 (the engine whose run these buffers serve now)."""
         if self.graph is not None:
             self.graph.replay()
             return self.out
-        return self._step()
+        return self._step(eng)
 
     @torch.no_grad()
-    def _step(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def _step(self, eng: Engine) -> tuple[torch.Tensor, torch.Tensor]:
         with ws1_ops.graph_safe():  # no device -> host copy: the path a capture records (ws1_ops.graph_safe)
-            return self._step_ops()
+            return self._step_ops(eng)
 
-    def _step_ops(self) -> tuple[torch.Tensor, torch.Tensor]:
-        eng, bk = self.eng, self.bk
+    def _step_ops(self, eng: Engine) -> tuple[torch.Tensor, torch.Tensor]:
+        bk = self.bk
         model, cache = eng.model, eng.cache
         tok, pos, act = eng.tok[:bk], eng.pos[:bk], eng.active[:bk]
         rows = self.base + pos  # each lane's write row: slot * max_len + position
         ml = cache.max_len
 
         def attend(layer, q, k, v):
-            ks, vs = cache._storage(layer, None)
+            ks, vs = cache.storage(layer)
             ks.index_copy_(0, rows, k)
             vs.index_copy_(0, rows, v)
             return ws1_ops.attention(q, ks[: bk * ml], vs[: bk * ml], self.cu_q, self.cu_k, pos)

@@ -45,8 +45,6 @@ from .config import Qwen3Config
 
 BF16, F32 = torch.bfloat16, torch.float32
 REFERENCE = "reference"
-# non-profile candidates: torch_default and the project's negative controls (ws1_ops.backends.controls)
-CANDIDATES = ws1_ops.registry.candidates()
 
 
 class ModelInputError(ValueError):
@@ -79,7 +77,7 @@ def param_dtype(profile: str) -> torch.dtype:
 
 
 def check_profile(profile: str) -> None:
-    if profile in (REFERENCE, *CANDIDATES):
+    if profile in (REFERENCE, *ws1_ops.candidate_names()):
         return
     ws1_accel.family_of(profile)  # UnknownProfile names the choices
 
@@ -232,11 +230,13 @@ class Qwen3ForCausalLM(nn.Module):
         """The kernels of this model's profile (fails closed: absent device or kernel package raises)."""
         if self.profile == REFERENCE:
             return contextlib.nullcontext()
-        if self.profile in CANDIDATES:  # a control runs on the kernels of candidate_family (None: its own, cpu)
+        if (
+            self.profile in ws1_ops.candidate_names()
+        ):  # a control runs on the kernels of candidate_family (None: its own, cpu)
             return ws1_ops.use_candidate(self.profile, getattr(self, "candidate_family", None))
         return ws1_ops.use_profile(self.profile, self.device)
 
-    def _trace(self, layer: int, node: str, t: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    def trace(self, layer: int, node: str, t: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """Hand node ``(layer, node)``'s output to the tracer (its trace points: NODE_ORDER above); returns ``t``."""
         if self.tracer is not None:
             self.tracer(layer, node, t.detach(), keys)
@@ -294,7 +294,7 @@ class Qwen3ForCausalLM(nn.Module):
                 return ops.attention(q, k, v, cu, cu, pos, None, chunk)
 
         def tr(layer, node, t):  # every kernel's output, by role, in the order computed (first_drift)
-            return self._trace(layer, node, t, keys)
+            return self.trace(layer, node, t, keys)
 
         with ws1_ops.trusted_inputs():
             return self._layers(ops, ids, pos, keys, R, attend, tr)
@@ -325,11 +325,11 @@ class Qwen3ForCausalLM(nn.Module):
             v = tr(i, "v_proj", ops.det_gemm(x, A.v_proj.weight, keys)).view(R, Hkv, D)
             q, k = tr(i, "rope_q", ops.rope(q, pos, c.rope_theta)), tr(i, "rope_k", ops.rope(k, pos, c.rope_theta))
             o = attend(i, q, k, v)
-            self._trace(i, "attention", o, keys)
+            self.trace(i, "attention", o, keys)
             # FP32 residual add of a BF16 output: torch.add promotes (exact BF16 -> FP32, then one FP32 add),
             # the bits of h + y.float() in one kernel instead of two and no FP32 temporary
             h = torch.add(h, tr(i, "o_proj", ops.det_gemm(o.reshape(R, Hq * D), A.o_proj.weight, keys)))
-            self._trace(i, "attn_residual", h, keys)
+            self.trace(i, "attn_residual", h, keys)
             x = tr(i, "post_attention_layernorm", ops.rms_norm(h, L.post_attention_layernorm.weight, eps, keys))
             m = tr(
                 i,
@@ -340,14 +340,14 @@ class Qwen3ForCausalLM(nn.Module):
                 ),
             )
             h = torch.add(h, tr(i, "down_proj", ops.det_gemm(m, M.down_proj.weight, keys)))
-            self._trace(i, "mlp_residual", h, keys)
+            self.trace(i, "mlp_residual", h, keys)
         x = tr(c.num_hidden_layers, "final_norm", ops.rms_norm(h, self.model.norm.weight, eps, keys))
         return x
 
     def logits_of(self, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """FP32 logits [n, V] of hidden rows x [n, H] (``keys`` [n]: on the host, as hidden() keeps them)."""
         out = self.ops().lm_head(x, self.lm_head.weight, keys)
-        self._trace(self.config.num_hidden_layers, "lm_head", out, keys)
+        self.trace(self.config.num_hidden_layers, "lm_head", out, keys)
         return out
 
     # ---- the transformers-style entry ----------------------------------------------------------

@@ -53,7 +53,7 @@ def rollout_logp(
                 else:
                     kv.finish(r)
             # the selected log-prob, the chain point teacher forcing traces as "logprob" (ws1_qwen3.model.SAME_POINT)
-            model._trace(
+            model.trace(
                 model.config.num_hidden_layers,
                 "batch_invariant_logp",
                 torch.stack(sel)[:, None],

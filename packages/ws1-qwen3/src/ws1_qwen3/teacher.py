@@ -198,7 +198,7 @@ def teacher_forcing(
         if grad and model.profile != REFERENCE:
             logp = PadGarbage.apply(logp, (lm_keys < 0).to(dev))
         logp = logp.index_select(0, where[: sel_t.numel()].to(dev))  # the selected rows, in ``sel`` order
-        model._trace(model.config.num_hidden_layers, "logprob", logp[:, None], row_keys_t)  # keyed like lm_head's row
+        model.trace(model.config.num_hidden_layers, "logprob", logp[:, None], row_keys_t)  # keyed like lm_head's row
         order = torch.argsort(keys_t)
         logp = logp.index_select(0, order.to(dev))
         keys_t, act_t = keys_t.index_select(0, order), act_t.index_select(0, order)
