@@ -172,6 +172,22 @@ def test_a_cache_passed_again_replays_its_static_steps(tiny):
     assert flat(generate(tiny, rs, graphs=True)) == flat(first)
 
 
+def test_the_engines_lanes_go_with_their_cache(tiny):
+    """The engine keeps a cache's lanes and static steps itself (nothing is stashed on the cache), weakly: once
+    the cache is gone so are they — the static steps refer to neither the cache nor an engine."""
+    import gc
+
+    from ws1_qwen3 import engine
+
+    cache = tiny.new_cache("contiguous", max_seqs=2, max_len=16)
+    generate(tiny, reqs(2), cache=cache, graphs=True)
+    assert cache in engine._LANES and not any(k.startswith("_ws1") for k in vars(cache))
+    n = len(engine._LANES)
+    del cache
+    gc.collect()
+    assert len(engine._LANES) == n - 1
+
+
 def test_unseeded_samples_of_one_prompt_differ(tiny):
     """n samples of one prompt with no seed: distinct streams (from the request ids), distinct samples. The
     old default (seed 0 for every request) made them identical: GRPO saw zero advantages."""
