@@ -230,3 +230,16 @@ def test_the_reach_in_check_sees_the_reach_ins_of_before_issue_35(tmp_path):
         "engine.py:2: cache._storage",
         "engine.py:3: registry._activate",
     ]
+
+
+def test_the_model_on_a_profile_loads_no_negative_control():
+    """The controls are the gates' business: building and running a model on a profile never imports them (before
+    issue 35 importing ws1_qwen3 did, through the registry's list of candidates)."""
+    code = (
+        "import sys, torch, ws1_qwen3\n"
+        "m = ws1_qwen3.synthetic('tiny', 'cpu_bf16')\n"
+        "m(torch.tensor([[1, 2, 3]]))\n"
+        "print('ws1_ops.backends.controls' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False"]

@@ -77,7 +77,8 @@ def param_dtype(profile: str) -> torch.dtype:
 
 
 def check_profile(profile: str) -> None:
-    if profile in (REFERENCE, *ws1_ops.candidate_names()):
+    """A ws1 profile, the reference, or a candidate (whose list loads the negative controls: asked last)."""
+    if profile == REFERENCE or profile in ws1_accel.PROFILE_FAMILY or profile in ws1_ops.candidate_names():
         return
     ws1_accel.family_of(profile)  # UnknownProfile names the choices
 
@@ -230,11 +231,11 @@ class Qwen3ForCausalLM(nn.Module):
         """The kernels of this model's profile (fails closed: absent device or kernel package raises)."""
         if self.profile == REFERENCE:
             return contextlib.nullcontext()
-        if (
-            self.profile in ws1_ops.candidate_names()
-        ):  # a control runs on the kernels of candidate_family (None: its own, cpu)
-            return ws1_ops.use_candidate(self.profile, getattr(self, "candidate_family", None))
-        return ws1_ops.use_profile(self.profile, self.device)
+        if self.profile in ws1_accel.PROFILE_FAMILY:
+            return ws1_ops.use_profile(self.profile, self.device)
+        # a candidate (check_profile let nothing else in): a control runs on the kernels of candidate_family
+        # (None: its own, cpu)
+        return ws1_ops.use_candidate(self.profile, getattr(self, "candidate_family", None))
 
     def trace(self, layer: int, node: str, t: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """Hand node ``(layer, node)``'s output to the tracer (its trace points: NODE_ORDER above); returns ``t``."""

@@ -169,14 +169,13 @@ def from_pretrained(
 
 
 def _device_for(profile: str, device) -> torch.device:
+    import ws1_accel
     import ws1_ops
 
     from .model import REFERENCE
 
-    if profile in (REFERENCE, *ws1_ops.candidate_names()):
+    if profile == REFERENCE or (profile not in ws1_accel.PROFILE_FAMILY and profile in ws1_ops.candidate_names()):
         return torch.device(device or "cpu")
-    import ws1_accel
-
     return ws1_accel.resolve_device(profile, device)
 
 
