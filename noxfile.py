@@ -440,8 +440,9 @@ def tests_slow(session: nox.Session) -> None:
 
 @nox.session
 def build_cuda(session: nox.Session) -> None:
-    """kernels-cuda, compiled here without a GPU: every .cu for sm_80 and sm_90a with nvcc alone (warnings
-    as errors; the CUTLASS GEMM TUs for sm_90a), ptxas's resource report per kernel per arch and the SASS
+    """kernels-cuda, compiled here without a GPU: every kernel .cu (not the host-only entry-point TUs,
+    compile_check's HOST_ONLY) for sm_80 and sm_90a with nvcc alone (warnings as errors; the CUTLASS GEMM TUs
+    for sm_90a), ptxas's resource report per kernel per arch and the SASS
     expectations (wgmma/TMA in the sm_90a GEMM, no local memory) to evidence/build/cuda_resources.{json,md};
     red on a compile error, any spill, a SASS expectation missed or a declared entry point missing (~35 s
     for the light files, minutes for the four CUTLASS TUs; cached by content). ``-- --link``: then the

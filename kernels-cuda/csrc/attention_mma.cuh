@@ -1,4 +1,4 @@
-// Tensor-core building blocks of the attention kernels (attention.cu): the PTX they issue (cp.async, ldmatrix,
+// Tensor-core building blocks of the attention kernels (attention_*.cuh): the PTX they issue (cp.async, ldmatrix,
 // mma.sync m16n8k16 BF16 -> FP32), the fixed tile constants, and the two pieces of arithmetic that MUST be one
 // function wherever they run — the merge of two (m, l, acc) partial states and the finalisation — because
 // decode == prefill bitwise rests on the split-KV path and the in-CTA path executing them identically.

@@ -1,4 +1,5 @@
-"""A CPU emulator of kernels-cuda/csrc/attention.cu, statement by statement, for the tests that run without a GPU.
+"""A CPU emulator of the attention kernels (kernels-cuda/csrc/attention_*.cu / .cuh; attention.cu lists the files),
+statement by statement, for the tests that run without a GPU.
 
 What it executes: the kernels' control flow (the device plan, the item decoding, the chunk loop, the chunk-mode
 partials and attention_merge_kernel, the backward's position-aligned row blocks), their shared-memory layout and
@@ -526,7 +527,7 @@ def merge_warp(a, DP, gw, variant=None):
     a.lse[i * a.Hq + h] = final_lse(Mm, Ml)
 
 
-# ---- the host entry point (attention in attention.cu) ---------------------------------------------------------------
+# ---- the host entry points (attention.cu; the launchers run_forward / run_backward) ---------------------------------
 def _u16(t):
     return t.contiguous().view(torch.int16).numpy().view(U16).reshape(-1).copy()
 

@@ -1,4 +1,4 @@
-"""The attention kernels' per-element order, executed on the CPU: attention_emu.py runs attention.cu's kernels warp by
+"""The attention kernels' per-element order, executed on the CPU: attention_emu.py runs the kernels warp by
 warp (the same plan, chunk loop, merges, shared-memory layout and ldmatrix / mma.sync address expressions; the MMA's
 k16 sum and exp2f / logf are models — see its docstring), so these tests show, before any GPU run, that
 
@@ -77,7 +77,8 @@ def positions(lengths):
 # ---- the emulator is the .cu ------------------------------------------------------------------------------------------
 def test_tile_constants_and_address_expressions_are_the_cuda_sources():
     """The emulator's constants are the header's, and every ldmatrix address expression it executes appears verbatim
-    (lane -> LANE) in attention.cu: the emulator cannot drift from the kernels unnoticed."""
+    (lane -> LANE) in the kernel sources that use it (attention_fwd.cuh, attention_bwd.cuh): the emulator cannot drift
+    from the kernels unnoticed."""
     hdr = (PKG / "csrc" / "attention_mma.cuh").read_text()
     for name, val in (
         ("kBN", E.KBN),
@@ -90,16 +91,18 @@ def test_tile_constants_and_address_expressions_are_the_cuda_sources():
     ):
         m = re.search(rf"constexpr int {name} = (\d+);", hdr)
         assert m and int(m.group(1)) == val, (name, m and m.group(1), val)
-    cu_src = re.sub(r"\s+", "", (PKG / "csrc" / "attention.cu").read_text())
+    fwd, bwd = "attention_fwd.cuh", "attention_bwd.cuh"
+    cu_src = {f: re.sub(r"\s+", "", (PKG / "csrc" / f).read_text()) for f in (fwd, bwd)}
     emu_src = re.sub(r"\s+", "", Path(E.__file__).read_text()).replace("LANE", "lane")
-    exprs = [
-        "(w*16*MW+(lane&7)+8*((lane>>3)&1))*S+8*(lane>>4)",  # forward Q A fragments
-        "(w*16+(lane&7)+8*((lane>>3)&1))*S+8*(lane>>4)",  # backward A fragments (Q, dO, K, V rows)
-        "(n2*16+(lane&7)+8*(lane>>4))*S+kd*16+8*((lane>>3)&1)",  # B fragments, k = d (K, V, Q, dO rows)
-        "(kk*16+(lane&7)+8*((lane>>3)&1))*S+n2*16+8*(lane>>4)",  # B fragments, k = keys / rows (.trans)
-    ]
-    for e in exprs:
-        assert e in cu_src, f"attention.cu lost {e}"
+    exprs = {  # expression -> the sources whose kernels use it
+        "(w*16*MW+(lane&7)+8*((lane>>3)&1))*S+8*(lane>>4)": (fwd,),  # forward Q A fragments
+        "(w*16+(lane&7)+8*((lane>>3)&1))*S+8*(lane>>4)": (bwd,),  # backward A fragments (Q, dO, K, V rows)
+        "(n2*16+(lane&7)+8*(lane>>4))*S+kd*16+8*((lane>>3)&1)": (fwd, bwd),  # B fragments, k = d (K, V, Q, dO rows)
+        "(kk*16+(lane&7)+8*((lane>>3)&1))*S+n2*16+8*(lane>>4)": (fwd, bwd),  # B fragments, k = keys / rows (.trans)
+    }
+    for e, files in exprs.items():
+        for f in files:
+            assert e in cu_src[f], f"{f} lost {e}"
         assert e in emu_src, f"attention_emu.py lost {e}"
 
 

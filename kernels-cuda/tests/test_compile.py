@@ -44,7 +44,18 @@ def test_every_kernel_compiles_for_both_archs_without_spills(report):
         assert f["ok"] and f["kernels"], name
         archs = {k["arch"] for k in f["kernels"]}
         assert archs == ({"sm_90a"} if cc.is_heavy(PKG / "csrc" / name) else {"sm_80", "sm_90a"}), (name, archs)
-    hot = [k for n in ("det_gemm.cu", "lm_head.cu", "attention.cu", *cc.CI_HEAVY) for k in files[n]["kernels"]]
+    hot = [
+        k
+        for n in (
+            "det_gemm.cu",
+            "lm_head.cu",
+            "attention_plan.cu",
+            "attention_fwd.cu",
+            "attention_bwd.cu",
+            *cc.CI_HEAVY,
+        )
+        for k in files[n]["kernels"]
+    ]
     assert any("mma_gemm_kernel" in k["name"] for k in hot) and any("attention" in k["name"] for k in hot)
     assert all(k["spill_stores"] == 0 and k["spill_loads"] == 0 and k["registers"] > 0 for k in hot)
     # the sm_90a GEMM: every instantiated kernel (2 configurations per TU) runs wgmma m64n128k16 and TMA, no LDL/STL
@@ -61,7 +72,7 @@ def test_every_kernel_compiles_for_both_archs_without_spills(report):
     # the evidence files are written, the JSON says what it is
     data = json.loads((out / "cuda_resources.json").read_text())
     assert data["verdict"] == "green" and "nothing here executed a kernel" in data["note"]
-    assert "| attention.cu |" in (out / "cuda_resources.md").read_text()
+    assert "| attention_fwd.cu |" in (out / "cuda_resources.md").read_text()
 
 
 SPILLING = """
@@ -273,7 +284,21 @@ def test_the_heavy_subset_is_what_the_docs_say():
     assert cc.N32_TU in heavy and cc.N32_TU not in cc.CI_HEAVY
     ci = {p.name for p in cc.selected("ci")}
     assert set(cc.CI_HEAVY) <= ci and not (set(heavy) - set(cc.CI_HEAVY)) & ci
-    assert {p.name for p in cc.selected("all")} == {p.name for p in (PKG / "csrc").glob("*.cu")}
+    assert {p.name for p in cc.selected("all")} == {p.name for p in (PKG / "csrc").glob("*.cu")} - set(cc.HOST_ONLY)
+
+
+def test_host_only_files_hold_no_kernel(tmp_path):
+    """The host-only TUs (attention.cu: the entry points) are skipped by the device-only pass, so none may define or
+    launch a kernel; a kernel, a launch and a missing file are each named (a kernel in a comment is not)."""
+    assert cc.HOST_ONLY == ("attention.cu",) and cc.host_only_problems() == []
+    src = (PKG / "csrc" / "attention.cu").read_text()
+    (tmp_path / "attention.cu").write_text(src + "\n// __global__ void k(); k<<<1, 1>>>();\n")
+    assert cc.host_only_problems(tmp_path) == []
+    (tmp_path / "attention.cu").write_text(src + "\n__global__ void k() {}\nvoid h() { k<<<1, 1>>>(); }\n")
+    problems = cc.host_only_problems(tmp_path)
+    assert any("defines a kernel" in p for p in problems) and any("launches a kernel" in p for p in problems), problems
+    (tmp_path / "attention.cu").unlink()
+    assert cc.host_only_problems(tmp_path) == ["attention.cu: listed in HOST_ONLY but missing"]
 
 
 def test_missing_cutlass_headers_are_red_with_one_line(monkeypatch):

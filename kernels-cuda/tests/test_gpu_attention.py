@@ -1,4 +1,4 @@
-"""ws1_cuda::attention / attention_bwd on a GPU (the tensor-core kernels of csrc/attention.cu): accuracy against FP64,
+"""ws1_cuda::attention / attention_bwd on a GPU (the tensor-core kernels of csrc/attention_*.cu): accuracy against FP64,
 and bitwise invariance of the GPU's own bits —
 
 * decode == chunked prefill (chunks at boundaries that are not multiples of the 64-key tile, across the 256-key

@@ -1,7 +1,8 @@
 """Compile-only check of the ws1_cuda kernels: nvcc alone, no torch, no GPU.
 
-Every ``kernels-cuda/csrc/*.cu`` is compiled with ``-DWS1_DEVICE_ONLY`` (its kernels and their explicit
-instantiations, without the torch entry points) for sm_80 and sm_90a with the library's numerics flags and
+Every ``kernels-cuda/csrc/*.cu`` but the host-only ones (``HOST_ONLY``: torch entry points whose kernels live in
+other TUs; red if one defines or launches a kernel) is compiled with ``-DWS1_DEVICE_ONLY`` (its kernels and their
+explicit instantiations, without the torch entry points) for sm_80 and sm_90a with the library's numerics flags and
 warnings as errors; ptxas's resource report (registers, spill stores/loads, stack frame, shared memory,
 barriers per kernel per arch) is parsed and written to ``<out>/cuda_resources.json`` and a readable
 ``<out>/cuda_resources.md``. It is red (exit 1) on a compile error or warning, on any spill in any kernel,
@@ -66,6 +67,11 @@ FLAGS = [
 ]
 REGISTRATION = CSRC / "ws1_cuda.cpp"
 CACHE = PKG / "build" / "compile_check"
+
+# Host-only translation units: an op's torch entry points (argument checks, buffers) whose kernels, and the launchers
+# of those kernels, are in other TUs (attention.cu: attention_{plan,fwd,bwd}.cu). With -DWS1_DEVICE_ONLY they compile
+# to nothing, so the device-only pass skips them; host_only_problems() keeps them free of kernels and launches.
+HOST_ONLY = ("attention.cu",)
 
 # Translation units built on CUTLASS: compiled for sm_90a alone (see the docstring), with its headers.
 HEAVY = "wgmma_gemm_*.cu"
@@ -137,11 +143,12 @@ SASS_EXPECT: list[dict] = [
         "require": {"mma.sync (HMMA)": r"\bHMMA\b"},
         "forbid": NO_LOCAL,
     },
-    # attention.cu: every compute kernel on mma.sync m16n8k16 (BF16 in, FP32 accumulate) fed by ldmatrix and cp.async,
-    # no local memory; the sm_80 image of the 170 KB prefill configuration <128, 4, 2> is a trap (never launched there)
+    # attention: every compute kernel (attention_fwd.cu: the forward; attention_bwd.cu: dQ, dK/dV) on mma.sync m16n8k16
+    # (BF16 in, FP32 accumulate) fed by ldmatrix and cp.async, no local memory; the sm_80 image of the 170 KB prefill
+    # configuration <128, 4, 2> is a trap (never launched there)
     *[
         {
-            "file": "attention.cu",
+            "file": file,
             "arch": arch,
             "kernel": kern,
             "require": {
@@ -151,24 +158,21 @@ SASS_EXPECT: list[dict] = [
             },
             "forbid": {**NO_LOCAL, **NO_FLOAT_ATOMIC},
         }
-        for arch, kern in (
-            ("sm_90a", r"attention_fwd_kernel<|attention_bwd_dq_kernel<|attention_bwd_dkv_kernel<"),
-            (
-                "sm_80",
-                r"attention_fwd_kernel<\d+, [14], 1>|attention_fwd_kernel<64, 4, 2>|"
-                r"attention_bwd_dq_kernel<|attention_bwd_dkv_kernel<",
-            ),
+        for file, arch, kern in (
+            ("attention_fwd.cu", "sm_90a", r"attention_fwd_kernel<"),
+            ("attention_fwd.cu", "sm_80", r"attention_fwd_kernel<\d+, [14], 1>|attention_fwd_kernel<64, 4, 2>"),
+            *[("attention_bwd.cu", arch, r"attention_bwd_dq_kernel<|attention_bwd_dkv_kernel<") for arch in ARCHS],
         )
     ],
+    # the other attention kernels (the plans, the split-KV merge, the backward's prep): no local memory, no float atomic
     *[
-        {
-            "file": "attention.cu",
-            "arch": arch,
-            "kernel": r"attention_(plan|merge|bwd_prep|bwd_plan)_kernel",
-            "require": {},
-            "forbid": {**NO_LOCAL, **NO_FLOAT_ATOMIC},
-        }
-        for arch in ("sm_80", "sm_90a")
+        {"file": file, "arch": arch, "kernel": kern, "require": {}, "forbid": {**NO_LOCAL, **NO_FLOAT_ATOMIC}}
+        for file, kern in (
+            ("attention_plan.cu", r"attention_(plan|bwd_plan)_kernel"),
+            ("attention_fwd.cu", r"attention_merge_kernel"),
+            ("attention_bwd.cu", r"attention_bwd_prep_kernel"),
+        )
+        for arch in ARCHS
     ],
     # every kernel of every file: no floating-point atomic anywhere (a sum's order must never be the scheduler's);
     # the CUTLASS TUs (wgmma_gemm_*.cu) have no sm_80 image in this check
@@ -469,6 +473,22 @@ def entry_problems(
     return problems
 
 
+def host_only_problems(csrc: Path = CSRC) -> list[str]:
+    """A HOST_ONLY file must exist and hold no kernel: the device-only pass never compiles it, so a `__global__` or a
+    launch (`<<<`) there would escape every check here (comments aside)."""
+    problems = []
+    for name in HOST_ONLY:
+        path = csrc / name
+        if not path.is_file():
+            problems.append(f"{name}: listed in HOST_ONLY but missing")
+            continue
+        code = re.sub(r"//[^\n]*|/\*.*?\*/", "", path.read_text(), flags=re.S)
+        for what, rx in (("defines a kernel (__global__)", r"__global__"), ("launches a kernel (<<<)", r"<<<")):
+            if re.search(rx, code):
+                problems.append(f"{name}: a host-only file {what}; the device-only pass skips it (HOST_ONLY)")
+    return problems
+
+
 def check(results: list[dict], declared: dict[str, tuple[str, str]]) -> list[str]:
     problems = [f"{r['file']}: compile failed:\n{r['log'].strip()[-3000:]}" for r in results if not r["ok"]]
     for r in results:
@@ -515,8 +535,8 @@ def table(results: list[dict]) -> str:
 
 
 def selected(subset: str) -> list[Path]:
-    """The csrc/*.cu files of a subset: "all", or "ci" (every light file + CI_HEAVY)."""
-    srcs = sorted(CSRC.glob("*.cu"))
+    """The csrc/*.cu files of a subset: "all", or "ci" (every light file + CI_HEAVY); never the HOST_ONLY ones."""
+    srcs = sorted(s for s in CSRC.glob("*.cu") if s.name not in HOST_ONLY)
     if subset == "ci":
         srcs = [s for s in srcs if not is_heavy(s) or s.name in CI_HEAVY]
     # heavy first: the longest jobs start at once
@@ -556,7 +576,9 @@ def run(
     for r in results:
         for k in r["kernels"]:
             k["name"] = names.get(k["kernel"], k["kernel"])
-    problems = check(results, manifest_sources() if sources is None else {})
+    problems = check(results, manifest_sources() if sources is None else {}) + (
+        host_only_problems() if sources is None else []
+    )
     version = (
         subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout.strip().splitlines()
     )
