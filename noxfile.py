@@ -463,5 +463,7 @@ def build_cuda(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over every Python source (ruff.toml; ci/tests/test_lint.py runs the same in every CI run)."""
+    """ruff over every Python source: the lint rules and the formatter's check (ruff.toml; ci/tests/test_lint.py
+    runs the same in every CI run)."""
     session.run(PY, "-m", "ruff", "check", ".", external=True)
+    session.run(PY, "-m", "ruff", "format", "--check", ".", external=True)
