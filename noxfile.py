@@ -175,8 +175,9 @@ def c5_inventory(session: nox.Session) -> None:
 
 @nox.session
 def c8_matrix(session: nox.Session) -> None:
-    """C8: profile × every node of the manifest's node table × {short, primary} × 4 judgments. ``--execute`` runs every cell through
-    C3/C4; without it the matrix is assembled from their evidence. An absent profile is red, not exit 2."""
+    """C8: profile × every node of the manifest's node table × {short, primary} × 4 judgments. ``--execute``
+    runs every cell through C3/C4; without it the matrix is assembled from their evidence. An absent profile
+    is red, not exit 2."""
     _matrix_gate(session, "c8")
 
 
@@ -202,8 +203,8 @@ def c9_model(session: nox.Session) -> None:
 @nox.session
 def c10_chain_gate(session: nox.Session) -> None:
     """C10: the chain gate on the whole model (``--model tiny|qwen3-8b-L2|qwen3-8b``, ``--weights DIR``,
-    ``--formal``); ``--candidate variant_attn_decode_order`` (or any control of ws1_ops.backends.controls) runs a negative
-    control, which must come out red."""
+    ``--formal``); ``--candidate variant_attn_decode_order`` (or any control of ws1_ops.backends.controls) runs a
+    negative control, which must come out red."""
     _matrix_gate(session, "c10")
 
 
@@ -463,5 +464,7 @@ def build_cuda(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over every Python source (ruff.toml; ci/tests/test_lint.py runs the same in every CI run)."""
+    """ruff over every Python source: the lint rules and the formatter's check (ruff.toml; ci/tests/test_lint.py
+    runs the same in every CI run)."""
     session.run(PY, "-m", "ruff", "check", ".", external=True)
+    session.run(PY, "-m", "ruff", "format", "--check", ".", external=True)

@@ -128,7 +128,10 @@ def main():
 
     results = []
     ws1_cols = ["ws1"] + [f"ws1_{i}" for i in also]
-    hdr = f"{'op':9s} {'M':>4s} {'K':>5s} {'N':>6s} | {'ws1 path':>10s} {'ms':>7s} {'GF/s':>6s} {'x fp32':>6s} {'x bf16':>6s}"
+    hdr = (
+        f"{'op':9s} {'M':>4s} {'K':>5s} {'N':>6s} | "
+        f"{'ws1 path':>10s} {'ms':>7s} {'GF/s':>6s} {'x fp32':>6s} {'x bf16':>6s}"
+    )
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, ws1 default isa {ws1_kernels_cpu.isa()}")
     print(hdr + f" | {'fp32 ms':>8s} {'GF/s':>6s} | {'bf16 ms':>8s} {'GF/s':>6s}")
     print("-" * (len(hdr) + 37))

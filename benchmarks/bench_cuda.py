@@ -115,7 +115,8 @@ def _gemm_row(clock, args, name, fns, flops, nbytes, extra, gemms=1):
         r["tflops_torch"] = flops / (r["torch_ms"] * 1e9)
         r["ws1_over_roofline"] = r["roofline_ms"] / r["ws1_ms"]
         print(
-            f"    roofline {r['roofline_ms']:.4f} ms ({r['roofline_basis']}): ws1 at {r['ws1_over_roofline']:.2f} of it",
+            f"    roofline {r['roofline_ms']:.4f} ms ({r['roofline_basis']}): "
+            f"ws1 at {r['ws1_over_roofline']:.2f} of it",
             flush=True,
         )
         rows.append(r)

@@ -291,7 +291,8 @@ def run_profile(profile: str, args, sz, dev, run: harness.Run) -> None:
             r = decode_case(*models(), sz, dev, timer, args.reps, graphs)
             print(
                 f"  decode: B{r['batch']} P{r['prompt']} +{r['new_tokens']}, graphs {r['graphs']} {r['buckets']}, "
-                f"{r['host_syncs']} host syncs / {r['decode_steps']} steps; decode tok/s ws1 {r['ws1_decode_tok_s']:.0f} "
+                f"{r['host_syncs']} host syncs / {r['decode_steps']} steps; "
+                f"decode tok/s ws1 {r['ws1_decode_tok_s']:.0f} "
                 f"plain {r['plain_decode_tok_s']:.0f} (x{r['decode_speed']:.3f}); end to end ws1 "
                 f"{r['ws1_e2e_tok_s']:.0f} plain {r['plain_e2e_tok_s']:.0f}",
                 flush=True,
@@ -299,8 +300,9 @@ def run_profile(profile: str, args, sz, dev, run: harness.Run) -> None:
         else:
             r = chain_case(profile, sz, dev, timer, args.reps)
             print(
-                f"  chain {r['preset']}: forward ws1 {r['ws1_fwd_s'] * 1e3:.2f} ms plain {r['plain_fwd_s'] * 1e3:.2f} ms "
-                f"(x{r['forward_ratio']:.2f}); fwd+bwd ws1 {r['ws1_fb_s'] * 1e3:.2f} ms plain {r['plain_fb_s'] * 1e3:.2f} ms "
+                f"  chain {r['preset']}: forward ws1 {r['ws1_fwd_s'] * 1e3:.2f} ms "
+                f"plain {r['plain_fwd_s'] * 1e3:.2f} ms (x{r['forward_ratio']:.2f}); "
+                f"fwd+bwd ws1 {r['ws1_fb_s'] * 1e3:.2f} ms plain {r['plain_fb_s'] * 1e3:.2f} ms "
                 f"(x{r['forward_backward_ratio']:.2f})",
                 flush=True,
             )
@@ -370,7 +372,8 @@ def main(argv=None) -> int:
         "sizes": sz,
     }
     print(
-        f"bench_rl on {host['device']} (torch {host['torch']}){' — CPU logic check: ratios mean nothing' if args.cpu_logic else ''}",
+        f"bench_rl on {host['device']} (torch {host['torch']})"
+        f"{' — CPU logic check: ratios mean nothing' if args.cpu_logic else ''}",
         flush=True,
     )
     path = args.json or os.path.join(

@@ -278,7 +278,8 @@ def gemm_cases(clock, dev, args) -> list[dict]:
                     {"M": M, "K": K, "N": N, "vs": vs32},
                 )
         rows += _candidate_rows(clock, args, g, dev, K, N, ws)
-    if not args.quick:  # Qwen3-8B's k_proj / v_proj width: N / 128 = 8 programs in the fixed tier at a decode step, 32 with the candidate
+    # Qwen3-8B's k_proj / v_proj width: N / 128 = 8 programs in the fixed tier at a decode step, 32 with the candidate
+    if not args.quick:
         copies = weight_copies(1024 * K * 2) if clock.cuda else 1
         rows += _candidate_rows(
             clock,
@@ -966,7 +967,8 @@ def print_targets(tg: list[dict], vs: str = "torch") -> None:
             print(f"  target ABSENT {t['target']}: {t.get('absent', '')}")
             continue
         roof = (
-            f"  (ws1 {t['ws1_ms']:.4f} ms, {t.get('vs', vs)} {t['torch_ms']:.4f} ms, roofline {t['roofline_ms']:.4f} ms)"
+            f"  (ws1 {t['ws1_ms']:.4f} ms, {t.get('vs', vs)} {t['torch_ms']:.4f} ms, "
+            f"roofline {t['roofline_ms']:.4f} ms)"
             if "roofline_ms" in t
             else ""
         )

@@ -9,8 +9,8 @@ the same matrix rate, so a constant would misplace every memory-bound row on one
 interpreter's logic check) the nominal ceilings are the first H200 run's, marked as not measured.
 
 **Run.** Benchmark groups run in order. After each group the JSON file is rewritten with every row measured so far
-(``"complete": false`` until the last, and
-false for good when a group was cut short or not started), so a run stopped by its caller's time limit loses only the group in flight.
+(``"complete": false`` until the last, and false for good when a group was cut short or not started), so a run
+stopped by its caller's time limit loses only the group in flight.
 With a deadline, a group that cannot start in time is not started and is named in ``errors`` ("not run: ..."),
 never dropped. SIGTERM (``timeout``'s first signal) stops the group in flight: it is named in ``errors``, the file
 is written, and the run returns; ``Stopped`` derives from BaseException so that the per-row ``except Exception`` of
@@ -127,7 +127,8 @@ def add_deadline(ap, what: str = "group") -> None:
 
 
 def refuse_unknown(prog: str, only: str, known, what: str = "group") -> bool:
-    """True, after one line on stderr, when ``--only`` names something the benchmark does not have (the caller exits 2)."""
+    """True, after one line on stderr, when ``--only`` names something the benchmark does not have
+    (the caller exits 2)."""
     unknown = [g for g in only.split(",") if g not in known]
     if unknown:
         print(

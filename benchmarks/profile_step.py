@@ -20,10 +20,10 @@ a GPU; views and bare allocations are listed apart), the kernel package's own ca
 (clone / copy_ / cat / index_select / contiguous), host syncs (what forces a device -> host round trip on a
 GPU: ``_local_scalar_dense`` (item, int(t), bool(t)), nonzero, unique, equal, tolist/numpy/cpu of a tensor),
 and host wall time (on a GPU, reads of host tensors are counted apart as ``host_reads``: nobody waits for
-them; on a CPU every read is counted as a sync, an upper bound). The counts are what a GPU runs too (the same Python, the same ops), so the table made
-on a CPU is the table of launches, copies and syncs a GPU step pays; the times on a CPU are compute, on a
-GPU (``--profile cuda_bf16``) they are the host's launch time per node (device time: ``--torch-profiler``,
-the kernels' CUDA time per node from torch.profiler).
+them; on a CPU every read is counted as a sync, an upper bound). The counts are what a GPU runs too (the
+same Python, the same ops), so the table made on a CPU is the table of launches, copies and syncs a GPU
+step pays; the times on a CPU are compute, on a GPU (``--profile cuda_bf16``) they are the host's launch
+time per node (device time: ``--torch-profiler``, the kernels' CUDA time per node from torch.profiler).
 
 Not a test and not a gate; its output is evidence for issue 25 (docs/model.md, "Overhead per node").
 """

@@ -115,7 +115,10 @@ def basis(host: dict) -> str:
     c = host.get("ceilings")
     if not c:
         return "max(FLOPs / 790 TFLOP/s, bytes / 4.3 TB/s) (the first H200 run's ceilings; this run recorded none)"
-    return f"max(FLOPs / {c['bf16_tflops']:.0f} TFLOP/s, bytes / {c['hbm_tbs']:.2f} TB/s) ({c.get('source', 'source not recorded')})"
+    return (
+        f"max(FLOPs / {c['bf16_tflops']:.0f} TFLOP/s, bytes / {c['hbm_tbs']:.2f} TB/s) "
+        f"({c.get('source', 'source not recorded')})"
+    )
 
 
 def devices(now: dict, before: dict) -> list[str]:
@@ -264,7 +267,8 @@ def render(
     notes: list[str] | None = None,
 ) -> str:
     lines = [
-        f"Issue 24's table: speed = contender time / ws1 time, graph mode (e: eager), before ({before_dir}) -> now ({now_dir})",
+        "Issue 24's table: speed = contender time / ws1 time, graph mode (e: eager), "
+        f"before ({before_dir}) -> now ({now_dir})",
         *(notes or []),
         "",
         "| case | cuda_bf16 | triton_cuda_bf16 |",
@@ -289,7 +293,8 @@ def render(
         )
         value = "" if t.get("value") is None else f" = {t['value']:.3f}"
         lines.append(
-            f"  {_verdict(t):<6} [{t['benchmark']}{'/' + t['profile'] if t.get('profile') else ''}] {t['target']}{value}{times}"
+            f"  {_verdict(t):<6} [{t['benchmark']}{'/' + t['profile'] if t.get('profile') else ''}] "
+            f"{t['target']}{value}{times}"
         )
     if cands:
         lines += ["", "Candidates (not used by the kernels; speed = time of what runs today / the candidate's):"]

@@ -223,8 +223,8 @@ def run_gate(step: Step, profile: str, args) -> Outcome:
         ok = rc == 1 and rec is not None and not rec["passed"] and rec.get("first_drift") is not None
         why = (
             (
-                f"red as required ({counts}); first drift {rec['first_drift']['cell']} layer {rec['first_drift']['layer']} "
-                f"{rec['first_drift']['node']}"
+                f"red as required ({counts}); first drift {rec['first_drift']['cell']} "
+                f"layer {rec['first_drift']['layer']} {rec['first_drift']['node']}"
             )
             if ok
             else f"the negative control did not come out red with a first_drift (exit {rc}; {counts})"
@@ -257,7 +257,8 @@ def _suites_outcome(step: Step, rc: int, secs: float, bound: dict, path: Path, r
     n = {k: sum(p["counts"].get(k, 0) for p in rec["processes"]) for k in ("tests", "failures", "errors", "skipped")}
     bound = {**bound, "suites": rec["suites"], "tests_record": str(path), "counts": n}
     detail = (
-        f"{'passed' if rc == 0 and rec['passed'] else f'exit {rc}'}: suites {', '.join(rec['suites'])} — {n['tests']} tests, "
+        f"{'passed' if rc == 0 and rec['passed'] else f'exit {rc}'}: "
+        f"suites {', '.join(rec['suites'])} — {n['tests']} tests, "
         f"{n['failures'] + n['errors']} failed, {n['skipped']} skipped (the other profiles' suites: CI's nox -s tests)"
     )
     ok = rc == 0 and rec["passed"]
@@ -325,20 +326,22 @@ def summary_lines(profile: str, outcomes: list[Outcome], root: Path, run_id: str
         ti, gi = c10.get("train_infer") or {}, c10.get("gradient_invariance") or {}
         if ti:
             lines.append(
-                f"  train/infer    max |Δlogp| {ti['max_abs_dlogp']:.3e} — {'bitwise' if ti['bitwise'] else 'NOT bitwise'} "
+                f"  train/infer    max |Δlogp| {ti['max_abs_dlogp']:.3e} — "
+                f"{'bitwise' if ti['bitwise'] else 'NOT bitwise'} "
                 f"(teacher forcing vs prefill + decode, B=4 and B=1; model {c10.get('model')}, {c10.get('mode')})"
             )
         if gi:
             lines.append(
-                f"  gradients      {gi['min_bitwise']} of {gi['of']} parameters bitwise in every one of {gi['cells']} cells "
-                f"(compared as {c10.get('grad_compare')})"
+                f"  gradients      {gi['min_bitwise']} of {gi['of']} parameters bitwise "
+                f"in every one of {gi['cells']} cells (compared as {c10.get('grad_compare')})"
             )
         lines.append(f"  first_drift    {c10.get('first_drift') or 'null'}")
     if neg:
         ti = neg.get("train_infer") or {}
         fd = neg.get("first_drift") or {}
         lines.append(
-            f"  neg. control   {NEGATIVE_CONTROL}: {'red as required' if not neg['passed'] else 'GREEN (the gate could not fail!)'}"
+            f"  neg. control   {NEGATIVE_CONTROL}: "
+            f"{'red as required' if not neg['passed'] else 'GREEN (the gate could not fail!)'}"
             f" — train/infer max |Δlogp| {ti.get('max_abs_dlogp', float('nan')):.3e}; first drift "
             f"{fd.get('cell')} layer {fd.get('layer')} {fd.get('node')} ({fd.get('tokens_differ')} tokens)"
         )

@@ -148,7 +148,8 @@ def main(argv=None) -> int:
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             print(
-                f"gpu_wheels: pip could not resolve {wanted} for Python {args.python}: {r.stderr.strip().splitlines()[-1:]}",
+                f"gpu_wheels: pip could not resolve {wanted} for Python {args.python}: "
+                f"{r.stderr.strip().splitlines()[-1:]}",
                 file=sys.stderr,
             )
             return 1

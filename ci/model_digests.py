@@ -8,8 +8,8 @@ samples, for ``cpu_bf16``, the FP32 ``reference`` and the ``torch_default`` cand
 ``forward`` and ``forward_packed``, teacher forcing's log-probs in every layout, the loss and every
 parameter gradient (under ``canonical_grads``), the rollout's log-softmax, the engine's prefill /
 chunked prefill / decode logits through a paged cache, and ``generate``'s tokens and log-probs (seeded
-sampling and greedy; not on the reference, which has no cache path). Each is the SHA-256 of the tensor's raw bytes with its dtype and shape, so one
-flipped bit anywhere is a different digest.
+sampling and greedy; not on the reference, which has no cache path). Each is the SHA-256 of the tensor's
+raw bytes with its dtype and shape, so one flipped bit anywhere is a different digest.
 """
 
 from __future__ import annotations

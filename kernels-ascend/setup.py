@@ -59,8 +59,8 @@ def _cann() -> tuple[str, str]:
     for lib in PLATFORM_LIBS:
         if not any(os.path.isfile(os.path.join(home, "lib64", f"lib{lib}.{x}")) for x in ("so", "a")):
             _fail(
-                f"lib{lib}.so / .a not found in {home}/lib64 (PlatformAscendCManager, which sizes the launches from the "
-                "SoC's core counts)"
+                f"lib{lib}.so / .a not found in {home}/lib64 (PlatformAscendCManager, "
+                "which sizes the launches from the SoC's core counts)"
             )
     return home, bisheng
 

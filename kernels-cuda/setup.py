@@ -89,7 +89,8 @@ SM90 = "arch=compute_90a,code=sm_90a" in ARCHS
 CUTLASS = cutlass_include()
 if SM90 and CUTLASS is None:
     _fail(
-        "no CUTLASS headers for the sm_90a GEMM: pip install --no-deps nvidia-cutlass==4.2.0.0 (or set WS1_CUTLASS_INCLUDE)"
+        "no CUTLASS headers for the sm_90a GEMM: "
+        "pip install --no-deps nvidia-cutlass==4.2.0.0 (or set WS1_CUTLASS_INCLUDE)"
     )
 GEMM_FLAGS = ["-isystem", CUTLASS, "-DNDEBUG"] if SM90 else ["-DWS1_NO_SM90_GEMM"]
 STRICT = os.environ.get("WS1_CUDA_WERROR", "1") != "0"

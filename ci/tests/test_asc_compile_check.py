@@ -34,7 +34,8 @@ def fake_checkout(root: Path) -> Path:
     for d in ("include/basic_api", "include/adv_api", "impl/utils", "impl/basic_api/utils", "impl/basic_api/dav_c220"):
         (asc / d).mkdir(parents=True, exist_ok=True)
     (asc / "include/kernel_operator.h").write_text(
-        "#pragma once\n#define KERNEL_TASK_TYPE_DEFAULT(x)\nnamespace AscendC { inline int Twice(int x) { return 2 * x; } }\n"
+        "#pragma once\n#define KERNEL_TASK_TYPE_DEFAULT(x)\n"
+        "namespace AscendC { inline int Twice(int x) { return 2 * x; } }\n"
     )
     (asc / "include/basic_api/kernel_tpipe.h").write_text("#pragma once\n")
     (asc / "impl/utils/sys_macros.h").write_text("#pragma once\n")

@@ -97,7 +97,8 @@ def test_a_red_gate_names_its_first_red_cell(tmp_path, this_run):
     code = f"""
 import sys
 from ws1_contract import Cell, write_evidence
-write_evidence("c7_stateful_kv", "cpu_bf16", [Cell(id="b2/warm", judgment="stateful_kv", status="red", detail="differs")],
+write_evidence("c7_stateful_kv", "cpu_bf16",
+               [Cell(id="b2/warm", judgment="stateful_kv", status="red", detail="differs")],
                None, contract_fingerprint="f", fixture_hash="h", git_sha="s", dirty=False, root={str(tmp_path)!r})
 sys.exit(1)
 """

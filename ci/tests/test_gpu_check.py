@@ -82,7 +82,8 @@ if [[ "$1" == benchmarks/bench_*.py ]]; then
   echo "$@" >>"{tmp_path}/bench_args.txt"
   [[ "$1" == benchmarks/bench_triton.py ]] || {{ echo "bench: no CUDA device on this host"; exit 2; }}
   while [ $# -gt 0 ]; do [ "$1" = --json ] && out=$2; shift; done
-  echo '{{"host": {{"device": "fake"}}, "cases": [], "complete": false, "errors": {{"chain": "not run: the time budget"}},
+  echo '{{"host": {{"device": "fake"}}, "cases": [], "complete": false,
+        "errors": {{"chain": "not run: the time budget"}},
         "targets": [{{"met": true}}, {{"met": false}}, {{"met": null}}]}}' >"$out"
   exit 1
 fi

@@ -21,10 +21,10 @@ every report: (1) CANN's tikicpulib headers are replaced by WS1's stub (asc_host
 anything, so nothing below the API's implementation templates is checked); (2) ``kernel_tiling.h`` is generated
 from asc-devkit's tiling-data headers by our own converter; (3) the host launchers ``ws1_launch_*`` are compiled
 through their ``WS1_ASCEND_EMU`` form (a plain call; a host compiler cannot parse bisheng's ``<<<...>>>``), with
-a do-nothing ``ws1emu::launch`` / ``launch_mix``; (4) a unit that fails on ``AscendC::bfloat16_t`` is compiled once more with
-``namespace AscendC { using ::bfloat16_t; }`` to show what lies behind that error — reported apart, never counted
-as compiled. Names that resolve to the HOST's system headers (INFINITY from math.h, std:: from libstdc++) are
-listed: a device compile must find them elsewhere.
+a do-nothing ``ws1emu::launch`` / ``launch_mix``; (4) a unit that fails on ``AscendC::bfloat16_t`` is compiled
+once more with ``namespace AscendC { using ::bfloat16_t; }`` to show what lies behind that error — reported
+apart, never counted as compiled. Names that resolve to the HOST's system headers (INFINITY from math.h, std::
+from libstdc++) are listed: a device compile must find them elsewhere.
 
 Diagnostics are classified by where they point: ``ours`` (kernels-ascend), ``api`` (inside asc-devkit, reached
 from our call: read it), ``host_stub`` (a gap of the stub: a limit of this check), ``host`` (system headers).
@@ -626,7 +626,8 @@ def build_report(a, asc, cxx, arch, units, skipped, bad_types, names, probes) ->
             "tikicpulib headers (stub_def.h, stub_fun.h, kernel_fp16.h, kernel_bf16.h, simt_stub.h): WS1's stub, "
             "intrinsics accept any arguments (asc_host_stub.py)",
             "kernel_tiling/kernel_tiling.h: generated from asc-devkit's *tilingdata.h by asc_host_stub.py",
-            "host launchers: WS1_ASCEND_EMU form with a do-nothing ws1emu::launch / launch_mix (no <<<...>>> on a host compiler)",
+            "host launchers: WS1_ASCEND_EMU form with a do-nothing ws1emu::launch / launch_mix "
+            "(no <<<...>>> on a host compiler)",
             f"shim, reported apart, never counted: {SHIM_BF16['code']}",
         ],
         "units": [u.as_dict(a.errors) for u in units],
@@ -659,7 +660,10 @@ def print_summary(r: dict) -> None:
         p(f"  stand-in: {s}")
     p("")
     for u in r["units"]:
-        line = f"  {u['unit']:<34} {u['kind']:<6} {u['core']}  {u['status'].upper() if u['status'] != 'compiled' else 'compiled'}"
+        line = (
+            f"  {u['unit']:<34} {u['kind']:<6} {u['core']}  "
+            f"{u['status'].upper() if u['status'] != 'compiled' else 'compiled'}"
+        )
         if u["n_errors"]:
             line += f"  {u['n_errors']} errors {u['errors_by_class']}"
         p(line)

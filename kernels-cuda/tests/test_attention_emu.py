@@ -74,7 +74,7 @@ def positions(lengths):
     return torch.cat([torch.arange(n) for n in lengths])
 
 
-# ---- the emulator is the .cu ------------------------------------------------------------------------------------------
+# ---- the emulator is the .cu -----------------------------------------------------------------------------------------
 def test_tile_constants_and_address_expressions_are_the_cuda_sources():
     """The emulator's constants are the header's, and every ldmatrix address expression it executes appears verbatim
     (lane -> LANE) in the kernel sources that use it (attention_fwd.cuh, attention_bwd.cuh): the emulator cannot drift
@@ -397,7 +397,7 @@ def test_backward_plans_on_the_device_and_a_captured_call_guards_itself(bwd_case
             assert torch.isnan(g).all(), (name, g_name, int((~torch.isnan(g)).sum()))
 
 
-# ---- negative controls: each check above fails for a deliberately variant kernel ----------------------------------------
+# ---- negative controls: each check above fails for a deliberately variant kernel -------------------------------------
 def test_controls_turn_the_invariance_checks_red(long_case, bwd_case):
     q, k, v, pos, sc, out, lse = long_case
     # tiles aligned to the CTA's first query: a chunk's rows differ from the prefill's (whole-row mode on both sides)

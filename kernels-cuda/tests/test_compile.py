@@ -203,7 +203,8 @@ code version = [1,8]
 
 \tcode for sm_90a
 \t\tFunction : _Z1kv
-        /*0000*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4].tnspA, RZ, !UPT, gsb0 ;  /* 0x61e00000041879f0 */
+        /*0000*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4].tnspA, RZ, !UPT, gsb0 ;  \
+/* 0x61e00000041879f0 */
         /*0010*/                   UTMALDG.3D [UR8], [UR4] ;  /* 0x000000000008 */
         /*0020*/                   STL [R1], R2 ;  /* 0x000000000008 */
 """

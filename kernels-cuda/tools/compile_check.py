@@ -85,7 +85,9 @@ NO_LOCAL = {"local memory (LDL/STL)": r"\b(?:LDL|STL)(?:\.[A-Z0-9]+)*\b"}
 # a floating-point atomic or reduction to memory (RED/REDG/ATOM/ATOMG/ATOMS .ADD.F32 and kin): the order of such
 # sums is the scheduler's, so no ws1 kernel may issue one (integer atomics, e.g. a plan's CAS, are order-free)
 NO_FLOAT_ATOMIC = {
-    "floating-point atomic (RED/ATOM .F16/.F32/.F64)": r"\b(?:REDG?|ATOMG?|ATOMS)\.[A-Z0-9_.]*?\bB?F(?:16|32|64)(?:x2|_V2)?\b"
+    "floating-point atomic (RED/ATOM .F16/.F32/.F64)": (
+        r"\b(?:REDG?|ATOMG?|ATOMS)\.[A-Z0-9_.]*?\bB?F(?:16|32|64)(?:x2|_V2)?\b"
+    )
 }
 # `except`: files the row's pattern matches but that have a row of their own
 N32_TU = "wgmma_gemm_fwd_bf16_n32.cu"  # the n32 candidate (wgmma_gemm.h): m64n32k16, never chosen by the ops
@@ -635,8 +637,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     files = report["files"]
     print(
-        f"compile_check: {len(files)} files ({len(report['cached'])} from the cache), {sum(len(f['kernels']) for f in files)} "
-        f"kernel images (sm_80, sm_90a; CUTLASS TUs sm_90a) in {report['wall_seconds']} s -> {args.out / 'cuda_resources.json'}"
+        f"compile_check: {len(files)} files ({len(report['cached'])} from the cache), "
+        f"{sum(len(f['kernels']) for f in files)} kernel images (sm_80, sm_90a; CUTLASS TUs sm_90a) "
+        f"in {report['wall_seconds']} s -> {args.out / 'cuda_resources.json'}"
     )
     for p in report["problems"]:
         print(f"  RED: {p}")

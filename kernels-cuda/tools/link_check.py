@@ -99,8 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     for p in problems:
         print(f"  RED: {p}")
     print(
-        f"link_check: {len(ops)} ops, {len(expect)} Meta shape checks, {raised} entry points raised their one-line error "
-        f"through the CUDA key -> {args.out / 'cuda_link.json'}: {report['verdict']}"
+        f"link_check: {len(ops)} ops, {len(expect)} Meta shape checks, "
+        f"{raised} entry points raised their one-line error through the CUDA key -> "
+        f"{args.out / 'cuda_link.json'}: {report['verdict']}"
     )
     return 0 if not problems else 1
 

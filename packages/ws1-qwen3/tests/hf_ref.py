@@ -2,8 +2,8 @@
 
 ``hf_checkpoint`` saves a random-config ``Qwen3ForCausalLM`` with ``save_pretrained`` (the real
 HF format our loader must read). ``hf_teacher_forcing`` / ``hf_rollout`` compute the completion
-log-probs the same two ways ws1_qwen3 does (teacher_forcing, rollout.rollout_logp) — one full forward, and prompt prefill +
-forced decode through transformers' own KV cache — so the same judgment can run on both models.
+log-probs the same two ways ws1_qwen3 does (teacher_forcing, rollout.rollout_logp) — one full forward, and
+prompt prefill + forced decode through transformers' own KV cache — so the same judgment can run on both models.
 """
 
 from __future__ import annotations

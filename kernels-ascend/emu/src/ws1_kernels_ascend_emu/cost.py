@@ -8,8 +8,8 @@ formula against the emulator's own counts (ws1emu::Counts) at small shapes, bit 
     python -m ws1_kernels_ascend_emu.cost --emulate    # also: the emulator's counts next to the formulas, small shapes
 
 The 910B figures (docs/ascend.md cites each): Cube BF16 16 x 16 x 16 MACs per cycle per AIC, FP32 16 x 16 x 4
-(asc-devkit docs/zh/api/附录/Cube指令理论性能汇总.md); 24 AIC / 48 AIV at 1800 MHz on an Ascend910B2, 20 / 40 at 1500 MHz
-on an Ascend910B4 (CANN's platform configs, hicann/runtime src/platform/platform_config/Ascend910B2.ini,
+(asc-devkit docs/zh/api/附录/Cube指令理论性能汇总.md); 24 AIC / 48 AIV at 1800 MHz on an Ascend910B2, 20 / 40 at
+1500 MHz on an Ascend910B4 (CANN's platform configs, hicann/runtime src/platform/platform_config/Ascend910B2.ini,
 Ascend910B4-1.ini); vector FP32 64 elements per cycle (Add, Mul, Adds, Muls), 32 (Exp, Ln, Div) per AIV
 (Vector指令理论性能汇总.md); HBM ~1.6 TB/s (third-party spec sheets; no Huawei primary figure in reach: an assumption).
 """
@@ -73,7 +73,8 @@ def gemm(M: int, N: int, K: int, isz: int = 2, osz: int = 2) -> Cost:
 
 # ---- attention -----------------------------------------------------------------------------------------------------
 def query_blocks(lens_q: list[list[int]], G: int) -> list[tuple[int, int]]:
-    """(query count, largest position) of every query block: per sequence its queries (positions) in blocks of 64 / G."""
+    """(query count, largest position) of every query block: per sequence its queries (positions) in blocks
+    of 64 / G."""
     qb = 64 // G
     out = []
     for pos in lens_q:
@@ -270,8 +271,9 @@ def bench_cases() -> list[tuple[str, str, Cost]]:
 
 def markdown(chip: Chip = B2) -> str:
     lines = [
-        f"| kernel | shape | useful GFLOP | issued GMAC (Cube) | GM MB issued (MTE2 + MTE3 + FIX) | of it workspace MB | "
-        f"HBM MB (unique) | busy AI cores | Cube / HBM / GM port / vector µs | roofline ({chip.name}) |",
+        "| kernel | shape | useful GFLOP | issued GMAC (Cube) | GM MB issued (MTE2 + MTE3 + FIX) | "
+        "of it workspace MB | HBM MB (unique) | busy AI cores | Cube / HBM / GM port / vector µs | "
+        f"roofline ({chip.name}) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, shape, c in bench_cases():
@@ -365,8 +367,9 @@ def main() -> None:
     a = ap.parse_args()
     for chip in (B2, B4):
         print(
-            f"{chip.name}: {chip.aic} AIC / {chip.aiv} AIV at {chip.ghz} GHz -> Cube BF16 {chip.bf16_tflops:.1f} TFLOPS, "
-            f"FP32 {chip.fp32_tflops:.1f}; vector FP32 {chip.vec_gops / 1e3:.2f} Tops; HBM {chip.hbm_tbs} TB/s (assumed)"
+            f"{chip.name}: {chip.aic} AIC / {chip.aiv} AIV at {chip.ghz} GHz -> "
+            f"Cube BF16 {chip.bf16_tflops:.1f} TFLOPS, FP32 {chip.fp32_tflops:.1f}; "
+            f"vector FP32 {chip.vec_gops / 1e3:.2f} Tops; HBM {chip.hbm_tbs} TB/s (assumed)"
         )
     print()
     print(markdown(B2))
@@ -380,8 +383,8 @@ def main() -> None:
         for name, call, model in small_cases():
             e = emulated(name, call)
             print(
-                f"| {name} | {model.macs} / {e['mmad_macs']} | {model.mte2} / {e['MTE2']} | {model.mte3} / {e['MTE3']} | "
-                f"{model.fix} / {e['FIX']} | {e['vec_elems']} |"
+                f"| {name} | {model.macs} / {e['mmad_macs']} | {model.mte2} / {e['MTE2']} | "
+                f"{model.mte3} / {e['MTE3']} | {model.fix} / {e['FIX']} | {e['vec_elems']} |"
             )
 
 

@@ -197,7 +197,8 @@ def verdict(dirs: list[str]) -> dict:
     missing = [f"{n}: {v['problems'][0]}" for n, v in profiles.items() if v["status"] != "green"]
     if len(commits) > 1:
         missing.append(
-            f"the green records come from {len(commits)} commits ({', '.join(c[:12] for c in commits)}): one state of the code only"
+            f"the green records come from {len(commits)} commits ({', '.join(c[:12] for c in commits)}): "
+            "one state of the code only"
         )
     runs = [
         {
@@ -241,7 +242,8 @@ def render(v: dict) -> str:
     green_runs = [r for r in v.get("full_test_runs", []) if not r["problems"] and r["git_sha"] in v["commits"]]
     if green_runs:
         lines.append(
-            f"  {'CI full run':<18} green    {green_runs[0]['path']} (nox -s tests: {', '.join(green_runs[0]['suites'])})"
+            f"  {'CI full run':<18} green    {green_runs[0]['path']} "
+            f"(nox -s tests: {', '.join(green_runs[0]['suites'])})"
         )
     if v["missing"]:
         lines.append("missing:")

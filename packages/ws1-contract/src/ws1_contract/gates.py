@@ -114,7 +114,8 @@ def c1_contract(run: GateRun, args) -> None:
         "fingerprint",
         "contract",
         again == c.fingerprint and moved,
-        f"sha256 of sorted-key compact JSON {c.fingerprint[:16]}…; stable {again == c.fingerprint}, moves on an edit {moved}",
+        f"sha256 of sorted-key compact JSON {c.fingerprint[:16]}…; "
+        f"stable {again == c.fingerprint}, moves on an edit {moved}",
     )
     # provenance: its own family accepted, any other family rejected
     prov = Provenance(
@@ -278,7 +279,8 @@ def c2_manifest(run: GateRun, args) -> None:
         "fixtures-primary",
         "manifest",
         ok,
-        f"{len(fx.primary)} samples, lengths {lengths}, {m.active_tokens} active / {m.total_tokens} tokens, padded to {fx.padded_length}",
+        f"{len(fx.primary)} samples, lengths {lengths}, "
+        f"{m.active_tokens} active / {m.total_tokens} tokens, padded to {fx.padded_length}",
     )
     _cell(
         run,

@@ -106,8 +106,8 @@ def render_markdown(folder: Path, recs: list[tuple[Path, dict]], note: str | Non
     if recs:
         r0 = recs[0][1]
         out += [
-            f"git `{r0['git_sha'][:12]}`{' (dirty)' if r0['dirty'] else ''} · contract `{r0['contract_fingerprint'][:16]}` · "
-            f"fixtures `{r0['fixture_hash'][:16]}`",
+            f"git `{r0['git_sha'][:12]}`{' (dirty)' if r0['dirty'] else ''} · "
+            f"contract `{r0['contract_fingerprint'][:16]}` · fixtures `{r0['fixture_hash'][:16]}`",
             "",
         ]
         mixed = _mixed(recs)
@@ -117,7 +117,8 @@ def render_markdown(folder: Path, recs: list[tuple[Path, dict]], note: str | Non
     for p, r in recs:
         c = r["counts"]
         out.append(
-            f"| {r['gate']} | {_verdict(r)} | {c['green']} | {c['red']} | {c['N/A']} | {r.get('wall_time_s', '')} | `{p.name}` |"
+            f"| {r['gate']} | {_verdict(r)} | {c['green']} | {c['red']} | {c['N/A']} | "
+            f"{r.get('wall_time_s', '')} | `{p.name}` |"
         )
     out.append("")
     for p, r in recs:
@@ -163,8 +164,8 @@ def _c10_items(r: dict, code, bold, text) -> list[str]:
         + (
             "null"
             if fd is None
-            else f"{code(fd.get('cell', '?'))} layer {fd['layer']} {code(fd['node'])}, {fd['tokens_differ']} of {fd['tokens']} tokens, "
-            f"first at {text(_key(fd['first_key']))}"
+            else f"{code(fd.get('cell', '?'))} layer {fd['layer']} {code(fd['node'])}, "
+            f"{fd['tokens_differ']} of {fd['tokens']} tokens, first at {text(_key(fd['first_key']))}"
         )
     )
     return out
@@ -229,7 +230,8 @@ def render_html(folder: Path, recs: list[tuple[Path, dict]], note: str | None = 
         r0 = recs[0][1]
         parts.append(
             f"<p>git <code>{e(r0['git_sha'][:12])}</code>{' (dirty)' if r0['dirty'] else ''} · contract "
-            f"<code>{e(r0['contract_fingerprint'][:16])}</code> · fixtures <code>{e(r0['fixture_hash'][:16])}</code></p>"
+            f"<code>{e(r0['contract_fingerprint'][:16])}</code> · "
+            f"fixtures <code>{e(r0['fixture_hash'][:16])}</code></p>"
         )
         mixed = _mixed(recs)
         if mixed:

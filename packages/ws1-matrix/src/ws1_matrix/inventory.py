@@ -59,16 +59,16 @@ ARGUMENTS = {
     "silu": "ws1 kernel: x*sigmoid(x) in FP32 rounded once, one templated path (swiglu's with up = 1.0), so "
     "silu(x) == swiglu(x, ones) bitwise; judged by C3/C4 on short and primary",
     "swiglu": "ws1 kernel: silu(gate)*up in FP32 rounded once per element; judged by C3/C4 on short and primary",
-    "residual_add": "h + o.float(): FP32 residual stream plus a BF16 op output upcast (exact); IEEE addition is correctly "
-    "rounded, so each element equals round32(h + o) whatever the layout",
+    "residual_add": "h + o.float(): FP32 residual stream plus a BF16 op output upcast (exact); IEEE addition is "
+    "correctly rounded, so each element equals round32(h + o) whatever the layout",
     "scale": "x * s: FP32 (the loss' 1/27) and BF16 with an FP32 scalar; IEEE multiplication is correctly rounded "
     "(attention's 1/sqrt(D) is applied inside the attention kernel, judged there)",
     "bias": "x + b[None, :] in BF16 — not in the Qwen3 chain (attention_bias false, no MLP bias); checked because a "
     "bias add is one broadcast IEEE addition per element",
     "mask_fill": "x.masked_fill(mask, v): a select, no arithmetic; the pad fill of unpack and of padded batches (the "
     "causal mask is inside the attention kernel: keys past a query are never touched)",
-    "dtype_cast": "FP32 -> BF16 round-to-nearest-even (K/V before the cache, every op's output) and BF16 -> FP32 (exact): "
-    "compared with the rounding done on the integer bits, ties and subnormals included",
+    "dtype_cast": "FP32 -> BF16 round-to-nearest-even (K/V before the cache, every op's output) and BF16 -> FP32 "
+    "(exact): compared with the rounding done on the integer bits, ties and subnormals included",
 }
 
 
@@ -238,7 +238,8 @@ def c5_inventory(run, args) -> None:
                     profile,
                     item,
                     "tracked_red",
-                    f"not yet executed on its hardware: {profile} needs a {ws1_accel.device_type_of(profile)} device: {why}",
+                    f"not yet executed on its hardware: {profile} needs a "
+                    f"{ws1_accel.device_type_of(profile)} device: {why}",
                 )
             )
         return

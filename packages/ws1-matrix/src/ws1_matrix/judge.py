@@ -311,7 +311,10 @@ def _invariance(verdicts: list[rows.Verdict]) -> Outcome:
     mx = max(v.max_abs for v in verdicts)
     if bad:
         first = bad[0].to_dict()["detail"]
-        detail = f"{len(bad)} of {len(verdicts)} transforms differ ({', '.join(v.transform for v in bad[:6])}); first: {first}"
+        detail = (
+            f"{len(bad)} of {len(verdicts)} transforms differ ({', '.join(v.transform for v in bad[:6])}); "
+            f"first: {first}"
+        )
     else:
         detail = f"bitwise across {len(verdicts)} transforms ({', '.join(names)})"
     return Outcome("invariance", not bad, detail, mx, None, {"transforms": [v.to_dict() for v in verdicts]})

@@ -163,7 +163,10 @@ def _source_problem(run, gate: str, path: Path, data: dict, sha: str) -> str | N
                 f"stale {gate} evidence ({path}): commit unknown (record {data['git_sha'][:12]}, checkout {sha[:12]})"
             )
         if data["dirty"] is not False:
-            return f"stale {gate} evidence ({path}): written from a dirty tree (dirty={data['dirty']}): the code that wrote it is unknown"
+            return (
+                f"stale {gate} evidence ({path}): written from a dirty tree (dirty={data['dirty']}): "
+                "the code that wrote it is unknown"
+            )
         if data["git_sha"] != sha:
             return f"stale {gate} evidence ({path}): written at git {data['git_sha'][:12]}, checkout is {sha[:12]}"
     prov = data["provenance"]

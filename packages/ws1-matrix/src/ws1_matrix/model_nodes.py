@@ -129,7 +129,9 @@ def c9(run, args) -> None:
             "parameters-on-device",
             "model_device",
             where == {dev.type},
-            detail=f"{sum(1 for _ in model.parameters())} parameter tensors on {sorted(where)}; profile device {dev.type}",
+            detail=(
+                f"{sum(1 for _ in model.parameters())} parameter tensors on {sorted(where)}; profile device {dev.type}"
+            ),
         )
     )
     rec, silu = observe(model)

@@ -29,7 +29,8 @@ def build_model(name: str, profile: str, *, seed: int = 20260812, weights: str |
     else:
         m = synthetic(preset(name), profile, seed=seed, progress=sys.stderr.isatty())
     log(
-        f"model {m.config.name} ({'synthetic' if m.synthetic else m.source}) for {profile} in {time.perf_counter() - t:.1f}s"
+        f"model {m.config.name} ({'synthetic' if m.synthetic else m.source}) "
+        f"for {profile} in {time.perf_counter() - t:.1f}s"
     )
     return m
 

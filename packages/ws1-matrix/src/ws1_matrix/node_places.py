@@ -89,7 +89,8 @@ def missing_places(table: dict | None = None) -> tuple[list[str], list[str]]:
                 need(node in k, f"ws1_ops/backends/{fam}.py KERNELS has no entry")
         need(
             node in traced,
-            "no trace point of this kind in ws1_qwen3.model NODE_KIND (the model never runs it: C9/C10 cannot observe it)",
+            "no trace point of this kind in ws1_qwen3.model NODE_KIND "
+            "(the model never runs it: C9/C10 cannot observe it)",
         )
     return problems, notes
 

@@ -110,16 +110,19 @@ def svg(records: list[dict]) -> str:
         for ti, tier in enumerate(tiers):
             x0 = left + ti * len(JUDGMENTS) * cw
             parts.append(
-                f'<text x="{x0 + 2 * cw}" y="{y0 - 26}" font-size="12" text-anchor="middle" font-weight="bold">{escape(tier)}</text>'
+                f'<text x="{x0 + 2 * cw}" y="{y0 - 26}" font-size="12" text-anchor="middle" '
+                f'font-weight="bold">{escape(tier)}</text>'
             )
             for ji, j in enumerate(JUDGMENTS):
                 parts.append(
-                    f'<text x="{x0 + ji * cw + cw / 2}" y="{y0 - 8}" font-size="10" text-anchor="middle">{SHORT[j]}</text>'
+                    f'<text x="{x0 + ji * cw + cw / 2}" y="{y0 - 8}" font-size="10" '
+                    f'text-anchor="middle">{SHORT[j]}</text>'
                 )
         for oi, op in enumerate(ops):
             yy = y0 + oi * ch
             parts.append(
-                f'<text x="{left - 8}" y="{yy + 14}" font-size="11" text-anchor="end" font-family="monospace">{escape(op)}</text>'
+                f'<text x="{left - 8}" y="{yy + 14}" font-size="11" text-anchor="end" '
+                f'font-family="monospace">{escape(op)}</text>'
             )
             for ti, tier in enumerate(tiers):
                 for ji, j in enumerate(JUDGMENTS):

@@ -167,7 +167,10 @@ def isolation_cell(model) -> Cell:
         "isolation/failing-request",
         "stateful_kv",
         ok,
-        detail=f"{'; '.join(errors)}; sequence a: K/V {'unchanged' if same else 'CHANGED'}, cursor {n0} -> {cache.length('a')}",
+        detail=(
+            f"{'; '.join(errors)}; sequence a: K/V {'unchanged' if same else 'CHANGED'}, "
+            f"cursor {n0} -> {cache.length('a')}"
+        ),
     )
 
 

@@ -13,7 +13,7 @@ that meets the inputs, ``device="cpu"`` for host-side metadata (row keys, cu_seq
 lists) that is moved on purpose.
 
     WS1_STRAY_DEVICE=meta python -m ws1_matrix c10 cpu_bf16     # any gate, in this mode
-    with stray_default_device(): ...                              # tests (packages/ws1-matrix/tests/test_stray_device.py)
+    with stray_default_device(): ...                            # tests (packages/ws1-matrix/tests/test_stray_device.py)
 """
 
 from __future__ import annotations

@@ -695,8 +695,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(table)
     print(
-        f"triton-aot: {doc['kernels']} kernels, {doc['configs']} configurations for {', '.join(f'sm_{a}' for a in archs)} "
-        f"from {len(launches)} recorded launches ({', '.join(shapes)}); {doc['red']} red; "
+        f"triton-aot: {doc['kernels']} kernels, {doc['configs']} configurations "
+        f"for {', '.join(f'sm_{a}' for a in archs)} from {len(launches)} recorded launches "
+        f"({', '.join(shapes)}); {doc['red']} red; "
         f"record {t_rec:.0f} s, total {wall:.0f} s (triton {triton.__version__}) -> {out / 'triton_aot.json'}"
     )
     return 1 if doc["red"] else 0

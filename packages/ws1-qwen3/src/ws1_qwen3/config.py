@@ -80,7 +80,8 @@ class Qwen3Config:
         arch = d.get("architectures") or ["Qwen3ForCausalLM"]
         if d.get("model_type", "qwen3") != "qwen3" or "Qwen3ForCausalLM" not in arch:
             raise ConfigError(
-                f"config.json: model_type {d.get('model_type')!r} / architectures {arch} is not a dense Qwen3ForCausalLM"
+                f"config.json: model_type {d.get('model_type')!r} / architectures {arch} "
+                "is not a dense Qwen3ForCausalLM"
             )
         refuse = {
             "hidden_act": (d.get("hidden_act", "silu"), "silu"),

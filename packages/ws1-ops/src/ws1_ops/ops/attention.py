@@ -130,7 +130,8 @@ def attention(
     check(
         cu_seqlens_q.shape == cu_seqlens_k.shape and cu_seqlens_q.numel() >= 2,
         OP,
-        f"cu_seqlens_q and cu_seqlens_k must both be [B+1], got {tuple(cu_seqlens_q.shape)} and {tuple(cu_seqlens_k.shape)}",
+        "cu_seqlens_q and cu_seqlens_k must both be [B+1], "
+        f"got {tuple(cu_seqlens_q.shape)} and {tuple(cu_seqlens_k.shape)}",
     )
     if value_checks(cu_seqlens_q, cu_seqlens_k):  # a host sync on a device: see ws1_ops.trusted_inputs
         end_q, end_k = int(cu_seqlens_q[-1]), int(cu_seqlens_k[-1])

@@ -50,9 +50,10 @@ def dot(a, b, acc):
     is numpy's matmul there, i.e. the host's BLAS, whose reduction order follows M on some CPUs
     (measured on an AMD Zen 3 host with numpy's OpenBLAS 0.3.31: det_gemm's padded and permuted
     layouts differed from the canonical batch in single FP32 ulps; on other hosts they did not), which
-    made the interpreter's invariance verdicts depend on the machine. So the interpreter forms the [BM, BK, BN] products and sums them over k with
-    numpy's reduction along a non-innermost axis: k ascending for every output element, whatever
-    BM is. Same values up to FP32 rounding; it checks logic and invariance, not GPU numerics."""
+    made the interpreter's invariance verdicts depend on the machine. So the interpreter forms the
+    [BM, BK, BN] products and sums them over k with numpy's reduction along a non-innermost axis:
+    k ascending for every output element, whatever BM is. Same values up to FP32 rounding; it checks
+    logic and invariance, not GPU numerics."""
     if _INTERP:
         if a.shape[0] * a.shape[1] * b.shape[1] > 1 << 20:
             # the [BM, BK, BN] products would exceed Triton's largest tensor (2^20 elements, e.g. a
