@@ -194,7 +194,8 @@ REACH_SCOPE = ["packages/*/src/**/*.py", "ci/*.py", "benchmarks/*.py"]
 
 
 def _reach_ins(files: list[Path], root: Path) -> list[str]:
-    """``x._name`` on anything but ``self``/``cls`` that is neither a listed third-party private nor the module's own."""
+    """``x._name`` on anything but ``self``/``cls`` that is neither a listed third-party private nor the module's
+    own."""
     bad = []
     for f in files:
         rel = f.relative_to(root).as_posix()
