@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -82,52 +83,6 @@ def check_profile(profile: str) -> None:
     if profile in (REFERENCE, *CANDIDATES):
         return
     ws1_accel.family_of(profile)  # UnknownProfile names the choices
-
-
-# ---- modules (HF parameter names) -----------------------------------------------------------
-
-
-class _W(nn.Module):
-    def __init__(self, shape: tuple[int, ...], fk: dict):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(shape, **fk))  # fk: dtype and device, always both
-
-
-class _Attn(nn.Module):
-    def __init__(self, c: Qwen3Config, fk: dict):
-        super().__init__()
-        H, D = c.hidden_size, c.head_dim
-        self.q_proj = _W((c.num_attention_heads * D, H), fk)
-        self.k_proj = _W((c.num_key_value_heads * D, H), fk)
-        self.v_proj = _W((c.num_key_value_heads * D, H), fk)
-        self.o_proj = _W((H, c.num_attention_heads * D), fk)
-        self.q_norm = _W((D,), fk)
-        self.k_norm = _W((D,), fk)
-
-
-class _MLP(nn.Module):
-    def __init__(self, c: Qwen3Config, fk: dict):
-        super().__init__()
-        self.gate_proj = _W((c.intermediate_size, c.hidden_size), fk)
-        self.up_proj = _W((c.intermediate_size, c.hidden_size), fk)
-        self.down_proj = _W((c.hidden_size, c.intermediate_size), fk)
-
-
-class _Layer(nn.Module):
-    def __init__(self, c: Qwen3Config, fk: dict):
-        super().__init__()
-        self.self_attn = _Attn(c, fk)
-        self.mlp = _MLP(c, fk)
-        self.input_layernorm = _W((c.hidden_size,), fk)
-        self.post_attention_layernorm = _W((c.hidden_size,), fk)
-
-
-class _Backbone(nn.Module):
-    def __init__(self, c: Qwen3Config, fk: dict):
-        super().__init__()
-        self.embed_tokens = _W((c.vocab_size, c.hidden_size), fk)
-        self.layers = nn.ModuleList(_Layer(c, fk) for _ in range(c.num_hidden_layers))
-        self.norm = _W((c.hidden_size,), fk)
 
 
 # ---- batches as rows ------------------------------------------------------------------------
@@ -196,7 +151,177 @@ NODE_ORDER = tuple(NODE_KIND)
 # nodes that are one point of the chain under two names (teacher forcing vs rollout)
 SAME_POINT = {"batch_invariant_logp": "logprob", "logprob": "batch_invariant_logp"}
 
-Tracer = Callable[[int, str, torch.Tensor, torch.Tensor], None]  # (layer, node, output [R, ...], keys [R])
+Tracer = Callable[[int, str, torch.Tensor, torch.Tensor], None]  # (layer, node, output [n_rows, ...], keys [n_rows])
+# attend(layer, q, k, v) -> the attention output of all rows (teacher forcing over the segments, or a KV cache's)
+Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+# ---- one forward's context --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ForwardContext:
+    """What each module's forward reads besides its parameters: one batch of rows, one forward.
+
+    ``ops``: the op set of the model's profile (``ws1_ops``, or ``_Ref``: the FP32 reference ops);
+    ``row_keys`` [n_rows]: the rows' logical keys, on the host (the ops reduce parameter gradients in their
+    order); ``positions`` [n_rows]: the rows' positions on the model's device (rope); ``attend``: the
+    attention of all rows (:data:`Attend`); ``tracer``: the model's tracer when the forward began (None: not
+    traced); ``eps``: the RMSNorm epsilon (``config.rms_norm_eps``)."""
+
+    ops: Any
+    row_keys: torch.Tensor
+    positions: torch.Tensor
+    attend: Attend
+    tracer: Tracer | None
+    eps: float
+
+    def trace(self, layer: int, node: str, output: torch.Tensor) -> torch.Tensor:
+        """Hand trace point ``(layer, node)``'s output to the tracer (the points: NODE_ORDER above); returns it."""
+        if self.tracer is not None:
+            self.tracer(layer, node, output.detach(), self.row_keys)
+        return output
+
+
+# ---- modules (transformers' modeling_qwen3 names; HF parameter names) ------------------------------
+#
+# Each module's forward runs its part of the chain through ``context.ops`` and hands every trace point's output
+# to ``context.trace``, in NODE_ORDER. The parameter holders have no forward: the module owning one picks its op
+# (a Qwen3RMSNorm is run by ``rms_norm``, or by ``qk_norm`` as q_norm / k_norm). Parameters are registered in
+# the order of the HF checkpoint's modules (named_parameters' order: digests, optimizers).
+
+
+class _ParameterHolder(nn.Module):
+    """One parameter, ``weight``, allocated uninitialized where it will live (``factory_kwargs``: its dtype and
+    device, always both)."""
+
+    def __init__(self, shape: tuple[int, ...], factory_kwargs: dict):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(shape, **factory_kwargs))
+
+
+class Qwen3RMSNorm(_ParameterHolder):
+    """An RMSNorm's ``weight`` [size]; run by ``rms_norm`` (the layer norms) or ``qk_norm`` (per head)."""
+
+    def __init__(self, size: int, factory_kwargs: dict):
+        super().__init__((size,), factory_kwargs)
+
+
+class LinearWeight(_ParameterHolder):
+    """A bias-free projection's ``weight`` [out_features, in_features] (nn.Linear's layout); run by ``det_gemm``,
+    or ``lm_head`` for the head."""
+
+    def __init__(self, in_features: int, out_features: int, factory_kwargs: dict):
+        super().__init__((out_features, in_features), factory_kwargs)
+
+
+class EmbeddingWeight(_ParameterHolder):
+    """The token embedding table ``weight`` [num_embeddings, embedding_dim]; run by ``embedding``."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, factory_kwargs: dict):
+        super().__init__((num_embeddings, embedding_dim), factory_kwargs)
+
+
+class Qwen3Attention(nn.Module):
+    """One layer's self-attention: q/k/v projections, per-head q/k norms, rope, the attention of all rows
+    (``context.attend``), the output projection. Normed rows [n_rows, hidden] -> o_proj's output [n_rows, hidden]
+    (BF16; FP32 on the reference path), which the decoder layer adds to the residual stream."""
+
+    def __init__(self, config: Qwen3Config, layer_idx: int, factory_kwargs: dict):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.head_dim = config.head_dim
+        self.num_heads, self.num_key_value_heads = config.num_attention_heads, config.num_key_value_heads
+        self.rope_theta = config.rope_theta
+        hidden = config.hidden_size
+        q_width, kv_width = self.num_heads * self.head_dim, self.num_key_value_heads * self.head_dim
+        self.q_proj = LinearWeight(hidden, q_width, factory_kwargs)
+        self.k_proj = LinearWeight(hidden, kv_width, factory_kwargs)
+        self.v_proj = LinearWeight(hidden, kv_width, factory_kwargs)
+        self.o_proj = LinearWeight(q_width, hidden, factory_kwargs)
+        self.q_norm = Qwen3RMSNorm(self.head_dim, factory_kwargs)
+        self.k_norm = Qwen3RMSNorm(self.head_dim, factory_kwargs)
+
+    def forward(self, hidden_states: torch.Tensor, context: ForwardContext) -> torch.Tensor:
+        ops, keys, eps, layer, trace = context.ops, context.row_keys, context.eps, self.layer_idx, context.trace
+        n_rows, head_dim = hidden_states.shape[0], self.head_dim
+        q_heads = (n_rows, self.num_heads, head_dim)
+        kv_heads = (n_rows, self.num_key_value_heads, head_dim)
+        query = trace(layer, "q_proj", ops.det_gemm(hidden_states, self.q_proj.weight, keys)).view(q_heads)
+        query = trace(layer, "q_norm", ops.qk_norm(query, self.q_norm.weight, eps, keys))
+        key = trace(layer, "k_proj", ops.det_gemm(hidden_states, self.k_proj.weight, keys)).view(kv_heads)
+        key = trace(layer, "k_norm", ops.qk_norm(key, self.k_norm.weight, eps, keys))
+        value = trace(layer, "v_proj", ops.det_gemm(hidden_states, self.v_proj.weight, keys)).view(kv_heads)
+        query = trace(layer, "rope_q", ops.rope(query, context.positions, self.rope_theta))
+        key = trace(layer, "rope_k", ops.rope(key, context.positions, self.rope_theta))
+        attn_output = trace(layer, "attention", context.attend(layer, query, key, value))
+        attn_output = attn_output.reshape(n_rows, self.num_heads * head_dim)
+        return trace(layer, "o_proj", ops.det_gemm(attn_output, self.o_proj.weight, keys))
+
+
+class Qwen3MLP(nn.Module):
+    """One layer's MLP: ``down_proj(swiglu(gate_proj(x), up_proj(x)))`` (the fused ``swiglu``; ``silu`` never runs).
+    Normed rows [n_rows, hidden] -> down_proj's output [n_rows, hidden] (BF16; FP32 on the reference path)."""
+
+    def __init__(self, config: Qwen3Config, layer_idx: int, factory_kwargs: dict):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.gate_proj = LinearWeight(config.hidden_size, config.intermediate_size, factory_kwargs)
+        self.up_proj = LinearWeight(config.hidden_size, config.intermediate_size, factory_kwargs)
+        self.down_proj = LinearWeight(config.intermediate_size, config.hidden_size, factory_kwargs)
+
+    def forward(self, hidden_states: torch.Tensor, context: ForwardContext) -> torch.Tensor:
+        ops, keys, layer, trace = context.ops, context.row_keys, self.layer_idx, context.trace
+        gate = trace(layer, "gate_proj", ops.det_gemm(hidden_states, self.gate_proj.weight, keys))
+        up = trace(layer, "up_proj", ops.det_gemm(hidden_states, self.up_proj.weight, keys))
+        activated = trace(layer, "swiglu", ops.swiglu(gate, up))
+        return trace(layer, "down_proj", ops.det_gemm(activated, self.down_proj.weight, keys))
+
+
+class Qwen3DecoderLayer(nn.Module):
+    """One decoder layer on the FP32 residual stream [n_rows, hidden]: ``h + self_attn(input_layernorm(h))``, then
+    ``h + mlp(post_attention_layernorm(h))``."""
+
+    def __init__(self, config: Qwen3Config, layer_idx: int, factory_kwargs: dict):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.self_attn = Qwen3Attention(config, layer_idx, factory_kwargs)
+        self.mlp = Qwen3MLP(config, layer_idx, factory_kwargs)
+        self.input_layernorm = Qwen3RMSNorm(config.hidden_size, factory_kwargs)
+        self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, factory_kwargs)
+
+    def forward(self, residual: torch.Tensor, context: ForwardContext) -> torch.Tensor:
+        ops, keys, eps, layer, trace = context.ops, context.row_keys, context.eps, self.layer_idx, context.trace
+        normed = trace(layer, "input_layernorm", ops.rms_norm(residual, self.input_layernorm.weight, eps, keys))
+        # FP32 residual add of a BF16 output: torch.add promotes (exact BF16 -> FP32, then one FP32 add),
+        # the bits of h + y.float() in one kernel instead of two and no FP32 temporary
+        residual = trace(layer, "attn_residual", torch.add(residual, self.self_attn(normed, context)))
+        normed = trace(
+            layer, "post_attention_layernorm", ops.rms_norm(residual, self.post_attention_layernorm.weight, eps, keys)
+        )
+        return trace(layer, "mlp_residual", torch.add(residual, self.mlp(normed, context)))
+
+
+class Qwen3Model(nn.Module):
+    """The backbone: ``embed_tokens``, the decoder ``layers``, the final ``norm``. Token ids [n_rows] -> final-norm
+    hidden rows [n_rows, hidden] (BF16; FP32 on the reference path); the residual stream between is FP32."""
+
+    def __init__(self, config: Qwen3Config, factory_kwargs: dict):
+        super().__init__()
+        self.embed_tokens = EmbeddingWeight(config.vocab_size, config.hidden_size, factory_kwargs)
+        self.layers = nn.ModuleList(
+            Qwen3DecoderLayer(config, layer_idx, factory_kwargs) for layer_idx in range(config.num_hidden_layers)
+        )
+        self.norm = Qwen3RMSNorm(config.hidden_size, factory_kwargs)
+
+    def forward(self, input_ids: torch.Tensor, context: ForwardContext) -> torch.Tensor:
+        ops, keys, trace = context.ops, context.row_keys, context.trace
+        embedded = trace(-1, "embedding", ops.embedding(input_ids, self.embed_tokens.weight, keys))
+        residual = embedded.float()  # FP32 residual stream
+        for decoder_layer in self.layers:
+            residual = decoder_layer(residual, context)
+        head = len(self.layers)  # the head's trace points are layer num_hidden_layers
+        return trace(head, "final_norm", ops.rms_norm(residual, self.norm.weight, context.eps, keys))
 
 
 class Qwen3ForCausalLM(nn.Module):
@@ -211,13 +336,16 @@ class Qwen3ForCausalLM(nn.Module):
         self.config, self.profile = config, profile
         # parameters are allocated where they will live (uninitialized): an 8B model on a GPU never
         # passes through host memory
-        fk = {"dtype": param_dtype(profile), "device": torch.device(device)}
-        self.model = _Backbone(config, fk)
-        self.lm_head = _W((config.vocab_size, config.hidden_size), fk)
+        factory_kwargs = {"dtype": param_dtype(profile), "device": torch.device(device)}
+        self.model = Qwen3Model(config, factory_kwargs)
+        self.lm_head = LinearWeight(config.hidden_size, config.vocab_size, factory_kwargs)
         self.synthetic = False
         self.weights_sha256: str | None = None
         self.source = "empty"
         self.tracer: Tracer | None = None
+        # the kernel family a negative-control candidate (``profile`` in CANDIDATES) runs on: set by the chain
+        # gate to its profile's family; None: the control's own (cpu)
+        self.candidate_family: str | None = None
 
     # ---- execution context ---------------------------------------------------------------------
 
@@ -233,7 +361,7 @@ class Qwen3ForCausalLM(nn.Module):
         if self.profile == REFERENCE:
             return contextlib.nullcontext()
         if self.profile in CANDIDATES:  # a control runs on the kernels of candidate_family (None: its own, cpu)
-            return ws1_ops.use_candidate(self.profile, getattr(self, "candidate_family", None))
+            return ws1_ops.use_candidate(self.profile, self.candidate_family)
         return ws1_ops.use_profile(self.profile, self.device)
 
     def _trace(self, layer: int, node: str, t: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -280,69 +408,20 @@ class Qwen3ForCausalLM(nn.Module):
         engine) has validated them already — its ids may live on the device (sampled tokens, in range
         by construction), where reading them would be a sync. The row keys stay on the host: the ops
         only keep them for the canonical row order of parameter gradients, computed there."""
-        ops, keys = self.ops(), rows.keys
         if checked:
             self._check_ids(rows.ids)
             self._check_positions(rows.pos)
-        R = rows.ids.numel()
-        dev = self.device
-        ids, pos = rows.ids.to(dev), rows.pos.to(dev)
-        cu = rows.cu.to(dev)
+        ops, device = self.ops(), self.device
+        input_ids, positions = rows.ids.to(device), rows.pos.to(device)
+        segments = rows.cu.to(device)
         if attend is None:
 
-            def attend(_i, q, k, v):
-                return ops.attention(q, k, v, cu, cu, pos, None, chunk)
+            def attend(_layer, query, key, value):
+                return ops.attention(query, key, value, segments, segments, positions, None, chunk)
 
-        def tr(layer, node, t):  # every kernel's output, by role, in the order computed (first_drift)
-            return self._trace(layer, node, t, keys)
-
+        context = ForwardContext(ops, rows.keys, positions, attend, self.tracer, self.config.rms_norm_eps)
         with ws1_ops.trusted_inputs():
-            return self._layers(ops, ids, pos, keys, R, attend, tr)
-
-    def _layers(self, ops, ids, pos, keys, R, attend, tr) -> torch.Tensor:
-        c = self.config
-        D, Hq, Hkv, eps = c.head_dim, c.num_attention_heads, c.num_key_value_heads, c.rms_norm_eps
-        h = tr(
-            -1, "embedding", ops.embedding(ids, self.model.embed_tokens.weight, keys)
-        ).float()  # FP32 residual stream
-        for i, L in enumerate(self.model.layers):
-            A, M = L.self_attn, L.mlp
-            x = tr(i, "input_layernorm", ops.rms_norm(h, L.input_layernorm.weight, eps, keys))
-            q = tr(
-                i,
-                "q_norm",
-                ops.qk_norm(
-                    tr(i, "q_proj", ops.det_gemm(x, A.q_proj.weight, keys)).view(R, Hq, D), A.q_norm.weight, eps, keys
-                ),
-            )
-            k = tr(
-                i,
-                "k_norm",
-                ops.qk_norm(
-                    tr(i, "k_proj", ops.det_gemm(x, A.k_proj.weight, keys)).view(R, Hkv, D), A.k_norm.weight, eps, keys
-                ),
-            )
-            v = tr(i, "v_proj", ops.det_gemm(x, A.v_proj.weight, keys)).view(R, Hkv, D)
-            q, k = tr(i, "rope_q", ops.rope(q, pos, c.rope_theta)), tr(i, "rope_k", ops.rope(k, pos, c.rope_theta))
-            o = attend(i, q, k, v)
-            self._trace(i, "attention", o, keys)
-            # FP32 residual add of a BF16 output: torch.add promotes (exact BF16 -> FP32, then one FP32 add),
-            # the bits of h + y.float() in one kernel instead of two and no FP32 temporary
-            h = torch.add(h, tr(i, "o_proj", ops.det_gemm(o.reshape(R, Hq * D), A.o_proj.weight, keys)))
-            self._trace(i, "attn_residual", h, keys)
-            x = tr(i, "post_attention_layernorm", ops.rms_norm(h, L.post_attention_layernorm.weight, eps, keys))
-            m = tr(
-                i,
-                "swiglu",
-                ops.swiglu(
-                    tr(i, "gate_proj", ops.det_gemm(x, M.gate_proj.weight, keys)),
-                    tr(i, "up_proj", ops.det_gemm(x, M.up_proj.weight, keys)),
-                ),
-            )
-            h = torch.add(h, tr(i, "down_proj", ops.det_gemm(m, M.down_proj.weight, keys)))
-            self._trace(i, "mlp_residual", h, keys)
-        x = tr(c.num_hidden_layers, "final_norm", ops.rms_norm(h, self.model.norm.weight, eps, keys))
-        return x
+            return self.model(input_ids, context)
 
     def logits_of(self, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """FP32 logits [n, V] of hidden rows x [n, H] (``keys`` [n]: on the host, as hidden() keeps them)."""
