@@ -286,6 +286,7 @@ class Qwen3MLP(nn.Module):
         gate = trace(layer, "gate_proj", ops.det_gemm(hidden_states, self.gate_proj.weight, keys))
         up = trace(layer, "up_proj", ops.det_gemm(hidden_states, self.up_proj.weight, keys))
         activated = trace(layer, "swiglu", ops.swiglu(gate, up))
+        del gate, up  # without autograd (the rollout) nothing else holds them: freed before down_proj runs
         return trace(layer, "down_proj", ops.det_gemm(activated, self.down_proj.weight, keys))
 
 
@@ -327,8 +328,7 @@ class Qwen3Model(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, context: ForwardContext) -> torch.Tensor:
         ops, keys, trace = context.ops, context.row_keys, context.trace
-        embedded = trace(-1, "embedding", ops.embedding(input_ids, self.embed_tokens.weight, keys))
-        residual = embedded.float()  # FP32 residual stream
+        residual = trace(-1, "embedding", ops.embedding(input_ids, self.embed_tokens.weight, keys)).float()  # FP32
         for decoder_layer in self.layers:
             residual = decoder_layer(residual, context)
         head = len(self.layers)  # the head's trace points are layer num_hidden_layers
