@@ -13,6 +13,8 @@
     nodes [--json]                      every place each node of the node table must appear (not a gate)
     rl-onpolicy [PROFILE] [--steps N]   the same GRPO run on a profile and on candidates (nox -s rl_onpolicy)
     triton-aot [--arch 90,80]           the Triton kernels compiled for sm_90a/sm_80, no GPU (nox -s triton_aot)
+    vllm [PROFILE ...] [--control NAME] vLLM's log-probs vs teacher forcing per serving regime, in .venv-vllm
+                                        (nox -s vllm_gate)
 
 C1 and C2 (static) are ``python -m ws1_contract c1|c2``; C11 is ``ci/c11.py``. ``<gate> --help``
 lists a gate's options. Common: ``--json`` (records instead of tables), ``--evidence-dir DIR``.
@@ -54,6 +56,7 @@ GATES = {
     "nodes": ("node_places", ()),
     "rl-onpolicy": ("rl_onpolicy", ()),
     "triton-aot": ("triton_aot", ()),
+    "vllm": ("vllm_gate", ()),
 }
 
 
