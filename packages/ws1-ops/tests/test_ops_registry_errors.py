@@ -176,3 +176,15 @@ def test_row_keys_must_identify_rows(cpu):
     y = ws1_ops.det_gemm(x, w, torch.tensor([0, 0, 1]))
     with pytest.raises(ValueError, match="share a logical key"):
         y.float().sum().backward()
+
+
+def test_nested_records_each_see_their_calls(cpu):
+    """record() blocks nest (ws1_vllm records its own calls inside a gate's block): leaving the inner one, whose
+    events equal the outer one's, must remove the inner recorder, not the outer."""
+    x, w = torch.randn(3, 8).bfloat16(), torch.randn(4, 8).bfloat16()
+    with ws1_ops.record() as outer:
+        with ws1_ops.record() as inner:
+            ws1_ops.det_gemm(x, w)
+        ws1_ops.det_gemm(x, w)
+    assert inner.summary()["det_gemm"]["forward"] == 1
+    assert outer.summary()["det_gemm"]["forward"] == 2

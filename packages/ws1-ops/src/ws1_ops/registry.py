@@ -264,9 +264,12 @@ def kernels_for(family: str) -> dict[str, Kernel]:
 # ---- runtime record -------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(eq=False)
 class Recorder:
-    """What actually ran inside a ``with record() as rec:`` block."""
+    """What actually ran inside a ``with record() as rec:`` block.
+
+    Compared by identity (``eq=False``): record() blocks nest, and leaving one removes its own recorder from the
+    active list — by value, an inner block whose events equal the outer one's removed the outer recorder instead."""
 
     events: Counter = field(default_factory=Counter)  # (op, family, kernel_id, direction, device_type) -> calls
     variants: dict[str, set] = field(default_factory=dict)  # op -> names of the negative controls that ran it
