@@ -147,3 +147,50 @@ def test_llm_refuses_in_the_main_process(checkpoint, tmp_path, setting, named):
     with pytest.raises(ws1_vllm.WS1VllmRefused) as caught:
         vllm.LLM(model=str(model), **{**ENGINE, **setting})
     assert str(caught.value).startswith("ws1_vllm: ") and named in str(caught.value), str(caught.value)
+
+
+CONTROL = """
+import json, struct, sys
+import vllm, ws1_qwen3, ws1_vllm
+from test_engine import A, B, ENGINE, returned_logprobs, sampling, bits
+llm = vllm.LLM(model=sys.argv[1], **ENGINE)  # the plugin comes from its entry point, the candidate from the environment
+outputs = llm.generate([vllm.inputs.TokensPrompt(prompt_token_ids=p) for p in (A, B)], [sampling()] * 2)
+model = ws1_qwen3.from_pretrained(sys.argv[1], profile="cpu_bf16")
+compared = equal = 0
+for output in outputs:
+    tokens = tuple(output.prompt_token_ids) + tuple(output.outputs[0].token_ids)
+    tf = ws1_qwen3.teacher_forcing(model, [ws1_qwen3.Sample(0, tokens, len(output.prompt_token_ids))],
+                                   layout="packed", all_tokens=True)
+    reference = {int(key) & 0xFFFFFFFF: float(logp) for key, logp in zip(tf.keys, tf.logp)}
+    for position, logp in returned_logprobs(output).items():
+        compared += 1
+        equal += bits(logp) == bits(reference[position])
+variants = {op: e.get("variant") for op, e in ws1_vllm.provenance().items() if e.get("variant")}
+print(json.dumps({"compared": compared, "equal": equal, "variants": variants}))
+"""
+
+
+def test_the_negative_control_runs_its_variant_and_misses_teacher_forcing(checkpoint):
+    """WS1_VLLM_CANDIDATE=variant_m_split_k (a det_gemm whose reduction split depends on M) on the cpu family, in a
+    fresh process (one plugin setting per process): provenance names the variant, and the log-probs differ from the
+    profile's teacher forcing — the gate's comparison can fail."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {
+        **os.environ,
+        "WS1_VLLM_PROFILE": PROFILE,
+        "WS1_VLLM_CANDIDATE": "variant_m_split_k",
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", CONTROL, str(checkpoint)], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.splitlines()[-1])
+    assert report["variants"] == {"det_gemm": ["variant_m_split_k"]}
+    assert report["compared"] == 39 + 6 + 2 * 4 and report["equal"] < report["compared"] / 2, report

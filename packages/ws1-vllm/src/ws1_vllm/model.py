@@ -30,7 +30,7 @@ import ws1_ops
 import ws1_qwen3
 from ws1_qwen3 import Rows
 
-from . import recording
+from . import hooks, recording
 from .attention import PagedStep, kv_rows
 from .errors import WS1VllmRefused
 from .settings import check_model_len, check_vllm_config, from_env, resolve_device
@@ -46,9 +46,14 @@ class WS1Qwen3ForCausalLM(ws1_qwen3.Qwen3ForCausalLM):
     def __init__(self, *, vllm_config, prefix: str = ""):
         from vllm.model_executor.layers.attention import Attention
 
-        settings = from_env()
-        if settings is None:
-            raise WS1VllmRefused("ws1_vllm: WS1Qwen3ForCausalLM was built with WS1_VLLM_PROFILE unset")
+        # the settings register() patched vLLM for in this process: the log-prob hook runs on the same kernels
+        settings, wanted = hooks.installed(), from_env()
+        if settings is None or wanted != settings:
+            have, want = (s.describe() if s else "nothing (inert)" for s in (settings, wanted))
+            raise WS1VllmRefused(
+                f"ws1_vllm: the environment asks for {want} but the plugin was registered for {have} in this process "
+                "(set WS1_VLLM_PROFILE / WS1_VLLM_CANDIDATE before vLLM starts)"
+            )
         check_vllm_config(vllm_config, settings)
         try:
             config = ws1_qwen3.Qwen3Config.from_hf(vllm_config.model_config.hf_config.to_dict())
