@@ -4,6 +4,7 @@
     nox -s c2_manifest -- cpu_bf16
     nox -s tests                            # every suite (not the slow marker): what CI runs
     nox -s tests_cpu                        # the suites that bear on cpu_bf16: C11's test step on a CPU host
+    nox -s vllm_gate -- cpu_bf16            # vLLM + the ws1-vllm plugin vs teacher forcing (in .venv-vllm)
 
 Sessions run in the interpreter that runs nox (``venv_backend="none"``): torch is several GB and
 on GPU/NPU hosts it comes from the vendor stack (CUDA torch, torch_npu + CANN) that must not be
@@ -30,6 +31,8 @@ nox.options.error_on_missing_interpreters = True
 
 ROOT = Path(__file__).parent
 PY = sys.executable
+# vLLM's CPU build with the ws1 packages (ci/setup_vllm.sh): a venv of its own, beside .venv
+VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
 # The test suites, each the CI check of the profile(s) it bears on. `nox -s tests` (CI, .ci/run) runs every suite;
 # C11's test step on a CPU host runs `nox -s tests_cpu`: only the suites of the profile it judges (cpu_bf16). The
 # other profiles' CPU-side checks (the CUDA compile check, the Ascend emulator, the Triton compile and interpreter
@@ -57,7 +60,16 @@ SUITES: dict[str, dict] = {
             "ci/tests/test_gpu_check.py",
             "ci/tests/test_gpu_wheels.py",
             "packages/ws1-ops/tests/test_device_suite_on_cpu.py",
+            "ci/tests/vllm",
         ],
+    },
+    # vLLM + the ws1-vllm plugin on cpu_bf16, in .venv-vllm (`python`: the interpreter the suite runs in, one
+    # process, no xdist: vLLM's engine and the plugin are process-wide): the plugin's tests and the vLLM gate run
+    # whole (ci/tests/vllm). Not C11's test step: a CPU host proves cpu_bf16 without vLLM installed.
+    "vllm": {
+        "profiles": ["cpu_bf16"],
+        "python": ".venv-vllm/bin/python",
+        "paths": ["packages/ws1-vllm/tests", "ci/tests/vllm"],
     },
     # the device hosts' own flow checked on CPU before a lent GPU or an NPU host depends on it: ci/gpu_check.sh's dry
     # runs, the wheel folder a GPU host installs from, the device test suites' logic run on cpu_bf16
@@ -115,9 +127,11 @@ def _require(session: nox.Session, *modules: str) -> None:
         )
 
 
-def _gate(session: nox.Session, module: str, *args: str, posargs: list[str] | None = None) -> None:
+def _gate(
+    session: nox.Session, module: str, *args: str, posargs: list[str] | None = None, python: str | Path = PY
+) -> None:
     """Run a gate module; its exit code 2 (device absent) becomes nox's exit code 2."""
-    cmd = [PY, "-m", module, *args, *(session.posargs if posargs is None else posargs)]
+    cmd = [str(python), "-m", module, *args, *(session.posargs if posargs is None else posargs)]
     session.log(" ".join(cmd[2:]))
     rc = subprocess.call(cmd, cwd=ROOT)
     if rc == 2:
@@ -242,6 +256,20 @@ def triton_aot(session: nox.Session) -> None:
     _matrix_gate(session, "triton-aot")
 
 
+@nox.session
+def vllm_gate(session: nox.Session) -> None:
+    """Not one of C1–C11: vLLM serving the model through the ws1-vllm plugin returns, in every serving regime
+    (alone vs 64 concurrent, chunked prefill on/off, prefix cache on/off, n > 1, preemption, a weight update), the
+    log-probs of WS1's teacher forcing, bitwise; the stock-vLLM and variant-kernel controls red (docs/vllm.md).
+    ``-- cpu_bf16 [--regimes R,...] [--json]``. Runs in .venv-vllm (``bash ci/setup_vllm.sh``); where it is absent
+    the gate runs here and writes every cell red, not executed (vLLM missing); exit 2 when the device is absent."""
+    if VLLM_PY.exists():
+        _gate(session, "ws1_matrix", "vllm", python=VLLM_PY)
+        return
+    session.log(f"{VLLM_PY.relative_to(ROOT)} is absent (bash ci/setup_vllm.sh): the gate records vLLM as missing")
+    _matrix_gate(session, "vllm")
+
+
 def _workers() -> tuple[list[str], dict]:
     """pytest-xdist across the host's cores, whole files per worker (a module's fixtures are built once), where
     pytest-xdist is installed (requirements/cpu.txt); one process otherwise. WS1_TEST_WORKERS=N overrides (1: serial).
@@ -278,19 +306,24 @@ def _run_suites(session: nox.Session, names: list[str], marker: str = "not slow"
     _require(session, "pytest", "ws1_accel", "ws1_contract")
     groups: dict[tuple, list[str]] = {}
     for n in names:
-        groups.setdefault(tuple(sorted(SUITES[n].get("env", {}).items())), []).append(n)
+        key = (SUITES[n].get("python", ""), tuple(sorted(SUITES[n].get("env", {}).items())))
+        groups.setdefault(key, []).append(n)
+    absent = sorted({python for python, _ in groups if python and not (ROOT / python).exists()})
+    if absent:
+        session.error(f"{', '.join(absent)} absent: the vllm suite needs `bash ci/setup_vllm.sh` (setup_cpu.sh --ci)")
     record_path = Path(os.environ.get("WS1_TESTS_RECORD") or ROOT / "evidence" / "ci" / f"{session.name}.json")
     record_path.parent.mkdir(parents=True, exist_ok=True)
     processes, failed = [], []
-    for env_items, group in groups.items():
+    for (python, env_items), group in groups.items():
         paths = [p for n in group for p in SUITES[n]["paths"] if (ROOT / p).exists()]
         # a suite's ignored files are another suite's: run here only when that suite is in this process too
         ignores = [f"--ignore={p}" for n in group for p in SUITES[n].get("ignore", []) if p not in paths]
         junit = record_path.with_name(f"{record_path.stem}.{'+'.join(group)}.xml")
         junit.unlink(missing_ok=True)
-        workers, worker_env = _workers()
+        # a suite with an interpreter of its own runs in one process (vLLM's engine and the plugin are process-wide)
+        workers, worker_env = _workers() if not python else ([], {})
         cmd = [
-            PY,
+            str(ROOT / python) if python else PY,
             "-m",
             "pytest",
             "-q",
@@ -371,7 +404,13 @@ def tests(session: nox.Session) -> None:
 def tests_cpu(session: nox.Session) -> None:
     """The suites that bear on cpu_bf16 (the packages, kernels-cpu, the gates' own tests): C11's test step on a CPU
     host. The other profiles' CPU-side checks are CI's (`nox -s tests`)."""
-    _run_suites(session, [n for n, s in SUITES.items() if "cpu_bf16" in s["profiles"]])
+    _run_suites(session, step_suites("cpu_bf16"))
+
+
+def step_suites(profile: str) -> list[str]:
+    """C11's test step for ``profile`` on a host: the suites that bear on it and run in the host's own environment
+    (not those with an interpreter of their own, the vLLM suite: C11 proves a profile without vLLM)."""
+    return [n for n, s in SUITES.items() if profile in s["profiles"] and "python" not in s]
 
 
 @nox.session

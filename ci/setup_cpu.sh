@@ -7,7 +7,8 @@
 #   bash ci/setup_cpu.sh        the cpu_bf16 main job's environment (README's first command)
 #   bash ci/setup_cpu.sh --ci   ...plus what CI's full test run needs for the other profiles' CPU-side checks:
 #                               the Ascend emulator build (kernels-ascend/emu) and the CUTLASS headers (kernels-cuda's
-#                               compile check) -- README's test command and .ci/run
+#                               compile check), and .venv-vllm (ci/setup_vllm.sh: vLLM's CPU build, the ws1-vllm
+#                               plugin) -- README's test command and .ci/run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CI_EXTRAS=0
@@ -52,8 +53,9 @@ if [ "$CI_EXTRAS" = 1 ]; then
   fi
 fi
 
-# Dependency order: ws1-accel <- ws1-contract <- ws1-ops <- ws1-kv <- ws1-qwen3; ws1-matrix; kernels.
-PKGS="packages/ws1-accel packages/ws1-contract kernels-cpu packages/ws1-ops packages/ws1-kv packages/ws1-qwen3 packages/ws1-matrix"
+# Dependency order: ws1-accel <- ws1-contract <- ws1-ops <- ws1-kv <- ws1-qwen3 <- ws1-vllm (imports without vLLM);
+# ws1-matrix; kernels.
+PKGS="packages/ws1-accel packages/ws1-contract kernels-cpu packages/ws1-ops packages/ws1-kv packages/ws1-qwen3 packages/ws1-vllm packages/ws1-matrix"
 [ "$CI_EXTRAS" = 1 ] && PKGS="$PKGS kernels-ascend/emu"
 stale=()
 for pkg in $PKGS; do
@@ -88,6 +90,10 @@ if [ "${#stale[@]}" -gt 0 ]; then
   for s in "${stale[@]}"; do IFS=: read -r _ name h <<< "$s"; echo "$h" > "$stamp_dir/$name"; done
 fi
 done_step
+# CI's vLLM suite and gate (noxfile.SUITES["vllm"]): vLLM's CPU build in .venv-vllm, beside this venv
+if [ "$CI_EXTRAS" = 1 ]; then
+  bash ci/setup_vllm.sh
+fi
 printf '\033[1m[setup]\033[0m ready in %ds: %s, nox at .venv/bin/nox%s\n' "$((SECONDS - T0))" \
   "$(.venv/bin/python -c 'import torch; print("torch", torch.__version__)')" \
   "$([ "$CI_EXTRAS" = 1 ] && echo ' (with CI'"'"'s extras)' || echo '')"
