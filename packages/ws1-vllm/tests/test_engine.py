@@ -133,6 +133,11 @@ def test_provenance_names_a_ws1_kernel_for_every_node(llm):
         ({"dtype": "float16"}, "dtype torch.float16"),
         ({"logprobs_mode": "processed_logprobs"}, "logprobs_mode processed_logprobs"),
         ({"architecture": "Qwen2ForCausalLM"}, "architecture Qwen2ForCausalLM"),
+        ({"tensor_parallel_size": 2}, "tensor_parallel_size=2"),
+        # (pipeline_parallel_size=2 never reaches the plugin's check: vLLM itself refuses PP for a model without
+        # SupportsPP, ours; the check stays for a vLLM that stops refusing it, tested in test_settings.py)
+        ({"enable_lora": True}, "LoRA"),
+        ({"kv_cache_dtype": "fp8"}, "kv_cache_dtype fp8"),
     ],
 )
 def test_llm_refuses_in_the_main_process(checkpoint, tmp_path, setting, named):
