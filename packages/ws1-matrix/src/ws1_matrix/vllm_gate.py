@@ -206,7 +206,7 @@ def _summaries_merge(into: dict, summary: dict) -> None:
 class Engine:
     """One in-process vLLM LLM(); every generate call runs under a ws1_ops recorder (what vLLM ran here)."""
 
-    def __init__(self, name: str, weights: str, device_type: str, **kw):
+    def __init__(self, name: str, weights: str, **kw):
         from vllm import LLM
 
         self.name, self.kw = name, kw
@@ -216,7 +216,6 @@ class Engine:
             model=weights,
             skip_tokenizer_init=True,
             dtype="bfloat16",
-            enforce_eager=device_type == "cpu",
             block_size=BLOCK,
             seed=0,
             **kw,
@@ -271,16 +270,19 @@ class Engine:
 
 
 ENGINE_KW = {
-    # chunked prefill with a 32-token step budget, prefix caching on
+    # chunked prefill with a 32-token step budget, prefix caching on; eager
     "chunked+prefix": dict(
+        enforce_eager=True,
         max_model_len=256,
         max_num_seqs=16,
         max_num_batched_tokens=STEP_BUDGET,
         enable_chunked_prefill=True,
         enable_prefix_caching=True,
     ),
-    # both off; a budget for 64 requests' prefill in one step
+    # both off; a budget for 64 requests' prefill in one step; vLLM's default compilation (on CPU: DYNAMO_TRACE_ONCE,
+    # which compiles nothing of the plugin's model — it is not a @support_torch_compile class)
     "plain": dict(
+        enforce_eager=False,
         max_model_len=256,
         max_num_seqs=64,
         max_num_batched_tokens=4096,
@@ -290,6 +292,7 @@ ENGINE_KW = {
     # 5 blocks of 32 tokens (one is vLLM's null block): 4 requests of 2 blocks each cannot all stay; stats on for the
     # preemption counter
     "small-kv": dict(
+        enforce_eager=True,
         max_model_len=64,
         max_num_seqs=4,
         max_num_batched_tokens=256,
@@ -600,7 +603,7 @@ def control_verdict(profile: str, name: str, rc: int, evidence_dir: str | None) 
     return judged(cid, "negative_control", False, f"the control did not come out red: {parity['detail']}", extra=facts)
 
 
-def _engine_cells(run, regimes, old_dir, new_dir, teachers, P, dev_type, recorded, summaries) -> None:
+def _engine_cells(run, regimes, old_dir, new_dir, teachers, P, recorded, summaries) -> None:
     for ename, served in ENGINES.items():
         todo = [g for g in served if g in regimes]
         if not todo:
@@ -608,7 +611,7 @@ def _engine_cells(run, regimes, old_dir, new_dir, teachers, P, dev_type, recorde
         t0 = time.perf_counter()
         log(f"engine {ename} ({', '.join(todo)}): starting vLLM")
         try:
-            eng = Engine(ename, old_dir, dev_type, **ENGINE_KW[ename])
+            eng = Engine(ename, old_dir, **ENGINE_KW[ename])
         except Exception as exc:  # noqa: BLE001 (a refusal or a crash of the engine: each regime red, one line)
             msg = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
             for g in todo:
@@ -669,8 +672,7 @@ def gate(run, args) -> None:
         log(f"weights: synthetic {MODEL} seeds {SEED} and {NEW_SEED} in {time.perf_counter() - t0:.1f}s")
         recorded: dict = {}
         summaries: list[dict] = []
-        dev_type = ws1_accel.device_type_of(profile)
-        _engine_cells(run, regimes, old_dir, new_dir, teachers, Prompts(), dev_type, recorded, summaries)
+        _engine_cells(run, regimes, old_dir, new_dir, teachers, Prompts(), recorded, summaries)
     if "provenance" in regimes:
         run.add(provenance_cell(profile, run.manifest, recorded))
     for c, p in procs.items():
@@ -681,7 +683,15 @@ def gate(run, args) -> None:
         log(f"control {c}: {cell.status} (waited {time.perf_counter() - t1:.1f}s) — {cell.detail[:150]}")
     import vllm
 
-    run.extra.update({"model": MODEL, "synthetic": True, "vllm": vllm.__version__, "recorded": recorded})
+    run.extra.update(
+        {
+            "model": MODEL,
+            "synthetic": True,
+            "vllm": vllm.__version__,
+            "recorded": recorded,
+            "engines": {name: {"regimes": ENGINES[name], **kw} for name, kw in ENGINE_KW.items()},
+        }
+    )
     run.provenance = _provenance(run, recorded, summaries)
 
 
@@ -724,7 +734,7 @@ def control(run, args) -> None:
         ws1_qwen3.save_pretrained(ws1_qwen3.synthetic(MODEL, profile, seed=SEED), d)
         teacher = Teacher(ws1_qwen3.from_pretrained(d, profile if stock else name))
         t0 = time.perf_counter()
-        eng = Engine("control", d, ws1_accel.device_type_of(profile), **ENGINE_KW["plain"])
+        eng = Engine("control", d, **ENGINE_KW["plain"])
         log(f"control {name}: LLM() in {time.perf_counter() - t0:.1f}s")
         # stock: prompt and completion log-probs; the variant: 4 requests (decode steps of 4 rows, the variant's
         # small-M path) whose teacher forcing has > 8 rows (its split-K path), completion log-probs only
