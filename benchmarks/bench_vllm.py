@@ -19,8 +19,8 @@ Per model preset (``--models``, default ``tiny``), two batches of 64 requests, e
   the last decode step, as the engine core stamped them (``EngineCoreOutputs.timestamp``). That is the wall time of
   the N-1 decode iterations (scheduling, forward, logits, sampling, log-probs, and the frontend's handling of each
   step's outputs in between), measured in the same run. It is used instead of "generate time minus a prefill-only
-  run's time" because the difference of two separately timed runs carries the noise of both, and on this shared
-  CPU the prefill's time alone varies by more than the decode's.
+  run's time": the difference of two separately timed runs carries the noise of both (on a shared CPU), and it
+  costs a third timed batch per repetition.
 * prefill — prompts of ``--prefill-tokens`` L (128) tokens, ``max_tokens=1``. Prefill tok/s = 64 x L / prefill time,
   the prefill time being ``max(first_token_ts) - min(scheduled_ts)`` (the scheduler's stamp of the step to its
   outputs' stamp: forward, the 64 last rows' logits, sampling, log-probs).
@@ -45,13 +45,19 @@ guess from the CPU's flags.
 
     .venv-vllm/bin/python benchmarks/bench_vllm.py [--models tiny,qwen3-8b-L2] [--reps 5] [--warmup 1]
                                                    [--decode-tokens 32] [--prompt-tokens 16] [--prefill-tokens 128]
-                                                   [--json PATH]
+                                                   [--ws1-isa amx] [--json PATH]
+
+Stock vLLM's BF16 GEMMs are oneDNN's, which take AMX where the CPU has it; the ws1 kernels' default path is
+``avx512`` (the profile's bits) even there. ``--ws1-isa P`` sets ``WS1_CPU_ISA=P`` in the ws1 worker only (``amx``:
+det_gemm / lm_head on AMX tiles, batch-invariant, bits of their own); the ISA line then shows the path taken.
 
 Progress lines go to stderr; each worker's own output (vLLM's logs) to a log file whose tail is printed if the
 worker fails. Exit 2 on bad input (an unknown preset, a preset the two workers cannot hold in memory together, vLLM
 not importable: run ``bash ci/setup_vllm.sh``), 1 when a worker failed or a contender's kernels were not what it
-claims, 0 otherwise. Timing: ``tiny`` runs in about a minute on 2 cores; ``qwen3-8b-L2`` (1.6 B parameters, the
-8B shapes with 2 layers, 3.3 GB BF16 per worker) takes minutes per repetition there.
+claims, 0 otherwise. Time on 2 cores: ``tiny`` about 40 s with the defaults (its kernels are tiny: the ratios
+measure each model's host cost per step, not its kernels); ``qwen3-8b-L2`` (1.6 B parameters, the 8B shapes with 2
+layers, 3.3 GB of BF16 weights per worker) about 160 s with ``--reps 1 --warmup 0`` (30 s of it writing the
+synthetic checkpoint), about 7 minutes with the defaults.
 """
 
 from __future__ import annotations
@@ -94,16 +100,19 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[-1] if lines else ''}"
 
 
-def _set_env(plugin: bool, kv_gib: int) -> None:
-    """vLLM in this process, a KV cache of ``kv_gib`` GiB, its logs at ERROR; the plugin on or off. Set before vLLM
-    is imported (the plugin reads ``WS1_VLLM_PROFILE`` when vLLM loads its plugins)."""
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_gib)
-    os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"
-    for k in ("WS1_VLLM_PROFILE", "WS1_VLLM_CANDIDATE"):
-        os.environ.pop(k, None)
+UNSET = ("WS1_VLLM_PROFILE", "WS1_VLLM_CANDIDATE", "WS1_CPU_ISA")  # a contender's own, never inherited
+
+
+def contender_env(plugin: bool, kv_gib: int, ws1_isa: str | None) -> dict[str, str]:
+    """What a worker sets before it imports vLLM (the plugin reads ``WS1_VLLM_PROFILE`` when vLLM loads its plugins):
+    vLLM in that process, a KV cache of ``kv_gib`` GiB, its logs at ERROR; the plugin on (with ``WS1_CPU_ISA`` if
+    ``--ws1-isa`` forces a path of the ws1 kernels) or off. Everything else is the same for both."""
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": str(kv_gib), "VLLM_LOGGING_LEVEL": "ERROR"}
     if plugin:
-        os.environ["WS1_VLLM_PROFILE"] = PROFILE
+        env["WS1_VLLM_PROFILE"] = PROFILE
+        if ws1_isa:
+            env["WS1_CPU_ISA"] = ws1_isa
+    return env
 
 
 def _run_batch(llm, prompts: list[list[int]], new_tokens: int, record: bool = False) -> dict:
@@ -144,12 +153,14 @@ def _run_batch(llm, prompts: list[list[int]], new_tokens: int, record: bool = Fa
     return out
 
 
-def worker(name: str, plugin: bool, model_dir: str, engine_kw: dict, kv_gib: int, log_path: str, conn) -> None:
+def worker(name: str, env: dict, model_dir: str, engine_kw: dict, log_path: str, conn) -> None:
     """A contender's process: build the LLM, then answer the parent's commands until ``stop``."""
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)  # vLLM's logs and warnings: to the log file, not between the parent's progress lines
     os.dup2(fd, 2)
-    _set_env(plugin, kv_gib)
+    for k in UNSET:
+        os.environ.pop(k, None)
+    os.environ.update(env)
     try:
         import torch
         import vllm
@@ -204,13 +215,13 @@ class WorkerFailed(RuntimeError):
 class Contender:
     """The parent's handle on one worker process."""
 
-    def __init__(self, name: str, plugin: bool, model_dir: str, engine_kw: dict, kv_gib: int, log_dir: str):
+    def __init__(self, name: str, env: dict, model_dir: str, engine_kw: dict, log_dir: str):
         ctx = mp.get_context("spawn")  # a fresh interpreter: the environment is set before vLLM is imported
         self.name, self.log_path = name, os.path.join(log_dir, f"{name}.log")
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(
             target=worker,
-            args=(name, plugin, model_dir, engine_kw, kv_gib, self.log_path, child),
+            args=(name, env, model_dir, engine_kw, self.log_path, child),
             name=f"bench_vllm-{name}",
             daemon=True,
         )
@@ -347,6 +358,7 @@ def bench(name: str, args, tmp: str) -> dict:
         },
         "prefill": {"prompts": prompts(args.seed + 1, config.vocab_size, BATCH, args.prefill_tokens), "new_tokens": 1},
     }
+    env = {c: contender_env(c == "ws1", sh["kv_gib"], args.ws1_isa) for c in CONTENDERS}
     workers: dict[str, Contender] = {}
     out: dict = {
         "model": name,
@@ -362,13 +374,14 @@ def bench(name: str, args, tmp: str) -> dict:
             "reps": args.reps,
             "warmup": args.warmup,
             "seed": args.seed,
+            "env": env,
         },
     }
     try:
         info = {}
         for c in CONTENDERS:  # one after the other: each LLM() start is timed alone
             log(f"{name}: {c}: starting LLM() (plugin {'on' if c == 'ws1' else 'off'}) in its worker process")
-            workers[c] = Contender(c, c == "ws1", model_dir, sh["engine"], sh["kv_gib"], tmp)
+            workers[c] = Contender(c, env[c], model_dir, sh["engine"], tmp)
             info[c] = workers[c].ready()
             log(f"{name}: {c}: LLM() in {info[c]['llm_s']:.1f}s (pid {info[c]['pid']}, {info[c]['threads']} threads)")
         out["workers"] = info
@@ -485,6 +498,11 @@ def main(argv=None) -> int:
     ap.add_argument("--prompt-tokens", type=int, default=16, help="prompt tokens per request of the decode batch")
     ap.add_argument("--prefill-tokens", type=int, default=128, help="prompt tokens per request of the prefill batch")
     ap.add_argument("--seed", type=int, default=0, help="the synthetic weights' and the prompts' seed")
+    ap.add_argument(
+        "--ws1-isa",
+        default=None,
+        help="force the ws1 kernels' path in the ws1 worker (WS1_CPU_ISA, e.g. amx: its own bits); default theirs",
+    )
     ap.add_argument("--json", default=None, help="write every median, repetition, setting and the host here")
     args = ap.parse_args(argv)
 
