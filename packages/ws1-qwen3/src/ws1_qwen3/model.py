@@ -203,11 +203,14 @@ class ForwardContext:
 
 class _ParameterHolder(nn.Module):
     """One parameter, ``weight``, allocated uninitialized where it will live (``factory_kwargs``: its dtype and
-    device, always both)."""
+    device, always both) — or ``shared``, another module's parameter of the same shape, held as it is (tied
+    embeddings: the head's weight IS the embedding table; nothing is allocated)."""
 
-    def __init__(self, shape: tuple[int, ...], factory_kwargs: dict):
+    def __init__(self, shape: tuple[int, ...], factory_kwargs: dict, shared: nn.Parameter | None = None):
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(shape, **factory_kwargs))
+        if shared is not None and tuple(shared.shape) != tuple(shape):
+            raise ValueError(f"a shared weight of shape {list(shared.shape)} where {list(shape)} is needed")
+        self.weight = shared if shared is not None else nn.Parameter(torch.empty(shape, **factory_kwargs))
 
 
 class Qwen3RMSNorm(_ParameterHolder):
@@ -219,10 +222,10 @@ class Qwen3RMSNorm(_ParameterHolder):
 
 class LinearWeight(_ParameterHolder):
     """A bias-free projection's ``weight`` [out_features, in_features] (nn.Linear's layout); run by ``det_gemm``,
-    or ``lm_head`` for the head."""
+    or ``lm_head`` for the head (``shared``: the embedding table, when tied)."""
 
-    def __init__(self, in_features: int, out_features: int, factory_kwargs: dict):
-        super().__init__((out_features, in_features), factory_kwargs)
+    def __init__(self, in_features: int, out_features: int, factory_kwargs: dict, shared: nn.Parameter | None = None):
+        super().__init__((out_features, in_features), factory_kwargs, shared)
 
 
 class EmbeddingWeight(_ParameterHolder):
@@ -348,7 +351,14 @@ class Qwen3ForCausalLM(nn.Module):
         # passes through host memory
         factory_kwargs = {"dtype": param_dtype(profile), "device": torch.device(device)}
         self.model = Qwen3Model(config, factory_kwargs)
-        self.lm_head = LinearWeight(config.hidden_size, config.vocab_size, factory_kwargs)
+        # tied (0.6B, 1.7B, 4B): lm_head.weight IS model.embed_tokens.weight — one Parameter, one storage, listed once
+        # by named_parameters() (as model.embed_tokens.weight, as transformers does). Its gradient is the embedding's
+        # and the head's contributions, each FP32 in its own canonical row order, added in FP32 and rounded once
+        # (ws1_ops.tie, docs/model.md "Tied embeddings")
+        tied = self.model.embed_tokens.weight if config.tie_word_embeddings else None
+        self.lm_head = LinearWeight(config.hidden_size, config.vocab_size, factory_kwargs, shared=tied)
+        if tied is not None:
+            ws1_ops.tie(tied)
         self.synthetic = False
         self.weights_sha256: str | None = None
         self.source = "empty"
