@@ -37,9 +37,22 @@ def test_one_parameter_one_storage_listed_once(tied):
     assert TABLE in names and "lm_head.weight" not in names and len(names) == tied.config.n_parameter_tensors == 24
     assert len({p.data_ptr() for p in tied.parameters()}) == 24
     assert sum(p.numel() for p in tied.parameters()) == tied.config.n_parameters()
+    assert "lm_head.weight" not in tied.state_dict() and len(tied.state_dict()) == 24
+    assert list(tied.lm_head.parameters()) == []  # the head holds no parameter: nothing can replace it apart
     # synthetic weights: the table is the untied preset's embedding (seeded by name), the head reads it
     assert torch.equal(table, ws1_qwen3.synthetic("tiny").model.embed_tokens.weight)
     assert not ws1_ops.is_tied(untied_twin(tied).model.embed_tokens.weight)
+
+
+def test_the_head_follows_the_table_when_it_is_replaced():
+    """A conversion that gives the embedding module a new Parameter (.to(float32) here) moves the head with it:
+    still one tensor, still marked tied once the head has run."""
+    m = ws1_qwen3.synthetic("tiny-tied", "cpu_bf16").to(torch.float32)
+    assert m.lm_head.weight is m.model.embed_tokens.weight and m.lm_head.weight.dtype == torch.float32
+    m.model.embed_tokens.weight = torch.nn.Parameter(m.model.embed_tokens.weight.detach().bfloat16())
+    assert m.lm_head.weight is m.model.embed_tokens.weight and not ws1_ops.is_tied(m.lm_head.weight)
+    m(torch.zeros(1, 3, dtype=torch.int64))
+    assert ws1_ops.is_tied(m.model.embed_tokens.weight)
 
 
 def test_forward_is_the_untied_forward_with_the_table_as_head(tied, samples):

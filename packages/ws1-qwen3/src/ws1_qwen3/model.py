@@ -203,14 +203,11 @@ class ForwardContext:
 
 class _ParameterHolder(nn.Module):
     """One parameter, ``weight``, allocated uninitialized where it will live (``factory_kwargs``: its dtype and
-    device, always both) — or ``shared``, another module's parameter of the same shape, held as it is (tied
-    embeddings: the head's weight IS the embedding table; nothing is allocated)."""
+    device, always both)."""
 
-    def __init__(self, shape: tuple[int, ...], factory_kwargs: dict, shared: nn.Parameter | None = None):
+    def __init__(self, shape: tuple[int, ...], factory_kwargs: dict):
         super().__init__()
-        if shared is not None and tuple(shared.shape) != tuple(shape):
-            raise ValueError(f"a shared weight of shape {list(shared.shape)} where {list(shape)} is needed")
-        self.weight = shared if shared is not None else nn.Parameter(torch.empty(shape, **factory_kwargs))
+        self.weight = nn.Parameter(torch.empty(shape, **factory_kwargs))
 
 
 class Qwen3RMSNorm(_ParameterHolder):
@@ -222,10 +219,10 @@ class Qwen3RMSNorm(_ParameterHolder):
 
 class LinearWeight(_ParameterHolder):
     """A bias-free projection's ``weight`` [out_features, in_features] (nn.Linear's layout); run by ``det_gemm``,
-    or ``lm_head`` for the head (``shared``: the embedding table, when tied)."""
+    or ``lm_head`` for the head."""
 
-    def __init__(self, in_features: int, out_features: int, factory_kwargs: dict, shared: nn.Parameter | None = None):
-        super().__init__((out_features, in_features), factory_kwargs, shared)
+    def __init__(self, in_features: int, out_features: int, factory_kwargs: dict):
+        super().__init__((out_features, in_features), factory_kwargs)
 
 
 class EmbeddingWeight(_ParameterHolder):
@@ -233,6 +230,22 @@ class EmbeddingWeight(_ParameterHolder):
 
     def __init__(self, num_embeddings: int, embedding_dim: int, factory_kwargs: dict):
         super().__init__((num_embeddings, embedding_dim), factory_kwargs)
+
+
+class TiedLinearWeight(nn.Module):
+    """The head of a model with tied embeddings: no parameter of its own; ``weight`` IS the embedding table
+    [vocab, hidden] — its owner's parameter, looked up on each access — run by ``lm_head``. Holding none keeps
+    the table registered once, in ``named_parameters()`` and ``state_dict()`` (as ``model.embed_tokens.weight``)
+    and for anything that replaces a module's own parameters (``.to()``, vLLM's per-module weight reload): the
+    head follows the table instead of keeping an old one."""
+
+    def __init__(self, table_owner: EmbeddingWeight):
+        super().__init__()
+        object.__setattr__(self, "_table_owner", table_owner)  # not a submodule either: registered once, by the model
+
+    @property
+    def weight(self) -> nn.Parameter:
+        return self._table_owner.weight
 
 
 class Qwen3Attention(nn.Module):
@@ -354,11 +367,12 @@ class Qwen3ForCausalLM(nn.Module):
         # tied (0.6B, 1.7B, 4B): lm_head.weight IS model.embed_tokens.weight — one Parameter, one storage, listed once
         # by named_parameters() (as model.embed_tokens.weight, as transformers does). Its gradient is the embedding's
         # and the head's contributions, each FP32 in its own canonical row order, added in FP32 and rounded once
-        # (ws1_ops.tie, docs/model.md "Tied embeddings")
-        tied = self.model.embed_tokens.weight if config.tie_word_embeddings else None
-        self.lm_head = LinearWeight(config.hidden_size, config.vocab_size, factory_kwargs, shared=tied)
-        if tied is not None:
-            ws1_ops.tie(tied)
+        # (ws1_ops.combine; docs/model.md "Tied embeddings")
+        if config.tie_word_embeddings:
+            self.lm_head = TiedLinearWeight(self.model.embed_tokens)
+            ws1_ops.tie(self.lm_head.weight)
+        else:
+            self.lm_head = LinearWeight(config.hidden_size, config.vocab_size, factory_kwargs)
         self.synthetic = False
         self.weights_sha256: str | None = None
         self.source = "empty"
@@ -447,7 +461,12 @@ class Qwen3ForCausalLM(nn.Module):
 
     def logits_of(self, hidden_states: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """FP32 logits [n, V] of hidden rows [n, hidden] (``keys`` [n]: on the host, as hidden() keeps them)."""
-        logits = self.ops().lm_head(hidden_states, self.lm_head.weight, keys)
+        weight = self.lm_head.weight
+        if self.config.tie_word_embeddings:
+            # the table is marked read by two ops (a backward outside canonical_grads() refuses it) each forward:
+            # the mark follows the tensor object, which a conversion (.to(), a weight reload) may have replaced
+            ws1_ops.tie(weight)
+        logits = self.ops().lm_head(hidden_states, weight, keys)
         self.trace(self.config.num_hidden_layers, "lm_head", logits, keys)
         return logits
 
