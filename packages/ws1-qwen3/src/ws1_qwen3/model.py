@@ -30,6 +30,11 @@ Modules, as transformers' ``modeling_qwen3`` names them (and so the parameters):
 Each module's forward runs its lines of the diagram above through the ops of the model's profile, given one
 batch's :class:`ForwardContext` (ops, row keys, positions, the attention callable, the tracer, eps).
 
+Tied embeddings (``config.tie_word_embeddings``: Qwen3-0.6B / 1.7B / 4B): ``lm_head`` is a :class:`TiedLinearWeight`
+whose ``weight`` IS ``model.embed_tokens.weight`` [V, H] — one parameter, registered once. Its gradient, inside
+``ws1_ops.canonical_grads()``: ``bf16(fp32 dE_embedding + fp32 dW_lm_head)``, each term the op's canonical
+reduction (``ws1_ops.combine``; docs/model.md "Tied embeddings").
+
 Rows carry logical keys ``(sample rank, position)`` (-1 for padding); the ops reduce parameter
 gradients over rows in that order, so gradients do not depend on the layout either.
 
