@@ -147,7 +147,7 @@ def is_tied(t: torch.Tensor) -> bool:
     return ref is not None and ref() is t
 
 
-def refuse_untied_backward(weight: torch.Tensor, op: str) -> None:
+def refuse_tied_outside_scope(weight: torch.Tensor, op: str) -> None:
     """Raise when ``weight`` is tied (:func:`tie`) and no canonical_grads() scope is open: one line."""
     if is_tied(weight):
         raise OpInputError(
