@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+import ws1_qwen3
 from ws1_contract import read_evidence
 from ws1_matrix.__main__ import main
 from ws1_matrix.drift import NODE_ORDER, Trace, drift_map, first_drift
@@ -25,6 +26,22 @@ def test_c10_green_everything_bitwise(tmp_path):
     assert ev["mode"] == "synthetic" and ev["first_drift"] is None and ev["grad_compare"] == "full"
     assert ev["train_infer"] == {"max_abs_dlogp": 0.0, "bitwise": True}
     assert ev["gradient_invariance"] == {"min_bitwise": 25, "of": 25, "cells": 7}
+
+
+def test_c10_tied_embeddings_green(tmp_path):
+    """C10 on tiny-tied (the 0.6B / 1.7B / 4B head): every cell bitwise, the shared table's gradient among the 24,
+    judged against the FP32 reference by lm_head's row; from synthetic weights and from a tied checkpoint."""
+    assert main(["c10", "cpu_bf16", "--model", "tiny-tied", "--evidence-dir", str(tmp_path)]) == 0
+    ev = _ev(tmp_path)
+    assert ev["model"] == "tiny-tied" and ev["parameters"] == 24 and ev["first_drift"] is None
+    assert ev["train_infer"] == {"max_abs_dlogp": 0.0, "bitwise": True}
+    assert ev["gradient_invariance"] == {"min_bitwise": 24, "of": 24, "cells": 7}
+    (grad_acc,) = [c for c in ev["cells"] if c["id"] == "reference/gradient_accuracy"]
+    assert grad_acc["status"] == "green" and "24 of 24" in grad_acc["detail"]
+    assert grad_acc["per_parameter_cosine"]["model.embed_tokens.weight"] > 0.999
+    ck = tmp_path / "ck"
+    save_pretrained(ws1_qwen3.synthetic("tiny-tied"), ck)
+    assert main(["c10", "cpu_bf16", "--weights", str(ck), "--evidence-dir", str(tmp_path / "ck-ev")]) == 0
 
 
 def test_c10_negative_control_is_red_with_first_drift(tmp_path):

@@ -28,6 +28,19 @@ def test_every_cell_bitwise_logp_and_all_gradients(tiny, samples):
     assert len(list(tiny.parameters())) == tiny.config.n_parameter_tensors == 25
 
 
+def test_tied_every_cell_bitwise_logp_and_all_gradients(samples):
+    """Tied embeddings (tiny-tied): the shared table's gradient — the embedding's and lm_head's contributions
+    combined in FP32, rounded once (ws1_ops.combine) — and every other one are bitwise the same in every layout."""
+    m = ws1_qwen3.synthetic("tiny-tied", "cpu_bf16")
+    assert judge(m, samples) == {}
+    assert len(list(m.parameters())) == m.config.n_parameter_tensors == 24
+
+
+def test_tied_negative_control_torch_default_is_red(samples):
+    bad = judge(ws1_qwen3.synthetic("tiny-tied", "torch_default"), samples)
+    assert len(bad) >= 4 and any("model.embed_tokens.weight" in v for v in bad.values()), bad
+
+
 def test_negative_control_torch_default_is_red(samples):
     m = ws1_qwen3.synthetic("tiny", "torch_default")
     bad = judge(m, samples)

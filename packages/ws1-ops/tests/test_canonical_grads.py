@@ -121,3 +121,93 @@ def test_cast_once_casts_a_master_once_per_version_with_the_same_bits():
     y0, g0 = run(contextlib.nullcontext())
     y1, g1 = run(ws1_ops.cast_once())
     assert bitwise(y1, y0).passed and bitwise(g1, g0).passed
+
+
+def _tied_chain(table, ids, keys, head_rows, dlogits):
+    """embedding(ids) -> (row i of head_rows) -> lm_head against the same table; loss <logits, dlogits>.
+    ids [T], keys [T], head_rows [M] (rows of the embedding output the head reads), dlogits [M, V] FP32."""
+    x = ws1_ops.embedding(ids, table, keys)  # [T, H] BF16
+    logits = ws1_ops.lm_head(x.index_select(0, head_rows), table, keys.index_select(0, head_rows))  # [M, V]
+    return (logits * dlogits).sum()
+
+
+def test_tied_weight_gradient_is_the_fp32_sum_rounded_once(cpu):
+    """A table read by embedding and lm_head (tied embeddings): inside canonical_grads() its gradient is
+    ``(fp32 dE + fp32 dW_head).to(bf16)`` — each contribution the op's own canonical reduction (what an untied
+    copy gets, before its rounding) — not autograd's BF16 sum of two rounded contributions, which differs here."""
+    g = torch.Generator().manual_seed(11)
+    V, H, T = 40, 24, 30
+    table = (torch.randn(V, H, generator=g) * 0.5).bfloat16()
+    ids = torch.randint(V, (T,), generator=g)
+    keys = torch.randperm(T, generator=g)
+    head_rows = torch.arange(4, T, 2)
+    dlogits = torch.randn(head_rows.numel(), V, generator=g)
+
+    tied = ws1_ops.tie(table.clone().requires_grad_())
+    assert ws1_ops.is_tied(tied) and not ws1_ops.is_tied(table)
+    parts = []
+    real = ws1_ops.grads.combine
+
+    def spy(contributions, dtype):
+        parts.append([(op, t.clone()) for op, t in contributions])
+        return real(contributions, dtype)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ws1_ops.grads, "combine", spy)
+        loss = _tied_chain(tied, ids, keys, head_rows, dlogits)
+        with ws1_ops.canonical_grads():
+            loss.backward()
+    (contributions,) = parts
+    assert [op for op, _ in contributions] == ["embedding", "lm_head"]
+    (_, d_emb), (_, d_head) = contributions
+    assert d_emb.dtype == d_head.dtype == torch.float32
+    assert bitwise(tied.grad, (d_emb + d_head).to(torch.bfloat16)).passed
+
+    # each contribution is the op's own canonical gradient: an untied pair of tables gets it, rounded
+    emb, head = table.clone().requires_grad_(), table.clone().requires_grad_()
+    x = ws1_ops.embedding(ids, emb, keys)
+    logits = ws1_ops.lm_head(x.index_select(0, head_rows), head, keys.index_select(0, head_rows))
+    with ws1_ops.canonical_grads():
+        (logits * dlogits).sum().backward()
+    assert bitwise(emb.grad, d_emb.to(torch.bfloat16)).passed and bitwise(head.grad, d_head.to(torch.bfloat16)).passed
+    # autograd's way (each rounded to BF16, then a BF16 add) is another gradient: the rule is not vacuous
+    assert not bitwise(tied.grad, emb.grad + head.grad).passed
+
+
+def test_tied_weight_gradient_is_invariant_to_the_split_and_order_of_calls(cpu):
+    """The tied table's gradient over the same logical rows, in one call or four (any order), is bitwise one."""
+    g = torch.Generator().manual_seed(12)
+    V, H, T = 40, 24, 32
+    table = (torch.randn(V, H, generator=g) * 0.5).bfloat16()
+    ids = torch.randint(V, (T,), generator=g)
+    keys = torch.arange(T)
+    dlogits = torch.randn(T, V, generator=g)
+
+    def grad(splits):
+        tied = ws1_ops.tie(table.clone().requires_grad_())
+        loss = sum(
+            _tied_chain(tied, ids[lo:hi], keys[lo:hi], torch.arange(hi - lo), dlogits[lo:hi]) for lo, hi in splits
+        )
+        with ws1_ops.canonical_grads():
+            loss.backward()
+        return tied.grad
+
+    whole = grad([(0, T)])
+    assert bitwise(grad([(20, 32), (0, 7), (7, 20)]), whole).passed
+    assert bitwise(grad([(0, 1), (1, 30), (30, 32)]), whole).passed
+
+
+@pytest.mark.parametrize("first", ["embedding", "lm_head"])
+def test_tied_weight_backward_outside_the_scope_is_refused(cpu, first):
+    """Outside canonical_grads() autograd would round each contribution to BF16 and add them in BF16: refused,
+    one line naming the op whose backward runs first (lm_head: the head is last in the forward)."""
+    g = torch.Generator().manual_seed(13)
+    table = ws1_ops.tie(torch.randn(16, 8, generator=g).bfloat16().requires_grad_())
+    ids, keys = torch.tensor([3, 1, 3]), torch.arange(3)
+    if first == "lm_head":
+        loss = _tied_chain(table, ids, keys, torch.arange(3), torch.randn(3, 16, generator=g))
+    else:
+        loss = ws1_ops.embedding(ids, table, keys).float().sum()
+    with pytest.raises(ws1_ops.OpInputError, match=f"^{first}: the weight is tied .* inside ws1_ops.canonical_grads"):
+        loss.backward()
+    assert table.grad is None

@@ -84,3 +84,47 @@ def test_8b_shapes_against_transformers(tmp_path, contract, samples):
     assert cmp.passed, cmp.detail
     agg = _dlogp(hf_teacher_forcing(hf, samples), hf_rollout(hf, samples), contract)
     assert not agg.bitwise_equal, agg.detail
+
+
+@pytest.fixture(scope="module")
+def tied_ckpt(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hf_tied")
+    hf = hf_checkpoint(d, seed=3, tie_word_embeddings=True)
+    return d, hf
+
+
+def test_tied_transformers_checkpoint_loads_and_matches(tied_ckpt):
+    """transformers' save_pretrained of a tied Qwen3 (no lm_head.weight, tie_word_embeddings true): ws1 reads it
+    sharing the table, and its FP32 logits match transformers' within the untied test's 1e-4."""
+    from safetensors.torch import load_file
+
+    d, hf = tied_ckpt
+    assert hf.lm_head.weight is hf.model.embed_tokens.weight
+    assert "lm_head.weight" not in load_file(str(d / "model.safetensors"))
+    ours = ws1_qwen3.from_pretrained(d, profile="reference")
+    assert ours.config.tie_word_embeddings and ours.lm_head.weight is ours.model.embed_tokens.weight
+    assert torch.equal(ours.lm_head.weight, hf.lm_head.weight)
+    ids = torch.randint(0, 700, (3, 17), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        err = float((ours(ids) - hf(ids).logits).abs().max())
+    assert err <= 1e-4, err
+    bf = ws1_qwen3.from_pretrained(d, profile="cpu_bf16")  # the BF16 chain loads it too (rounded once)
+    assert bf.lm_head.weight is bf.model.embed_tokens.weight and bf.lm_head.weight.dtype == torch.bfloat16
+
+
+def test_ws1_tied_checkpoint_loads_in_transformers(tied_ckpt, tmp_path):
+    """The reverse: ws1's save_pretrained of a tied model is a checkpoint transformers loads tied, with the same
+    table; the logits agree (FP32) within 1e-4."""
+    from transformers import Qwen3ForCausalLM
+
+    d, _ = tied_ckpt
+    ours = ws1_qwen3.from_pretrained(d, profile="reference")
+    out = tmp_path / "ws1_tied"
+    ws1_qwen3.save_pretrained(ours, out)
+    hf = Qwen3ForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()
+    assert hf.config.tie_word_embeddings and hf.lm_head.weight is hf.model.embed_tokens.weight
+    assert torch.equal(hf.lm_head.weight, ours.model.embed_tokens.weight)
+    ids = torch.randint(0, 700, (2, 13), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        err = float((ours(ids) - hf(ids).logits).abs().max())
+    assert err <= 1e-4, err

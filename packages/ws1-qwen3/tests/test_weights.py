@@ -92,7 +92,8 @@ def test_missing_or_corrupt_shard_and_config(saved, tmp_path, tiny):
     cfg = json.loads((g / "config.json").read_text())
     cfg["tie_word_embeddings"] = True
     (g / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(WeightsError, match="tie_word_embeddings"):
+    # tied, but the checkpoint's lm_head.weight is not the table: refused, naming the tensor
+    with pytest.raises(WeightsError, match=r"lm_head.weight: the config ties it to model.embed_tokens.weight"):
         read_checkpoint(g)
     with pytest.raises(WeightsError, match="not a directory"):
         read_checkpoint(tmp_path / "nowhere")
@@ -112,3 +113,57 @@ def test_synthetic_is_seeded_and_marked():
     c = ws1_qwen3.synthetic("tiny", seed=2)
     assert a.synthetic and a.source == "synthetic(seed=1, cpu)"
     assert content_sha256(params(a)) == content_sha256(params(b)) != content_sha256(params(c))
+
+
+def test_tied_roundtrip_writes_and_reads_the_table_once(tmp_path):
+    """A tied model is saved as transformers saves one (the table once, no lm_head.weight; tie_word_embeddings true)
+    and loads back sharing it, bit for bit, single-file and sharded, on both parameter dtypes."""
+    tied = ws1_qwen3.synthetic("tiny-tied")
+    d = tmp_path / "tied"
+    digest = save_pretrained(tied, d)
+    assert json.loads((d / "config.json").read_text())["tie_word_embeddings"] is True
+    names = set(load_file(str(d / "model.safetensors")))
+    assert "lm_head.weight" not in names and "model.embed_tokens.weight" in names and len(names) == 24
+    m = from_pretrained(d, "cpu_bf16", expected_sha256=digest)
+    assert m.config == tied.config.replace(name="tied") and m.lm_head.weight is m.model.embed_tokens.weight
+    for n, p in params(tied).items():
+        assert torch.equal(params(m)[n].view(torch.int16), p.view(torch.int16)), n
+    sharded = tmp_path / "sharded"
+    assert save_pretrained(tied, sharded, max_shard_bytes=100_000) == digest
+    assert "lm_head.weight" not in json.loads((sharded / "model.safetensors.index.json").read_text())["weight_map"]
+    assert from_pretrained(sharded, expected_sha256=digest).weights_sha256 == digest
+    ref = from_pretrained(d, "reference")
+    assert ref.lm_head.weight is ref.model.embed_tokens.weight and ref.lm_head.weight.dtype == torch.float32
+
+
+def test_tied_checkpoint_with_a_redundant_head(tmp_path):
+    """Some exporters write lm_head.weight beside a tied table: read when it is bitwise the table (dropped: the same
+    model and hash), refused with one line naming it when it differs (in one bit, or in dtype)."""
+    tied = ws1_qwen3.synthetic("tiny-tied")
+    d = tmp_path / "tied"
+    digest = save_pretrained(tied, d)
+
+    def add_head(t):
+        t["lm_head.weight"] = t["model.embed_tokens.weight"].clone()
+
+    same = read_checkpoint(_copy(d, tmp_path / "same", add_head))[1]
+    assert "lm_head.weight" not in same and content_sha256(same) == digest
+
+    def add_other_head(t):
+        add_head(t)
+        t["lm_head.weight"].view(torch.int16)[5, 7] ^= 1
+
+    msg = r"^tensor lm_head.weight: the config ties it to model.embed_tokens.weight \(tie_word_embeddings\)"
+    with pytest.raises(WeightsError, match=msg):
+        read_checkpoint(_copy(d, tmp_path / "other", add_other_head))
+
+    def add_fp32_head(t):
+        t["lm_head.weight"] = t["model.embed_tokens.weight"].float()
+
+    with pytest.raises(WeightsError, match=msg):
+        read_checkpoint(_copy(d, tmp_path / "fp32", add_fp32_head))
+    # an untied config still needs its own head
+    with pytest.raises(WeightsError, match=r"missing tensor\(s\): \['lm_head.weight'\]"):
+        cfg = json.loads((d / "config.json").read_text())
+        (d / "config.json").write_text(json.dumps({**cfg, "tie_word_embeddings": False}))
+        read_checkpoint(d)

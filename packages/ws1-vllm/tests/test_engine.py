@@ -12,6 +12,7 @@ import shutil
 import struct
 
 import pytest
+import torch
 
 vllm = pytest.importorskip("vllm")
 
@@ -199,3 +200,91 @@ def test_the_negative_control_runs_its_variant_and_misses_teacher_forcing(checkp
     report = json.loads(out.stdout.splitlines()[-1])
     assert report["variants"] == {"det_gemm": ["variant_m_split_k"]}
     assert report["compared"] == 39 + 6 + 2 * 4 and report["equal"] < report["compared"] / 2, report
+
+
+TIED = """
+import json, sys
+import vllm, ws1_qwen3, ws1_vllm
+from test_engine import A, B, C, ENGINE, returned_logprobs, sampling, bits
+
+
+def tally(outputs, checkpoint):
+    \"\"\"(compared, equal): every returned log-prob against ws1 teacher forcing of the checkpoint, FP32 bits.\"\"\"
+    model = ws1_qwen3.from_pretrained(checkpoint, profile="cpu_bf16")
+    compared = equal = 0
+    for output in outputs:
+        tokens = tuple(output.prompt_token_ids) + tuple(output.outputs[0].token_ids)
+        tf = ws1_qwen3.teacher_forcing(model, [ws1_qwen3.Sample(0, tokens, len(output.prompt_token_ids))],
+                                       layout="packed", all_tokens=True)
+        reference = {int(key) & 0xFFFFFFFF: float(logp) for key, logp in zip(tf.keys, tf.logp)}
+        for position, logp in returned_logprobs(output).items():
+            compared += 1
+            equal += bits(logp) == bits(reference[position])
+    return compared, equal
+
+
+prompts = lambda *ps: [vllm.inputs.TokensPrompt(prompt_token_ids=p) for p in ps]
+llm = vllm.LLM(model=sys.argv[1], **ENGINE)
+shared = llm.apply_model(lambda m: (m.config.tie_word_embeddings, m.lm_head.weight is m.model.embed_tokens.weight,
+                                    sum(1 for _ in m.named_parameters())))
+outputs = llm.generate(prompts(A, B, C), [sampling()] * 3)
+outputs += llm.generate(prompts(A), [sampling(None)])  # its first block a prefix-cache hit
+before = tally(outputs, sys.argv[1])
+llm.collective_rpc("reload_weights", kwargs={"weights_path": sys.argv[2]})  # new tied weights, a redundant head too
+llm.reset_prefix_cache()
+after = tally(llm.generate(prompts(B, A), [sampling(), sampling()]), sys.argv[2])
+print(json.dumps({"shared": shared, "before": before, "after": after}))
+"""
+
+
+def tied_checkpoint(path, seed, redundant_head=False, head_bit_flipped=False):
+    """A tiny-tied checkpoint as transformers writes one (no lm_head.weight), or with a redundant lm_head.weight
+    (bitwise the table, or one bit off)."""
+    from safetensors.torch import load_file, save_file
+
+    ws1_qwen3.save_pretrained(ws1_qwen3.synthetic("tiny-tied", seed=seed), path)
+    if redundant_head:
+        tensors = load_file(str(path / "model.safetensors"))
+        tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+        if head_bit_flipped:
+            tensors["lm_head.weight"].view(-1).view(torch.int16)[17] ^= 1
+        save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+    return path
+
+
+def test_tied_checkpoint_serves_with_teacher_forcings_bits(tmp_path):
+    """A tied checkpoint (Qwen3-0.6B / 1.7B / 4B's head) served through vLLM: one shared parameter, loaded once via
+    embed_tokens; every returned log-prob bitwise equal to ws1 teacher forcing; then reload_weights with new tied
+    weights carrying a redundant, identical lm_head.weight, and the bits follow the new weights. In a fresh process
+    (one engine per process here)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    first = tied_checkpoint(tmp_path / "tied", seed=1)
+    second = tied_checkpoint(tmp_path / "tied2", seed=2, redundant_head=True)
+    env = {
+        **os.environ,
+        "WS1_VLLM_PROFILE": PROFILE,
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", TIED, str(first), str(second)], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.splitlines()[-1])
+    print(f"\n{report}")
+    assert report["shared"] == [[True, True, 24]]
+    assert report["before"] == [(39 + 6 + 2 + 3 * 4) + 4] * 2, report
+    assert report["after"] == [6 + 39 + 2 * 4] * 2, report
+
+
+def test_tied_checkpoint_with_another_head_is_refused(env, tmp_path):
+    """tie_word_embeddings true with an lm_head.weight that is not the table: vLLM would untie the config and serve
+    that head; the plugin refuses it, one line naming the tensor, as ws1_qwen3.from_pretrained does."""
+    path = tied_checkpoint(tmp_path / "other-head", seed=1, redundant_head=True, head_bit_flipped=True)
+    with pytest.raises(ws1_vllm.WS1VllmRefused, match=r"^ws1_vllm: checkpoint tensor lm_head.weight is not model"):
+        vllm.LLM(model=str(path), **ENGINE)

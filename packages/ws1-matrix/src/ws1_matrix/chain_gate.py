@@ -1,7 +1,7 @@
 """C10 chain gate: the whole model, every cell of docs/design.md §5, train/infer parity, the FP32 reference,
 the C6 sweep, observed node kinds, and first_drift.
 
-    python -m ws1_matrix c10 cpu_bf16 [--model tiny|qwen3-8b-L2|qwen3-8b] [--weights DIR [--formal]]
+    python -m ws1_matrix c10 cpu_bf16 [--model tiny|tiny-tied|qwen3-8b-L2|qwen3-8b|...] [--weights DIR [--formal]]
     python -m ws1_matrix c10 cpu_bf16 --candidate variant_attn_decode_order   # a negative control: must be red
 
 Cells, each compared with the canonical ``BN/full`` (the 4 samples right-padded to 20) by logical
@@ -134,10 +134,12 @@ def run_cell(model, calls, kw, n_active: int):
     return logp, active, loss.detach(), grads, tr
 
 
-def param_op(name: str) -> str:
-    """The chain node whose threshold row judges a parameter's gradient."""
+def param_op(name: str, tied: bool = False) -> str:
+    """The chain node whose threshold row judges a parameter's gradient. ``tied``: the model ties its embeddings,
+    so the table's gradient is lm_head's dW (a GEMM reduction over every head row) plus the embedding's per-id
+    sums (ws1_ops.combine): judged by lm_head's row (class reduction), not the embedding's (elementwise)."""
     if name.endswith("embed_tokens.weight"):
-        return "embedding"
+        return "lm_head" if tied else "embedding"
     if name == "lm_head.weight":
         return "lm_head"
     if name.endswith(("q_norm.weight", "k_norm.weight")):
@@ -491,11 +493,12 @@ def run_cell_streaming(ref, plan, n_active, cand_grads, contract, run):
     """The reference forward + backward, judging each parameter's gradient as soon as it is ready
     (then freeing it), so an FP32 copy of every gradient never has to exist at once."""
     results: list[tuple[str, Comparison]] = []
-    names = {id(p): n for n, p in ref.named_parameters()}
+    names = {id(p): n for n, p in ref.named_parameters()}  # a tied table once, as model.embed_tokens.weight
+    tied = ref.config.tie_word_embeddings
 
     def judge(p):
         name = names[id(p)]
-        th = contract.resolve("gradient_accuracy", param_op(name), "bfloat16")
+        th = contract.resolve("gradient_accuracy", param_op(name, tied), "bfloat16")
         if name not in cand_grads:  # a gradient the candidate did not produce is red, never skipped
             results.append((name, Comparison(False, f"{name}: the candidate produced no gradient")))
         else:  # atol/rtol elementwise and the contract's tensor-norm rule (rel L2, cosine)
@@ -581,7 +584,12 @@ class _Spilled:
 
 
 def add_args(ap) -> None:
-    ap.add_argument("--model", default="tiny", help="preset: tiny (default), qwen3-8b-L2, qwen3-8b")
+    ap.add_argument(
+        "--model",
+        default="tiny",
+        help="preset: tiny (default), tiny-tied (tied embeddings), qwen3-8b-L2, or one of the family "
+        "(qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b)",
+    )
     ap.add_argument("--weights", default=None, help="an HF-format checkpoint directory instead of synthetic weights")
     ap.add_argument(
         "--formal", action="store_true", help="the formal gate: --weights must hash to the manifest's pinned value"

@@ -11,12 +11,21 @@ gradient, input); on exit every parameter's rows from every call are concatenate
 canonical order, and reduced once by the same family kernel. The result depends only on the set
 of logical rows, however they were split into calls. The gradient lands in ``param.grad``
 (added to an existing one), in the parameter's dtype.
+
+A parameter read by two ops — tied embeddings: the table is ``embedding``'s weight and ``lm_head``'s,
+marked by :func:`tie` — has one contribution per op, each reduced as above (FP32, its own rows in
+canonical order: every token for the embedding, the head's rows for lm_head). They are combined in one
+fixed way (:func:`combine`): each in FP32, added in op-name order — ``embedding + lm_head``, one FP32
+add per element (commutative, so the order of two terms cannot change a bit; it is fixed for any
+count) — and rounded to the parameter's dtype once. Outside the scope autograd would round each
+contribution to BF16 and add them in BF16, so a tied parameter's backward outside it is refused.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -75,6 +84,9 @@ class CanonicalGrads:
         # backward sorts once per forward (a key sort on a device is a host sync), not once per parameter
         orders: dict[tuple[int, ...], torch.Tensor] = {}
         # fixed order: by op name, then first use; a parameter used by two ops sums them in that order
+        # contributions of a parameter read by several ops (tied embeddings): FP32, summed in this op-name order,
+        # rounded once (combine())
+        parts: dict[int, list[tuple[str, torch.Tensor]]] = {}
         for (pid, _op), s in sorted(self._stash.items(), key=lambda kv: kv[0][1]):
             kid = tuple(id(k) for k in s.keys)
             if kid not in orders:
@@ -88,17 +100,60 @@ class CanonicalGrads:
                 perm = expand_rows(perm, s.inner)
             note(s.kernel, "backward", s.param.device.type)
             g = s.kernel.param_grad(*cols, *s.extra, perm)
-            grads[pid] = g if pid not in grads else grads[pid] + g
             params[pid] = s.param
             uses[pid] -= 1
-            if uses[pid] == 0:
-                # the parameter's last contribution: cast now, so only one FP32 gradient is alive at a
+            if pid in parts or uses[pid]:  # one of several ops' contributions: combined when the last is in
+                parts.setdefault(pid, []).append((s.kernel.op, g))
+                if uses[pid] == 0:
+                    grads[pid] = combine(parts.pop(pid), s.param.dtype)
+            else:
+                # the parameter's only contribution: cast now, so only one FP32 gradient is alive at a
                 # time (an 8B-shape model's FP32 gradients would need 6.5 GB more than its BF16 ones)
-                grads[pid] = grads[pid].to(s.param.dtype)
+                grads[pid] = g.to(s.param.dtype)
         for pid, g in grads.items():
             p = params[pid]
             p.grad = g if p.grad is None else p.grad + g
             self.params_done.append(p)
+
+
+def combine(parts: list[tuple[str, torch.Tensor]], dtype: torch.dtype) -> torch.Tensor:
+    """One parameter's gradient from the contributions of the ops that read it: ``parts`` (op, gradient [*shape])
+    are each taken in FP32 (the kernels' param_grad output already is: then no copy), summed left to right in
+    op-name order (a stable sort: one op's parts keep their order), and rounded to ``dtype`` once (nearest-even).
+    For tied embeddings: ``fp32(dE_embedding) + fp32(dW_lm_head)`` -> BF16, the bits of ``(a + b).to(bf16)``."""
+    ordered = sorted(parts, key=lambda part: part[0])
+    total = ordered[0][1].float()
+    for _op, g in ordered[1:]:
+        total = total + g.float()  # a new tensor: a kernel's output is never written in place
+    return total.to(dtype)
+
+
+# parameters read by more than one op (tie()): id -> a weak reference (a tensor's == is elementwise, so no WeakSet)
+_TIED: dict[int, weakref.ref] = {}
+
+
+def tie(param: torch.Tensor) -> torch.Tensor:
+    """Mark ``param`` as read by more than one op of a forward (tied embeddings: ``embedding`` and ``lm_head`` read
+    one table). Its gradient then exists only inside :func:`canonical_grads`, where the contributions are combined
+    by :func:`combine`; an op's backward outside it refuses (autograd would round each to the parameter's dtype
+    and add them there). Returns ``param``; the mark lives as long as the tensor object."""
+    key = id(param)
+    _TIED[key] = weakref.ref(param, lambda _ref, key=key: _TIED.pop(key, None))
+    return param
+
+
+def is_tied(t: torch.Tensor) -> bool:
+    ref = _TIED.get(id(t))
+    return ref is not None and ref() is t
+
+
+def refuse_tied_outside_scope(weight: torch.Tensor, op: str) -> None:
+    """Raise when ``weight`` is tied (:func:`tie`) and no canonical_grads() scope is open: one line."""
+    if is_tied(weight):
+        raise OpInputError(
+            f"{op}: the weight is tied (read by two ops); its gradient is combined only inside "
+            "ws1_ops.canonical_grads() (FP32, rounded once): run the backward there"
+        )
 
 
 def _cat(ts: list[torch.Tensor]) -> torch.Tensor:

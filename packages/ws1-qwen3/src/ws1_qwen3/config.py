@@ -1,8 +1,9 @@
 """Qwen3 dense configuration: an attrs class with presets and HF ``config.json`` conversion.
 
-Only the dense Qwen3 architecture of docs/design.md §4 is accepted (SiLU MLP, QK-norm, untied embeddings,
-no attention bias, no sliding window, default RoPE); anything else is refused with the field named,
-rather than silently computed as something it is not.
+Only the dense Qwen3 architecture of docs/design.md §4 is accepted (SiLU MLP, QK-norm, no attention bias, no
+sliding window, default RoPE), with untied embeddings (8B, 14B, 32B) or tied ones (0.6B, 1.7B, 4B:
+``lm_head.weight`` is ``model.embed_tokens.weight``, docs/model.md "Tied embeddings"); anything else is refused
+with the field named, rather than silently computed as something it is not.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ def _positive(instance, attribute, value):
 
 @attrs.frozen
 class Qwen3Config:
-    """Shapes of one Qwen3 dense model. ``pad_token_id`` pads batches (the fixtures' pad id)."""
+    """Shapes of one Qwen3 dense model. ``pad_token_id`` pads batches (the fixtures' pad id);
+    ``tie_word_embeddings``: the head reads the embedding table (one parameter [vocab, hidden], no ``lm_head.weight``
+    of its own)."""
 
     vocab_size: int = attrs.field(validator=_positive)
     hidden_size: int = attrs.field(validator=_positive)
@@ -37,8 +40,11 @@ class Qwen3Config:
     rms_norm_eps: float = 1e-6
     pad_token_id: int | None = None
     name: str = "custom"
+    tie_word_embeddings: bool = False
 
     def __attrs_post_init__(self):
+        if not isinstance(self.tie_word_embeddings, bool):
+            raise ConfigError(f"config.tie_word_embeddings must be a bool, got {self.tie_word_embeddings!r}")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ConfigError(
                 f"config: num_attention_heads ({self.num_attention_heads}) must be a multiple of "
@@ -62,12 +68,14 @@ class Qwen3Config:
 
     @property
     def n_parameter_tensors(self) -> int:
-        return 3 + 11 * self.num_hidden_layers
+        """embed_tokens, norm, lm_head (not when tied: it is embed_tokens) and 11 per layer."""
+        return (2 if self.tie_word_embeddings else 3) + 11 * self.num_hidden_layers
 
     def n_parameters(self) -> int:
         H, F, D = self.hidden_size, self.intermediate_size, self.head_dim
         per_layer = H * D * (2 * self.num_attention_heads + 2 * self.num_key_value_heads) + 3 * H * F + 2 * H + 2 * D
-        return 2 * self.vocab_size * H + H + self.num_hidden_layers * per_layer
+        tables = 1 if self.tie_word_embeddings else 2  # the embedding table, and lm_head's unless tied
+        return tables * self.vocab_size * H + H + self.num_hidden_layers * per_layer
 
     def replace(self, **kw) -> Qwen3Config:
         return attrs.evolve(self, **kw)
@@ -85,7 +93,6 @@ class Qwen3Config:
             )
         refuse = {
             "hidden_act": (d.get("hidden_act", "silu"), "silu"),
-            "tie_word_embeddings": (bool(d.get("tie_word_embeddings", False)), False),
             "attention_bias": (bool(d.get("attention_bias", False)), False),
             "use_sliding_window": (bool(d.get("use_sliding_window", False)), False),
         }
@@ -107,6 +114,9 @@ class Qwen3Config:
         ]
         if missing:
             raise ConfigError(f"config.json: missing {missing}")
+        tied = d.get("tie_word_embeddings", False)  # transformers' Qwen3Config default: untied
+        if not isinstance(tied, bool):
+            raise ConfigError(f"config.json: tie_word_embeddings={tied!r} is not a bool")
         heads = d["num_attention_heads"]
         return cls(
             vocab_size=d["vocab_size"],
@@ -121,6 +131,7 @@ class Qwen3Config:
             rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
             pad_token_id=d.get("pad_token_id"),
             name=name,
+            tie_word_embeddings=tied,
         )
 
     def to_hf(self) -> dict[str, Any]:
@@ -140,7 +151,7 @@ class Qwen3Config:
             "rms_norm_eps": self.rms_norm_eps,
             "rope_theta": self.rope_theta,
             "rope_parameters": {"rope_theta": self.rope_theta, "rope_type": "default"},
-            "tie_word_embeddings": False,
+            "tie_word_embeddings": self.tie_word_embeddings,
             "attention_bias": False,
             "use_sliding_window": False,
             "sliding_window": None,
@@ -149,40 +160,58 @@ class Qwen3Config:
         }
 
 
-_8B = dict(
-    vocab_size=151936,
-    hidden_size=4096,
-    intermediate_size=12288,
-    num_hidden_layers=36,
-    num_attention_heads=32,
-    num_key_value_heads=8,
-    head_dim=128,
-    max_position_embeddings=40960,
+def _dense(hidden: int, intermediate: int, layers: int, heads: int, tied: bool) -> dict[str, Any]:
+    """One Qwen3 dense size as its Hugging Face ``config.json`` gives it (Qwen/Qwen3-<size>): vocab 151936,
+    8 KV heads of dim 128, 40960 positions, RoPE θ 1e6, RMSNorm eps 1e-6 for every size; the pad id is the
+    fixtures' (151643, ``<|endoftext|>``)."""
+    return dict(
+        vocab_size=151936,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+        pad_token_id=151643,
+        tie_word_embeddings=tied,
+    )
+
+
+# the dense Qwen3 family: (hidden, intermediate, layers, query heads, tied); the small three tie their embeddings
+_FAMILY = {
+    "qwen3-0.6b": _dense(1024, 3072, 28, 16, tied=True),
+    "qwen3-1.7b": _dense(2048, 6144, 28, 16, tied=True),
+    "qwen3-4b": _dense(2560, 9728, 36, 32, tied=True),
+    "qwen3-8b": _dense(4096, 12288, 36, 32, tied=False),  # docs/design.md §4: the manifest's model
+    "qwen3-14b": _dense(5120, 17408, 40, 40, tied=False),
+    "qwen3-32b": _dense(5120, 25600, 64, 64, tied=False),
+}
+_8B = _FAMILY["qwen3-8b"]
+_TINY = dict(
+    vocab_size=1024,
+    hidden_size=128,
+    intermediate_size=384,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    max_position_embeddings=2048,
     rope_theta=1e6,
     rms_norm_eps=1e-6,
-    pad_token_id=151643,
+    pad_token_id=None,
 )
 
 PRESETS: dict[str, Qwen3Config] = {
-    # docs/design.md §4: the manifest's model
-    "qwen3-8b": Qwen3Config(**_8B, name="qwen3-8b"),
+    **{name: Qwen3Config(**shape, name=name) for name, shape in _FAMILY.items()},
     # the 8B shapes with 2 layers: every kernel at its real shape, on a CPU
     "qwen3-8b-L2": Qwen3Config(**{**_8B, "num_hidden_layers": 2}, name="qwen3-8b-L2"),
     # same architecture, small enough for CI; vocab >= 616 holds every fixture id, pad = vocab - 1
-    "tiny": Qwen3Config(
-        vocab_size=1024,
-        hidden_size=128,
-        intermediate_size=384,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=2048,
-        rope_theta=1e6,
-        rms_norm_eps=1e-6,
-        pad_token_id=None,
-        name="tiny",
-    ),
+    "tiny": Qwen3Config(**_TINY, name="tiny"),
+    # tiny with tied embeddings (the 0.6B / 1.7B / 4B head), for CI
+    "tiny-tied": Qwen3Config(**_TINY, tie_word_embeddings=True, name="tiny-tied"),
 }
 
 

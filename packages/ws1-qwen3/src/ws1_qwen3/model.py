@@ -30,6 +30,11 @@ Modules, as transformers' ``modeling_qwen3`` names them (and so the parameters):
 Each module's forward runs its lines of the diagram above through the ops of the model's profile, given one
 batch's :class:`ForwardContext` (ops, row keys, positions, the attention callable, the tracer, eps).
 
+Tied embeddings (``config.tie_word_embeddings``: Qwen3-0.6B / 1.7B / 4B): ``lm_head`` is a :class:`TiedLinearWeight`
+whose ``weight`` IS ``model.embed_tokens.weight`` [V, H] — one parameter, registered once. Its gradient, inside
+``ws1_ops.canonical_grads()``: ``bf16(fp32 dE_embedding + fp32 dW_lm_head)``, each term the op's canonical
+reduction (``ws1_ops.combine``; docs/model.md "Tied embeddings").
+
 Rows carry logical keys ``(sample rank, position)`` (-1 for padding); the ops reduce parameter
 gradients over rows in that order, so gradients do not depend on the layout either.
 
@@ -232,6 +237,22 @@ class EmbeddingWeight(_ParameterHolder):
         super().__init__((num_embeddings, embedding_dim), factory_kwargs)
 
 
+class TiedLinearWeight(nn.Module):
+    """The head of a model with tied embeddings: no parameter of its own; ``weight`` IS the embedding table
+    [vocab, hidden] — its owner's parameter, looked up on each access — run by ``lm_head``. Holding none keeps
+    the table registered once, in ``named_parameters()`` and ``state_dict()`` (as ``model.embed_tokens.weight``)
+    and for anything that replaces a module's own parameters (``.to()``, vLLM's per-module weight reload): the
+    head follows the table instead of keeping an old one."""
+
+    def __init__(self, table_owner: EmbeddingWeight):
+        super().__init__()
+        object.__setattr__(self, "_table_owner", table_owner)  # not a submodule either: registered once, by the model
+
+    @property
+    def weight(self) -> nn.Parameter:
+        return self._table_owner.weight
+
+
 class Qwen3Attention(nn.Module):
     """One layer's self-attention: q/k/v projections, per-head q/k norms, rope, the attention of all rows
     (``context.attend``), the output projection. Normed rows [n_rows, hidden] -> o_proj's output [n_rows, hidden]
@@ -348,7 +369,15 @@ class Qwen3ForCausalLM(nn.Module):
         # passes through host memory
         factory_kwargs = {"dtype": param_dtype(profile), "device": torch.device(device)}
         self.model = Qwen3Model(config, factory_kwargs)
-        self.lm_head = LinearWeight(config.hidden_size, config.vocab_size, factory_kwargs)
+        # tied (0.6B, 1.7B, 4B): lm_head.weight IS model.embed_tokens.weight — one Parameter, one storage, listed once
+        # by named_parameters() (as model.embed_tokens.weight, as transformers does). Its gradient is the embedding's
+        # and the head's contributions, each FP32 in its own canonical row order, added in FP32 and rounded once
+        # (ws1_ops.combine; docs/model.md "Tied embeddings")
+        if config.tie_word_embeddings:
+            self.lm_head = TiedLinearWeight(self.model.embed_tokens)
+            ws1_ops.tie(self.lm_head.weight)
+        else:
+            self.lm_head = LinearWeight(config.hidden_size, config.vocab_size, factory_kwargs)
         self.synthetic = False
         self.weights_sha256: str | None = None
         self.source = "empty"
@@ -437,7 +466,12 @@ class Qwen3ForCausalLM(nn.Module):
 
     def logits_of(self, hidden_states: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """FP32 logits [n, V] of hidden rows [n, hidden] (``keys`` [n]: on the host, as hidden() keeps them)."""
-        logits = self.ops().lm_head(hidden_states, self.lm_head.weight, keys)
+        weight = self.lm_head.weight
+        if self.config.tie_word_embeddings:
+            # the table is marked read by two ops (a backward outside canonical_grads() refuses it) each forward:
+            # the mark follows the tensor object, which a conversion (.to(), a weight reload) may have replaced
+            ws1_ops.tie(weight)
+        logits = self.ops().lm_head(hidden_states, weight, keys)
         self.trace(self.config.num_hidden_layers, "lm_head", logits, keys)
         return logits
 

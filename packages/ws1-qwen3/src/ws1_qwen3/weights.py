@@ -7,6 +7,11 @@ model is built, so a bad directory raises one error naming the problem and nothi
 
 The content hash (``weights_sha256``) is independent of sharding and file order: sha256 over the
 tensors in sorted name order, each contributing ``name``, ``dtype``, ``shape`` and its raw bytes.
+
+Tied embeddings (``tie_word_embeddings: true``) are stored as transformers stores them: the table once, as
+``model.embed_tokens.weight``, and no ``lm_head.weight``. A tied checkpoint that carries ``lm_head.weight``
+anyway is read when that tensor is bitwise the table (it is dropped, and the hash is the model's tensors'),
+and refused when it differs (the head would not be the table the config says it is).
 """
 
 from __future__ import annotations
@@ -26,11 +31,18 @@ class WeightsError(ValueError):
     """A weights directory that cannot be loaded as it is: the message names the file or tensor."""
 
 
+# tied embeddings: the one table's name, and the head's name a tied checkpoint does not carry
+TIED_TABLE, TIED_HEAD = "model.embed_tokens.weight", "lm_head.weight"
+
+
 def expected_shapes(c: Qwen3Config) -> dict[str, tuple[int, ...]]:
-    """HF parameter name -> shape, for every tensor of the model (3 + 11 per layer)."""
+    """HF parameter name -> shape, for every tensor of the model (3 + 11 per layer; 2 + 11 when tied: no
+    ``lm_head.weight``, the head reads ``model.embed_tokens.weight``)."""
     H, F, D, V = c.hidden_size, c.intermediate_size, c.head_dim, c.vocab_size
     qd, kd = c.num_attention_heads * D, c.num_key_value_heads * D
-    out = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,), "lm_head.weight": (V, H)}
+    out = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,)}
+    if not c.tie_word_embeddings:
+        out["lm_head.weight"] = (V, H)
     for i in range(c.num_hidden_layers):
         p = f"model.layers.{i}."
         out.update(
@@ -109,8 +121,22 @@ def read_checkpoint(path: str | Path) -> tuple[Qwen3Config, dict[str, torch.Tens
         if dup:
             raise WeightsError(f"{f}: tensor(s) {dup[:3]} also appear in another shard")
         tensors.update(part)
+    _drop_tied_head(config, tensors)
     check_tensors(config, tensors)
     return config, tensors
+
+
+def _drop_tied_head(config: Qwen3Config, tensors: dict[str, torch.Tensor]) -> None:
+    """A tied checkpoint's redundant ``lm_head.weight``: dropped when bitwise the embedding table, else refused."""
+    head, table = tensors.get(TIED_HEAD), tensors.get(TIED_TABLE)
+    if not config.tie_word_embeddings or head is None or table is None:
+        return  # untied, or nothing to drop (check_tensors names a missing table)
+    if head.dtype != table.dtype or head.shape != table.shape or not torch.equal(head.view(-1), table.view(-1)):
+        raise WeightsError(
+            f"tensor {TIED_HEAD}: the config ties it to {TIED_TABLE} (tie_word_embeddings) but the checkpoint's "
+            f"differs ({head.dtype} {list(head.shape)} vs {table.dtype} {list(table.shape)}, or other values)"
+        )
+    del tensors[TIED_HEAD]
 
 
 def check_tensors(config: Qwen3Config, tensors: dict[str, torch.Tensor]) -> None:
@@ -138,7 +164,7 @@ def build(config: Qwen3Config, tensors: dict[str, torch.Tensor], profile: str, d
     model = Qwen3ForCausalLM(config, profile, device=device)
     dt = param_dtype(profile)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for name, p in model.named_parameters():  # a tied table once, by its name model.embed_tokens.weight
             p.copy_(tensors[name].to(dt))  # the rounding to BF16 happens on the host: the same bits on every device
     return model
 
@@ -185,7 +211,9 @@ def save_pretrained(model: Qwen3ForCausalLM, path: str | Path, *, max_shard_byte
 
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True)
-    tensors = {n: t.detach().contiguous().cpu() for n, t in model.state_dict().items()}
+    # named_parameters(), not state_dict(): a tied table once, as model.embed_tokens.weight (state_dict() would
+    # list it under lm_head.weight too), as transformers writes a tied checkpoint
+    tensors = {n: t.detach().contiguous().cpu() for n, t in model.named_parameters()}
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
     for name in sorted(tensors):

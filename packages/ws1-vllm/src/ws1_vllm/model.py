@@ -29,6 +29,7 @@ import ws1_accel
 import ws1_ops
 import ws1_qwen3
 from ws1_qwen3 import Rows
+from ws1_qwen3.weights import TIED_HEAD, TIED_TABLE
 
 from . import hooks, recording
 from .attention import PagedStep, kv_rows
@@ -59,6 +60,12 @@ class WS1Qwen3ForCausalLM(ws1_qwen3.Qwen3ForCausalLM):
             config = ws1_qwen3.Qwen3Config.from_hf(vllm_config.model_config.hf_config.to_dict())
         except ws1_qwen3.ConfigError as exc:
             raise WS1VllmRefused(f"ws1_vllm: {exc}") from None
+        if getattr(vllm_config.model_config, "word_embeddings_untied_by_checkpoint", False):
+            # the config was tied but the checkpoint carries an lm_head.weight, so vLLM set tie_word_embeddings
+            # False (ModelConfig.maybe_untie_word_embeddings) to load it, and would serve it even where it differs
+            # from the table. WS1 keeps the config's tie and takes the head only when it is bitwise the table
+            # (load_weights), as ws1_qwen3.from_pretrained does: the trainer and the rollout run one model.
+            config = config.replace(tie_word_embeddings=True)
         check_model_len(vllm_config.model_config.max_model_len, config.max_position_embeddings)
         device = resolve_device(settings, vllm_config.device_config.device)
         super().__init__(config, settings.model_profile, device=device)
@@ -163,12 +170,23 @@ class WS1Qwen3ForCausalLM(ws1_qwen3.Qwen3ForCausalLM):
         Goes through ``param.weight_loader`` (vLLM's ``default_weight_loader`` when a parameter has none): vLLM's
         ``reload_weights`` swaps the parameters for meta tensors whose wrapped loaders copy into the original
         storage, so a plain ``param.copy_()`` would write into the meta tensors and keep the old weights. An FP32
-        checkpoint is rounded to BF16 (nearest-even) once, here, as ``ws1_qwen3.from_pretrained`` does."""
+        checkpoint is rounded to BF16 (nearest-even) once, here, as ``ws1_qwen3.from_pretrained`` does.
+
+        Tied embeddings: the one table is ``model.embed_tokens.weight`` (``named_parameters()`` lists it once), loaded
+        once; a tied checkpoint has no ``lm_head.weight``. One that comes anyway (a checkpoint or a weight update
+        carrying the redundant copy) is checked, not loaded: bitwise the table's tensor, or refused."""
         from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 
         params = dict(self.named_parameters())
         loaded: set[str] = set()
+        tied = self.config.tie_word_embeddings
+        head = table = None  # a tied model's redundant lm_head.weight and the table as given, compared at the end
         for name, tensor in weights:
+            if tied and name == TIED_HEAD:
+                head = tensor
+                continue
+            if tied and name == TIED_TABLE:
+                table = tensor
             param = params.get(name)
             if param is None:
                 raise WS1VllmRefused(f"ws1_vllm: checkpoint tensor {name} is not a parameter of dense Qwen3")
@@ -181,4 +199,11 @@ class WS1Qwen3ForCausalLM(ws1_qwen3.Qwen3ForCausalLM):
         missing = sorted(set(params) - loaded)
         if missing:
             raise WS1VllmRefused(f"ws1_vllm: the checkpoint lacks {len(missing)} parameter(s), first {missing[0]}")
+        if head is not None:
+            same = table is not None and head.dtype == table.dtype and head.shape == table.shape
+            if not (same and torch.equal(head.cpu(), table.cpu())):
+                raise WS1VllmRefused(
+                    f"ws1_vllm: checkpoint tensor {TIED_HEAD} is not {TIED_TABLE}, which the config ties it to "
+                    "(tie_word_embeddings)"
+                )
         return loaded

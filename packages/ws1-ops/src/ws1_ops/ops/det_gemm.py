@@ -38,6 +38,7 @@ class DetGemm(torch.autograd.Function):
         if scope is not None:  # one reduction over all calls' rows, later
             scope.stash(ctx.weight, ctx.k, row_keys, dy, x)
             return dx, None, None, None
+        grads.refuse_tied_outside_scope(ctx.weight, ctx.k.op)  # lm_head on tied embeddings
         dw = param_grad(ctx.k, dy, x, canonical_order(row_keys, x.shape[0], ctx.k.op))
         return dx, dw, None, None
 

@@ -34,6 +34,7 @@ class Embedding(torch.autograd.Function):
         if scope is not None:
             scope.stash(ctx.weight, ctx.k, row_keys, dy, ids, extra=(ctx.V,))
             return None, None, None
+        grads.refuse_tied_outside_scope(ctx.weight, OP)  # tied embeddings: the table is lm_head's weight too
         # dE[v] = sum over rows with id v, in canonical order (padding rows dropped)
         return None, param_grad(ctx.k, dy, ids, ctx.V, canonical_order(row_keys, ids.shape[0], OP)), None
 
