@@ -17,6 +17,7 @@ random weights (marked synthetic).
 
 from .config import PRESETS, ConfigError, Qwen3Config, preset
 from .generate import Completion, Request, generate, sample_token
+from .hf import PatchError, apply_ws1, token_logprobs
 from .model import REFERENCE, ModelInputError, Qwen3ForCausalLM, Rows
 from .teacher import LAYOUTS, Sample, TeacherForcing, fixture_samples, teacher_forcing
 from .weights import WeightsError, content_sha256, from_pretrained, read_checkpoint, save_pretrained, synthetic
@@ -28,6 +29,7 @@ __all__ = [
     "Completion",
     "ConfigError",
     "ModelInputError",
+    "PatchError",
     "Qwen3Config",
     "Qwen3ForCausalLM",
     "Request",
@@ -35,6 +37,7 @@ __all__ = [
     "Sample",
     "TeacherForcing",
     "WeightsError",
+    "apply_ws1",
     "content_sha256",
     "fixture_samples",
     "from_pretrained",
@@ -45,4 +48,5 @@ __all__ = [
     "save_pretrained",
     "synthetic",
     "teacher_forcing",
+    "token_logprobs",
 ]
