@@ -164,11 +164,18 @@ def test_parameters_are_the_same_objects_and_storage(ckpt, samples):
     assert all(p.grad is not None for p in hf.parameters())
 
 
-def test_parameters_are_read_at_call_time(ckpt):
-    """A parameter swapped in after apply_ws1 (as FSDP2's fully_shard does) is the one the next forward reads."""
+def test_parameters_are_read_at_call_time_and_module_hooks_fire(ckpt):
+    """A parameter swapped in after apply_ws1 (as FSDP2's fully_shard does) is the one the next forward reads; each
+    HF module is still entered through its __call__ (FSDP2 unshards in forward pre-hooks)."""
     hf = load_hf(ckpt)
+    entered = []
+    for name, module in hf.named_modules():
+        if name.endswith(("self_attn", "mlp")) or name.split(".")[-1].isdigit() or name == "model":
+            module.register_forward_pre_hook(lambda module, args, name=name: entered.append(name))
     ids = torch.randint(1024, (2, 6), generator=torch.Generator().manual_seed(2))
     before = hf(ids).logits
+    layer = ("model.layers.{0}", "model.layers.{0}.self_attn", "model.layers.{0}.mlp")
+    assert entered == ["model", *[n.format(i) for i in range(2) for n in layer]]
     proj = hf.model.layers[1].self_attn.q_proj
     proj.weight = torch.nn.Parameter(proj.weight.detach() * 2)
     assert not same_bits(hf(ids).logits, before)
