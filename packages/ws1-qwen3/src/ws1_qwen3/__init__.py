@@ -11,6 +11,11 @@
 
     outs = ws1_qwen3.generate(model, [ws1_qwen3.Request(prompt=(1, 2, 3), max_new_tokens=8, seed=7)])
 
+A transformers ``Qwen3ForCausalLM`` (BF16) can run the same chain in place, for a trainer built on HF::
+
+    ws1_qwen3.apply_ws1(hf_model, "cpu_bf16")               # HF forward signature; FP32 logits and loss
+    logp = ws1_qwen3.token_logprobs(hf_model, input_ids, attention_mask, labels=labels)   # [B, S] FP32
+
 Without a checkpoint, ``ws1_qwen3.synthetic("tiny" | "qwen3-8b-L2" | "qwen3-8b")`` builds seeded
 random weights (marked synthetic).
 """
