@@ -11,12 +11,18 @@
 
     outs = ws1_qwen3.generate(model, [ws1_qwen3.Request(prompt=(1, 2, 3), max_new_tokens=8, seed=7)])
 
+A transformers ``Qwen3ForCausalLM`` (BF16) can run the same chain in place, for a trainer built on HF::
+
+    ws1_qwen3.apply_ws1(hf_model, "cpu_bf16")               # HF forward signature; FP32 logits and loss
+    logp = ws1_qwen3.token_logprobs(hf_model, input_ids, attention_mask, labels=labels)   # [B, S] FP32
+
 Without a checkpoint, ``ws1_qwen3.synthetic("tiny" | "qwen3-8b-L2" | "qwen3-8b")`` builds seeded
 random weights (marked synthetic).
 """
 
 from .config import PRESETS, ConfigError, Qwen3Config, preset
 from .generate import Completion, Request, generate, sample_token
+from .hf import PatchError, apply_ws1, token_logprobs
 from .model import REFERENCE, ModelInputError, Qwen3ForCausalLM, Rows
 from .teacher import LAYOUTS, Sample, TeacherForcing, fixture_samples, teacher_forcing
 from .weights import WeightsError, content_sha256, from_pretrained, read_checkpoint, save_pretrained, synthetic
@@ -28,6 +34,7 @@ __all__ = [
     "Completion",
     "ConfigError",
     "ModelInputError",
+    "PatchError",
     "Qwen3Config",
     "Qwen3ForCausalLM",
     "Request",
@@ -35,6 +42,7 @@ __all__ = [
     "Sample",
     "TeacherForcing",
     "WeightsError",
+    "apply_ws1",
     "content_sha256",
     "fixture_samples",
     "from_pretrained",
@@ -45,4 +53,5 @@ __all__ = [
     "save_pretrained",
     "synthetic",
     "teacher_forcing",
+    "token_logprobs",
 ]

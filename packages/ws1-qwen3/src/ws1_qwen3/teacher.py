@@ -143,6 +143,22 @@ def _rows(
     return Rows(t(ids), pos_t, keys, cu), first
 
 
+def selected_logprobs(
+    model: Qwen3ForCausalLM, hidden: torch.Tensor, rows: torch.Tensor, keys: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """The trainer's head: ``lm_head`` on rows ``rows`` [n] (host int64) of ``hidden`` [N, hidden] (final-norm
+    states, ``model.hidden``'s), then the ``logprob`` node of ``targets`` [n] int64 -> FP32 log-probs [n].
+
+    ``keys`` [n]: those rows' logical keys, on the host (lm_head's parameter gradient reduces in their
+    order). The targets must be ids the caller has validated (in the vocabulary): the node's own value
+    check is skipped (``ws1_ops.trusted_inputs``), as it would be a host sync on a device. Runs inside
+    ``model.activate()``. Each row's bits are its own: the same rows in any batch give the same log-probs."""
+    dev = model.device
+    logits = model.logits_of(hidden.index_select(0, rows.to(dev)), keys)
+    with ws1_ops.trusted_inputs():
+        return model.ops().logprob(logits, targets.to(dev))
+
+
 def teacher_forcing(
     model: Qwen3ForCausalLM,
     samples: Sequence[Sample],
@@ -192,9 +208,7 @@ def teacher_forcing(
     dev = model.device
     with torch.set_grad_enabled(grad), model.activate():
         x = model.hidden(rows, chunk=chunk)
-        logits = model.logits_of(x.index_select(0, lm_rows.to(dev)), lm_keys)
-        with ws1_ops.trusted_inputs():  # the targets are the rows' own validated ids and the pad id
-            logp = model.ops().logprob(logits, lm_tgt.to(dev))
+        logp = selected_logprobs(model, x, lm_rows, lm_keys, lm_tgt)  # the targets: the rows' own ids and the pad id
         if grad and model.profile != REFERENCE:
             logp = PadGarbage.apply(logp, (lm_keys < 0).to(dev))
         logp = logp.index_select(0, where[: sel_t.numel()].to(dev))  # the selected rows, in ``sel`` order
