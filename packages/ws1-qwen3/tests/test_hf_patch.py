@@ -244,6 +244,29 @@ def test_a_variant_candidate_breaks_the_equalities(ckpt, samples):
 # ---- refusals ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_tied_embeddings_logprobs_and_gradients_are_the_ws1_models(tmp_path, samples, layout):
+    """Qwen3-0.6B/1.7B/4B's layout: transformers ties lm_head.weight to embed_tokens.weight (one Parameter); the
+    patched model's log-probs and its table's gradient (embedding + lm_head, combined in FP32 and rounded once
+    inside canonical_grads) are the WS1 tied model's, bitwise."""
+    ws1_qwen3.save_pretrained(ws1_qwen3.synthetic("tiny-tied", "cpu_bf16", seed=12), tmp_path)
+    ref = ws1_qwen3.from_pretrained(tmp_path, "cpu_bf16")
+    tf = ws1_qwen3.teacher_forcing(ref, samples, layout=layout, grad=True)
+    with ws1_ops.canonical_grads():
+        tf.loss.backward()
+    hf = load_hf(tmp_path)
+    assert hf.lm_head.weight is hf.model.embed_tokens.weight
+    ids, mask, labels = batch(samples, layout)
+    logp = token_logprobs(hf, ids, mask, labels=labels)
+    counted = labels != -100
+    assert same_bits(logp[counted], tf.logp)
+    with ws1_ops.canonical_grads():
+        (-logp[counted].sum() / int(counted.sum())).backward()
+    want, got = grads(ref), grads(hf)
+    assert list(got) == list(want) and "lm_head.weight" not in got
+    assert [name for name in want if not same_bits(got[name], want[name])] == []
+
+
 def random_hf(**over):
     return transformers.Qwen3ForCausalLM(hf_config(**over)).to(torch.bfloat16)
 
@@ -251,7 +274,6 @@ def random_hf(**over):
 @pytest.mark.parametrize(
     "over, field",
     [
-        ({"tie_word_embeddings": True}, "tie_word_embeddings"),
         ({"attention_bias": True}, "attention_bias"),
         ({"use_sliding_window": True, "sliding_window": 4}, "use_sliding_window"),
         ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6}}, "rope type"),

@@ -90,8 +90,9 @@ def _chain_config(model: nn.Module) -> Qwen3Config:
     if not isinstance(model, HFQwen3ForCausalLM):
         raise PatchError(f"apply_ws1 takes a transformers Qwen3ForCausalLM, got {type(model).__name__}")
     hf = model.config.to_dict()
-    # the dense-Qwen3 refusals (tied embeddings, attention bias, sliding window, rope scaling, another
-    # activation) are the checkpoint loader's, field named
+    # the dense-Qwen3 refusals (attention bias, sliding window, rope scaling, another activation) are the
+    # checkpoint loader's, field named. Tied embeddings are taken: transformers' lm_head.weight is embed_tokens'
+    # Parameter, which both ops read, so canonical_grads() combines the two contributions (ws1_ops.combine)
     config = Qwen3Config.from_hf(hf, name=hf.get("_name_or_path") or "transformers")
     if hf.get("attention_dropout", 0.0):
         raise PatchError(f"config.attention_dropout={hf['attention_dropout']!r}: the WS1 chain has no dropout")
@@ -123,8 +124,8 @@ def apply_ws1(model: nn.Module, profile: str = "cpu_bf16") -> nn.Module:
     The parameters stay what they are (same names, same tensors; nothing copied); each forward reads them from
     the modules. ``profile``: a ws1 profile (``cpu_bf16``, ``cuda_bf16``, ...) or a candidate of
     ``ws1_ops.candidate_names()`` (a negative control). Refused, one line naming the field: not a transformers
-    ``Qwen3ForCausalLM``; not the dense architecture (``Qwen3Config.from_hf``: tied embeddings — to come on
-    another branch —, attention bias, sliding window, RoPE scaling; and attention dropout); a parameter that is
+    ``Qwen3ForCausalLM``; not the dense architecture (``Qwen3Config.from_hf``: attention bias, sliding window,
+    RoPE scaling; and attention dropout; tied embeddings are taken); a parameter that is
     not BF16; parameters on several devices; the profile's device absent (``ws1_accel``'s reason) or of another
     type than the parameters'. Applying the same profile again is a no-op; another profile is refused.
 
