@@ -45,6 +45,7 @@ import ws1_qwen3
 from ws1_qwen3 import Request, fixture_samples, generate, save_pretrained, teacher_forcing
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import available_bytes  # noqa: E402
 from plain_qwen3 import PlainQwen3  # noqa: E402
 
 PAD_TO = 20
@@ -87,14 +88,6 @@ def ws1_loss(model, samples):
     return teacher_forcing(
         model, samples, layout="padded_right", padded_length=PAD_TO, grad=torch.is_grad_enabled()
     ).loss
-
-
-def available_bytes() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def ratios(t: dict) -> dict:

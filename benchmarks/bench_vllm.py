@@ -77,6 +77,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import available_bytes  # noqa: E402
+
 PROFILE = "cpu_bf16"
 CONTENDERS = ("ws1", "stock")  # interleaved in this order; ratios ws1 / stock
 BATCH = 64
@@ -281,14 +284,6 @@ def host() -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
     }
-
-
-def available_bytes() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def shapes(args, config) -> dict:

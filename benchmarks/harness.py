@@ -199,3 +199,13 @@ class Run:
         with open(tmp, "w") as f:
             json.dump(data, f, indent=1)
         os.replace(tmp, self.path)
+
+
+def available_bytes() -> int:
+    """The host memory available now (/proc/meminfo MemAvailable, bytes; 0 where unreadable): whether the
+    contenders of a CPU benchmark fit side by side."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0

@@ -21,17 +21,8 @@ import ws1_vllm  # noqa: E402
 
 PROFILE = "cpu_bf16"
 # every node of the dense chain and the rollout's log-prob (logprob, the trainer's, must not appear: vLLM never ran it)
-NODES = {
-    "embedding",
-    "rms_norm",
-    "det_gemm",
-    "qk_norm",
-    "rope",
-    "attention",
-    "swiglu",
-    "lm_head",
-    "batch_invariant_logp",
-}
+NODES = set(ws1_vllm.NODES)
+assert "logprob" not in NODES and "batch_invariant_logp" in NODES and "attention" in NODES
 A = [(7 * i + 3) % 1000 for i in range(40)]  # 40 tokens: prefilled as 32 + 8 (max_num_batched_tokens=32), > 1 block
 B = [11, 22, 33, 44, 55, 66, 77]
 C = [5, 900, 17]

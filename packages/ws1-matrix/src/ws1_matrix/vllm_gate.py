@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import ws1_accel
+import ws1_vllm
 from ws1_contract import Cell, judged, red_not_executed
 
 REGIMES = (
@@ -61,18 +62,8 @@ REGIMES = (
     "provenance",
 )
 CONTROLS = ("stock", "variant_m_split_k")
-# the dense Qwen3 chain as vLLM runs it: teacher forcing's `logprob` is vLLM's batch_invariant_logp
-CHAIN = (
-    "embedding",
-    "rms_norm",
-    "det_gemm",
-    "qk_norm",
-    "rope",
-    "attention",
-    "swiglu",
-    "lm_head",
-    "batch_invariant_logp",
-)
+# the dense Qwen3 chain as vLLM runs it (the manifest's nodes but silu and the trainer's logprob)
+CHAIN = ws1_vllm.NODES
 MODEL = "tiny"
 SEED, NEW_SEED = 20260812, 20260813  # the weights before and after weight_update
 BLOCK = 32  # vLLM CPU's KV block size must be a multiple of 32
@@ -492,18 +483,7 @@ def provenance_cell(profile: str, manifest, recorded: dict) -> Cell:
     """ws1_vllm.provenance() names the profile's declared kernel for every node of the chain; what this process
     recorded during generate agrees."""
     declared = {node: manifest.kernel_id(profile, node) for node in CHAIN}
-    try:
-        import ws1_vllm
-
-        prov = ws1_vllm.provenance()
-    except ImportError as exc:
-        return judged(
-            "regime/provenance",
-            "provenance",
-            False,
-            f"ws1_vllm is not importable ({exc}): no plugin provenance",
-            extra={"declared": declared, "recorded": recorded},
-        )
+    prov = ws1_vllm.provenance()
     problems = []
     for node, kid in declared.items():
         got = (prov.get(node) or {}).get("kernel_ids", [])

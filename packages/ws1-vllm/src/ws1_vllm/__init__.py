@@ -26,11 +26,23 @@ Nothing here imports vLLM at import time: the package installs and imports witho
 
 from __future__ import annotations
 
+import ws1_ops
+
 from .errors import WS1VllmRefused
 from .settings import CANDIDATE_ENV, PROFILE_ENV, Settings, check_vllm_config, from_env
 
+# the required nodes the plugin does not run, and why; every other one runs inside vLLM (NODES)
+NOT_RUN = {
+    "silu": "the MLP runs the fused swiglu",
+    "logprob": "the trainer's log-prob; vLLM's log-probs are batch_invariant_logp's",
+}
+# the nodes vLLM runs through the plugin, from the manifest's node table (ws1_ops.REQUIRED_NODES), in its order
+NODES = tuple(node for node in ws1_ops.REQUIRED_NODES if node not in NOT_RUN)
+
 __all__ = [
     "CANDIDATE_ENV",
+    "NODES",
+    "NOT_RUN",
     "PROFILE_ENV",
     "Settings",
     "WS1VllmRefused",
