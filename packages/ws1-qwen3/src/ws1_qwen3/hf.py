@@ -212,7 +212,7 @@ def _pack(input_ids: Any, attention_mask: Any, position_ids: Any, sample_ranks: 
     ids = _int_grid(input_ids, "input_ids", None)
     batch, seq_len = ids.shape
     if attention_mask is None:
-        mask = torch.ones(batch, seq_len, dtype=torch.bool)
+        mask = torch.ones(batch, seq_len, dtype=torch.bool, device="cpu")
     else:
         mask = _int_grid(attention_mask, "attention_mask", (batch, seq_len))
         if mask.shape[0] != batch or bool(((mask != 0) & (mask != 1)).any()):
@@ -232,31 +232,33 @@ def _pack(input_ids: Any, attention_mask: Any, position_ids: Any, sample_ranks: 
                 f"attention_mask row {b}: its tokens are not one contiguous run (pad on the left or right; "
                 "pack several sequences in a row with position_ids restarting at 0)"
             )
-        cells.append(torch.arange(b * seq_len + lo, b * seq_len + hi))
+        cells.append(torch.arange(b * seq_len + lo, b * seq_len + hi, device="cpu"))
         if given is None:
-            positions.append(torch.arange(hi - lo))
+            positions.append(torch.arange(hi - lo, device="cpu"))
             lengths.append(hi - lo)
             continue
         pos = given[b, lo:hi]
         starts = torch.nonzero(pos == 0).flatten()
         # the position each token must have: its distance from the last sequence start at or before it
         start_of = starts[torch.cumsum(pos == 0, 0) - 1] if starts.numel() and int(starts[0]) == 0 else None
-        if start_of is None or not torch.equal(pos, torch.arange(hi - lo) - start_of):
+        if start_of is None or not torch.equal(pos, torch.arange(hi - lo, device="cpu") - start_of):
             raise ModelInputError(
                 f"position_ids row {b}: positions must count 0, 1, 2, ... from each sequence's first real token "
                 f"(got {pos[:8].tolist()}...)"
             )
         positions.append(pos)
-        lengths += torch.diff(torch.cat([starts, torch.tensor([hi - lo])])).tolist()
+        lengths += torch.diff(torch.cat([starts, torch.tensor([hi - lo], device="cpu")])).tolist()
     if not cells:
         raise ModelInputError("the batch has no real token (attention_mask is all 0)")
     cell, pos = torch.cat(cells), torch.cat(positions)
-    lengths_t = torch.tensor(lengths, dtype=torch.int64)
+    lengths_t = torch.tensor(lengths, dtype=torch.int64, device="cpu")
     n_seq = len(lengths)
-    ranks = torch.arange(n_seq, dtype=torch.int64) if sample_ranks is None else _ranks(sample_ranks, n_seq)
+    ranks = (
+        torch.arange(n_seq, dtype=torch.int64, device="cpu") if sample_ranks is None else _ranks(sample_ranks, n_seq)
+    )
     rank = torch.repeat_interleave(ranks, lengths_t)
-    row_of = torch.full((batch * seq_len,), -1, dtype=torch.int64)
-    row_of[cell] = torch.arange(cell.numel())
+    row_of = torch.full((batch * seq_len,), -1, dtype=torch.int64, device="cpu")
+    row_of[cell] = torch.arange(cell.numel(), device="cpu")
     rows = Rows(
         ids.reshape(-1).to(torch.int64).index_select(0, cell),
         pos,
@@ -267,7 +269,7 @@ def _pack(input_ids: Any, attention_mask: Any, position_ids: Any, sample_ranks: 
 
 
 def _ranks(sample_ranks: Any, n_sequences: int) -> torch.Tensor:
-    ranks = torch.as_tensor(sample_ranks).detach().cpu()
+    ranks = torch.as_tensor(sample_ranks, device="cpu").detach()
     if ranks.dtype not in (torch.int32, torch.int64) or ranks.shape != (n_sequences,):
         raise ModelInputError(
             f"sample_ranks must be {n_sequences} ints (one per sequence, in batch order), got {tuple(ranks.shape)}"
@@ -379,12 +381,12 @@ def _forward(
     batch, seq_len = packed.shape
     vocab = chain.config.vocab_size
     keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep.detach().cpu()
-    kept = torch.arange(seq_len)[keep]
+    kept = torch.arange(seq_len, device="cpu")[keep]
     if labels is not None and kept.numel() != seq_len:
         raise PatchError("forward: labels with logits_to_keep (the loss needs every position's logits)")
     # the real tokens whose position is kept, and where their logits go in the [B, K, V] output
-    column = torch.full((seq_len,), -1, dtype=torch.int64)
-    column[kept.to(torch.int64).cpu()] = torch.arange(kept.numel())
+    column = torch.full((seq_len,), -1, dtype=torch.int64, device="cpu")
+    column[kept.to(torch.int64).cpu()] = torch.arange(kept.numel(), device="cpu")
     col = column.index_select(0, packed.cell % seq_len)
     rows = torch.nonzero(col >= 0).flatten()
     out_cells = (packed.cell.index_select(0, rows) // seq_len) * kept.numel() + col.index_select(0, rows)
@@ -440,7 +442,7 @@ def token_logprobs(
         labels = ids.masked_fill(~scored, IGNORE_INDEX)
     elif labels is None:
         # every real token that continues its sequence
-        continues = torch.zeros(batch * seq_len, dtype=torch.bool)
+        continues = torch.zeros(batch * seq_len, dtype=torch.bool, device="cpu")
         continues[packed.cell] = packed.rows.pos > 0
         labels = ids.masked_fill(~continues.view(batch, seq_len), IGNORE_INDEX)
     rows, cells, targets = _predicted(packed, labels, chain.config.vocab_size)
