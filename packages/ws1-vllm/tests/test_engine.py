@@ -85,15 +85,9 @@ def bits(x: float) -> bytes:
     return struct.pack("<f", x)
 
 
-def test_every_returned_logprob_is_teacher_forcings(llm, checkpoint):
-    prompts = lambda *ps: [vllm.inputs.TokensPrompt(prompt_token_ids=p) for p in ps]  # noqa: E731
-    outputs = llm.generate(prompts(A, B, C), [sampling()] * 3)
-    # A again without prompt log-probs (a request asking for them never reads the prefix cache): its first block is
-    # a prefix-cache hit; then B and A reordered in one batch
-    outputs += llm.generate(prompts(A), [sampling(None)])
-    outputs += llm.generate(prompts(B, A), [sampling(), sampling()])
-    assert outputs[3].num_cached_tokens == 32
-
+def tally(outputs, checkpoint) -> tuple[int, int]:
+    """(compared, equal): every log-prob vLLM returned in ``outputs`` against ws1 teacher forcing of the same
+    sequence on ``checkpoint`` (cpu_bf16), FP32 bits. Used here and by the subprocess scripts below."""
     model = ws1_qwen3.from_pretrained(checkpoint, profile=PROFILE)
     compared = equal = 0
     for output in outputs:
@@ -104,6 +98,19 @@ def test_every_returned_logprob_is_teacher_forcings(llm, checkpoint):
         for position, logp in returned_logprobs(output).items():
             compared += 1
             equal += bits(logp) == bits(reference[position])
+    return compared, equal
+
+
+def test_every_returned_logprob_is_teacher_forcings(llm, checkpoint):
+    prompts = lambda *ps: [vllm.inputs.TokensPrompt(prompt_token_ids=p) for p in ps]  # noqa: E731
+    outputs = llm.generate(prompts(A, B, C), [sampling()] * 3)
+    # A again without prompt log-probs (a request asking for them never reads the prefix cache): its first block is
+    # a prefix-cache hit; then B and A reordered in one batch
+    outputs += llm.generate(prompts(A), [sampling(None)])
+    outputs += llm.generate(prompts(B, A), [sampling(), sampling()])
+    assert outputs[3].num_cached_tokens == 32
+
+    compared, equal = tally(outputs, checkpoint)
     print(f"\n{equal}/{compared} returned log-probs bitwise equal to teacher forcing")
     assert compared == (39 + 6 + 2 + 3 * 4) + 4 + (6 + 39 + 2 * 4)
     assert equal == compared
@@ -147,21 +154,12 @@ def test_llm_refuses_in_the_main_process(checkpoint, tmp_path, setting, named):
 
 
 CONTROL = """
-import json, struct, sys
-import vllm, ws1_qwen3, ws1_vllm
-from test_engine import A, B, ENGINE, returned_logprobs, sampling, bits
+import json, sys
+import vllm, ws1_vllm
+from test_engine import A, B, ENGINE, sampling, tally
 llm = vllm.LLM(model=sys.argv[1], **ENGINE)  # the plugin comes from its entry point, the candidate from the environment
 outputs = llm.generate([vllm.inputs.TokensPrompt(prompt_token_ids=p) for p in (A, B)], [sampling()] * 2)
-model = ws1_qwen3.from_pretrained(sys.argv[1], profile="cpu_bf16")
-compared = equal = 0
-for output in outputs:
-    tokens = tuple(output.prompt_token_ids) + tuple(output.outputs[0].token_ids)
-    tf = ws1_qwen3.teacher_forcing(model, [ws1_qwen3.Sample(0, tokens, len(output.prompt_token_ids))],
-                                   layout="packed", all_tokens=True)
-    reference = {int(key) & 0xFFFFFFFF: float(logp) for key, logp in zip(tf.keys, tf.logp)}
-    for position, logp in returned_logprobs(output).items():
-        compared += 1
-        equal += bits(logp) == bits(reference[position])
+compared, equal = tally(outputs, sys.argv[1])
 variants = {op: e.get("variant") for op, e in ws1_vllm.provenance().items() if e.get("variant")}
 print(json.dumps({"compared": compared, "equal": equal, "variants": variants}))
 """
@@ -195,23 +193,8 @@ def test_the_negative_control_runs_its_variant_and_misses_teacher_forcing(checkp
 
 TIED = """
 import json, sys
-import vllm, ws1_qwen3, ws1_vllm
-from test_engine import A, B, C, ENGINE, returned_logprobs, sampling, bits
-
-
-def tally(outputs, checkpoint):
-    \"\"\"(compared, equal): every returned log-prob against ws1 teacher forcing of the checkpoint, FP32 bits.\"\"\"
-    model = ws1_qwen3.from_pretrained(checkpoint, profile="cpu_bf16")
-    compared = equal = 0
-    for output in outputs:
-        tokens = tuple(output.prompt_token_ids) + tuple(output.outputs[0].token_ids)
-        tf = ws1_qwen3.teacher_forcing(model, [ws1_qwen3.Sample(0, tokens, len(output.prompt_token_ids))],
-                                       layout="packed", all_tokens=True)
-        reference = {int(key) & 0xFFFFFFFF: float(logp) for key, logp in zip(tf.keys, tf.logp)}
-        for position, logp in returned_logprobs(output).items():
-            compared += 1
-            equal += bits(logp) == bits(reference[position])
-    return compared, equal
+import vllm
+from test_engine import A, B, C, ENGINE, sampling, tally
 
 
 prompts = lambda *ps: [vllm.inputs.TokensPrompt(prompt_token_ids=p) for p in ps]
