@@ -188,3 +188,19 @@ def test_nested_records_each_see_their_calls(cpu):
         ws1_ops.det_gemm(x, w)
     assert inner.summary()["det_gemm"]["forward"] == 1
     assert outer.summary()["det_gemm"]["forward"] == 2
+
+
+def test_merged_records_add_up_and_an_unknown_field_kind_raises(cpu):
+    """Recorder.merge (a process-wide log fed by many record() blocks): two blocks' calls add up; a field of a kind
+    merge does not know raises instead of being dropped."""
+    x, w = torch.randn(3, 8).bfloat16(), torch.randn(4, 8).bfloat16()
+    total = ws1_ops.Recorder()
+    for _ in range(2):
+        with ws1_ops.record() as part:
+            ws1_ops.det_gemm(x, w)
+        total.merge(part)
+    assert total.summary()["det_gemm"]["forward"] == 2
+    odd = ws1_ops.Recorder()
+    odd.unreported = ["not a set"]
+    with pytest.raises(TypeError, match="field unreported is a list"):
+        total.merge(odd)

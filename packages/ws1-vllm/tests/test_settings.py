@@ -16,7 +16,6 @@ import ws1_ops
 import ws1_vllm
 from ws1_vllm import WS1VllmRefused, check_vllm_config, from_env
 from ws1_vllm.attention import PagedStep, kv_rows
-from ws1_vllm.recording import _merge
 
 CPU = ws1_vllm.Settings("cpu_bf16")
 
@@ -188,7 +187,7 @@ def test_provenance_merges_every_block():
         for _ in range(2):
             with ws1_ops.record() as part:
                 ws1_ops.rms_norm(x, torch.ones(8, dtype=torch.bfloat16), 1e-6)
-            _merge(total, part)
+            total.merge(part)
     entry = total.summary()["rms_norm"]
     assert entry["forward"] == 2 and entry["kernel_ids"] == ["ws1_cpu::rms_norm"] and entry["package_problems"] == []
 

@@ -27,7 +27,7 @@ import importlib
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import ws1_accel
 from ws1_contract.manifest import load_manifest
@@ -278,6 +278,24 @@ class Recorder:
     uncounted: Counter = field(default_factory=Counter)  # (op, kernel_id, direction) -> calls the package did not count
     foreign: dict[str, set] = field(default_factory=dict)  # op -> package ids a non-variant kernel ran beyond its own
     unreported: set = field(default_factory=set)  # (op, family) whose family has no self-report
+
+    def merge(self, other: Recorder) -> None:
+        """Add ``other``'s record to this one (a process-wide log fed by many blocks, e.g. ws1_vllm's provenance),
+        field by field: Counters add, sets unite, per-op dicts merge by op. A field of another kind raises: a
+        Recorder that grows one must say how it merges, not lose it silently."""
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(theirs, Counter):
+                mine.update(theirs)
+            elif isinstance(theirs, set):
+                mine |= theirs
+            elif isinstance(theirs, dict):
+                for op, value in theirs.items():
+                    if not isinstance(value, (Counter, set)):
+                        raise TypeError(f"Recorder.merge: {f.name}[{op!r}] is a {type(value).__name__}")
+                    mine.setdefault(op, type(value)()).update(value)
+            else:
+                raise TypeError(f"Recorder.merge: field {f.name} is a {type(theirs).__name__}")
 
     def _settle(self, k: Kernel, direction: str, delta: dict | None) -> None:
         if delta is None:

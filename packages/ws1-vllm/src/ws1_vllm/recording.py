@@ -14,9 +14,7 @@ or from the worker through ``LLM.collective_rpc``.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import threading
-from collections import Counter
 from collections.abc import Iterator
 
 import ws1_ops
@@ -30,27 +28,6 @@ def start() -> None:
     global _log
     with _lock:
         _log = ws1_ops.Recorder()
-
-
-def _merge(into: ws1_ops.Recorder, part: ws1_ops.Recorder) -> None:
-    """Add ``part``'s record to ``into``'s, field by field (Counters add, sets unite, dicts merge per key). A field
-    of a kind not handled here fails loudly: a Recorder that grew one must not lose it silently."""
-    for field in dataclasses.fields(part):
-        mine, theirs = getattr(into, field.name), getattr(part, field.name)
-        if isinstance(theirs, Counter):
-            mine.update(theirs)
-        elif isinstance(theirs, set):
-            mine |= theirs
-        elif isinstance(theirs, dict):
-            for key, value in theirs.items():
-                if isinstance(value, Counter):
-                    mine.setdefault(key, Counter()).update(value)
-                elif isinstance(value, set):
-                    mine.setdefault(key, set()).update(value)
-                else:
-                    raise TypeError(f"ws1_vllm: cannot merge Recorder.{field.name}[{key!r}] of type {type(value)}")
-        else:
-            raise TypeError(f"ws1_vllm: cannot merge Recorder.{field.name} of type {type(theirs)}")
 
 
 @contextlib.contextmanager
@@ -68,7 +45,7 @@ def calls() -> Iterator[None]:
             with _lock:
                 if _log is None:
                     _log = ws1_ops.Recorder()
-                _merge(_log, part)
+                _log.merge(part)
 
 
 def summary() -> dict[str, dict]:
