@@ -47,6 +47,7 @@ SUITES: dict[str, dict] = {
             "packages/ws1-matrix/tests",
             "packages/ws1-qwen3/tests",
             "ci/tests",
+            "packages/ws1-dist/tests",
             "kernels-cpu/tests",
             "packages/ws1-ops/tests",
             "packages/ws1-contract/tests",
@@ -237,6 +238,14 @@ def c11_ci(session: nox.Session) -> None:
         sys.exit(2)
     if rc != 0:
         session.error(f"c11_ci: red (exit {rc}); see the summary above and evidence/<profile>/report.md")
+
+
+@nox.session
+def fsdp_check(session: nox.Session) -> None:
+    """Not one of C1–C11: FSDP2 on gloo (world sizes 1, 2, 4; WS1's model and transformers' after apply_ws1): each
+    rank's log-probs == one device's, gradients bitwise run to run, at world 1 == one device; max |Δ| of the
+    gradients across world sizes measured; our variant control red (``-- cpu_bf16 [--world 1,2,4] [--json]``)."""
+    _matrix_gate(session, "fsdp")
 
 
 @nox.session

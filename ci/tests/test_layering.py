@@ -1,6 +1,6 @@
-"""Libraries and gates apart: ws1-ops, ws1-kv, ws1-qwen3 and ws1-vllm import nothing of the evidence/gate
-machinery, and the packages depend one way (ws1-accel <- ws1-contract <- ws1-ops <- ws1-kv <-
-ws1-qwen3 <- ws1-vllm <- ws1-matrix). Checked two ways: every import statement in the libraries' sources (the
+"""Libraries and gates apart: ws1-ops, ws1-kv, ws1-qwen3, ws1-dist and ws1-vllm import nothing of the evidence/gate
+machinery, and the packages depend one way (ws1-accel <- ws1-contract <- ws1-ops <- ws1-kv <- ws1-qwen3 <-
+ws1-dist <- ws1-vllm <- ws1-matrix). Checked two ways: every import statement in the libraries' sources (the
 import graph, read with ast), and what importing them actually loads (a fresh interpreter)."""
 
 import ast
@@ -13,6 +13,7 @@ LIBRARIES = {
     "ws1_ops": "packages/ws1-ops/src/ws1_ops",
     "ws1_kv": "packages/ws1-kv/src/ws1_kv",
     "ws1_qwen3": "packages/ws1-qwen3/src/ws1_qwen3",
+    "ws1_dist": "packages/ws1-dist/src/ws1_dist",
     "ws1_vllm": "packages/ws1-vllm/src/ws1_vllm",
 }
 # the contract half of ws1_contract a library may read; the rest is the evidence/gate machinery
@@ -39,7 +40,7 @@ CONTRACT_NAMES = {
     "Node",
     "load_manifest",
 }
-ORDER = ["ws1_accel", "ws1_contract", "ws1_ops", "ws1_kv", "ws1_qwen3", "ws1_vllm", "ws1_matrix"]
+ORDER = ["ws1_accel", "ws1_contract", "ws1_ops", "ws1_kv", "ws1_qwen3", "ws1_dist", "ws1_vllm", "ws1_matrix"]
 # every package of the monorepo, for the cycle check (a package's modules import one another without a cycle)
 PACKAGES = {pkg: f"packages/{pkg.replace('_', '-')}/src/{pkg}" for pkg in ORDER}
 

@@ -24,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {
     pkg: ROOT / "packages" / pkg.replace("_", "-") / "src" / pkg / "__init__.py"
-    for pkg in ("ws1_accel", "ws1_contract", "ws1_ops", "ws1_kv", "ws1_qwen3", "ws1_vllm", "ws1_matrix")
+    for pkg in ("ws1_accel", "ws1_contract", "ws1_ops", "ws1_kv", "ws1_qwen3", "ws1_dist", "ws1_vllm", "ws1_matrix")
 }
 
 

@@ -211,3 +211,37 @@ def test_tied_weight_backward_outside_the_scope_is_refused(cpu, first):
     with pytest.raises(ws1_ops.OpInputError, match=f"^{first}: the weight is tied .* inside ws1_ops.canonical_grads"):
         loss.backward()
     assert table.grad is None
+
+
+def test_sink_takes_each_gradient_instead_of_grad(cpu):
+    """canonical_grads(sink=...): each finished gradient goes to the sink (once per parameter, the bits it would
+    have put in .grad), and .grad stays unset — how ws1_dist hands them to its reduce-scatter."""
+    c = make("det_gemm", n=24)
+    keys = torch.arange(24)
+
+    def run(sink):
+        ps = [p.detach().clone().requires_grad_() for p in c.params]
+        out = c.call(*c.rows, *ps, row_keys=keys)
+        with ws1_ops.canonical_grads(sink=sink):
+            out.float().sum().backward()
+        return ps
+
+    plain = run(None)
+    got = []
+    sunk = run(lambda p, g: got.append((p, g)))
+    assert len(got) == len(sunk) and all(p.grad is None for p in sunk)
+    assert [id(p) for p, _ in got] == [id(p) for p in sunk]
+    for (_, g), p in zip(got, plain):
+        assert bitwise(g, p.grad, "sunk").passed
+
+
+def test_freed_parameter_storage_is_refused(cpu):
+    """A parameter whose storage was freed before the scope exits (FSDP2 frees unsharded parameters after backward)
+    is refused with a line naming the fix, not given a gradient no optimizer would see."""
+    c = make("det_gemm", n=8)
+    ps = [p.detach().clone().requires_grad_() for p in c.params]
+    out = c.call(*c.rows, *ps, row_keys=torch.arange(8))
+    with pytest.raises(ws1_ops.OpInputError, match="storage is freed.*ws1_dist.canonical_grads"):
+        with ws1_ops.canonical_grads():
+            out.float().sum().backward()
+            ps[0].untyped_storage().resize_(0)

@@ -92,3 +92,16 @@ def test_the_residual_add_by_promotion_is_h_plus_y_float():
         (ha, ya), (hb, yb) = torch.autograd.grad(a, (h, y), dout), torch.autograd.grad(b, (h, y), dout)
         assert torch.equal(ha.view(torch.int32), hb.view(torch.int32))
         assert yb.dtype == torch.bfloat16 and torch.equal(ya.view(torch.int16), yb.view(torch.int16))
+
+
+def test_decoder_layer_refuses_a_bf16_residual(tiny):
+    """The residual stream between decoder layers is FP32; a BF16 one (a wrapper's cast: FSDP2's default
+    MixedPrecisionPolicy) is refused, one line, not run on rounded inputs."""
+    from ws1_qwen3.model import ForwardContext
+
+    layer = tiny.model.layers[0]
+    context = ForwardContext(tiny.ops(), None, None, None, None, tiny.config.rms_norm_eps)
+    with pytest.raises(
+        ws1_qwen3.ModelInputError, match="decoder layer 0: the residual stream arrived as torch.bfloat16"
+    ):
+        layer(torch.zeros(2, tiny.config.hidden_size, dtype=torch.bfloat16), context)

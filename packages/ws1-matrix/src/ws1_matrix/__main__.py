@@ -11,6 +11,8 @@
     c10 [PROFILE ...] [--model M] [--candidate NAME]  C10 the chain gate          (nox -s c10_chain_gate)
     report EVIDENCE.json                re-render a C8 record's Markdown table and SVG figure
     nodes [--json]                      every place each node of the node table must appear (not a gate)
+    fsdp [PROFILE] [--world 1,2,4]      FSDP2 on gloo: per-rank log-probs, gradients run to run and across
+                                        world sizes                              (nox -s fsdp_check)
     rl-onpolicy [PROFILE] [--steps N]   the same GRPO run on a profile and on candidates (nox -s rl_onpolicy)
     triton-aot [--arch 90,80]           the Triton kernels compiled for sm_90a/sm_80, no GPU (nox -s triton_aot)
     vllm [PROFILE ...] [--control NAME] vLLM's log-probs vs teacher forcing per serving regime, in .venv-vllm
@@ -54,6 +56,7 @@ GATES = {
     "c9": ("model_nodes", ()),
     "c10": ("chain_gate", ()),
     "nodes": ("node_places", ()),
+    "fsdp": ("fsdp_check", ()),
     "rl-onpolicy": ("rl_onpolicy", ()),
     "triton-aot": ("triton_aot", ()),
     "vllm": ("vllm_gate", ()),

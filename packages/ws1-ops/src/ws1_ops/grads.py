@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -50,9 +50,10 @@ class _Stash:
 
 
 class CanonicalGrads:
-    def __init__(self) -> None:
+    def __init__(self, sink: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> None:
         self._stash: dict[tuple[int, str], _Stash] = {}
         self.params_done: list[torch.Tensor] = []
+        self._sink = sink
 
     def stash(
         self,
@@ -112,7 +113,18 @@ class CanonicalGrads:
                 grads[pid] = g.to(s.param.dtype)
         for pid, g in grads.items():
             p = params[pid]
-            p.grad = g if p.grad is None else p.grad + g
+            if self._sink is not None:
+                self._sink(p, g)
+            else:
+                if p.numel() and p.untyped_storage().size() == 0:
+                    # the parameter object outlived its storage: FSDP2 frees an unsharded parameter after backward,
+                    # and a gradient left on it would reach no optimizer (its sharded parameter gets none)
+                    raise OpInputError(
+                        f"canonical_grads: a {tuple(p.shape)} parameter's storage is freed (a sharded model's "
+                        "unsharded parameter, resharded after backward): run the backward in "
+                        "ws1_dist.canonical_grads(model)"
+                    )
+                p.grad = g if p.grad is None else p.grad + g
             self.params_done.append(p)
 
 
@@ -166,9 +178,13 @@ def current() -> CanonicalGrads | None:
 
 
 @contextlib.contextmanager
-def canonical_grads() -> Iterator[CanonicalGrads]:
-    """Defer parameter gradients to one canonical reduction per parameter (see the module docstring)."""
-    scope = CanonicalGrads()
+def canonical_grads(sink: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> Iterator[CanonicalGrads]:
+    """Defer parameter gradients to one canonical reduction per parameter (see the module docstring).
+
+    ``sink(param, grad)``: where each finished gradient goes instead of ``param.grad`` (in the parameter's dtype,
+    one call per parameter, in the fixed order of the reduction) — how a sharded trainer takes the full local
+    gradients to its own reduce-scatter (``ws1_dist.canonical_grads``)."""
+    scope = CanonicalGrads(sink)
     with _lock:
         _scopes.append(scope)
     try:

@@ -48,6 +48,8 @@ from .weights import check_tensors
 
 IGNORE_INDEX = -100  # transformers' label to leave out (its loss_function's ignore_index)
 _STATE = "_ws1_patch"  # the attribute of a patched HF model that holds its _Patch
+# the patched model's method behind token_logprobs(): the chain entered without forward(), which a wrapper hooks too
+LOGPROBS_METHOD = "ws1_token_logprobs"
 
 
 class PatchError(ValueError):
@@ -168,8 +170,14 @@ def apply_ws1(model: nn.Module, profile: str = "cpu_bf16") -> nn.Module:
         _patch_forward(layer.self_attn, _Ws1Attention.forward, layer_idx=layer_idx, **heads)
         _patch_forward(layer.mlp, _Ws1MLP.forward, layer_idx=layer_idx)
     model.forward = types.MethodType(_forward, model)
+    setattr(model, LOGPROBS_METHOD, types.MethodType(_token_logprobs, model))
     model.__dict__[_STATE] = _Patch(profile, chain)  # a plain attribute: not a submodule, not in the state dict
     return model
+
+
+def is_patched(model: nn.Module) -> bool:
+    """True when :func:`apply_ws1` has patched ``model``."""
+    return isinstance(model, nn.Module) and _STATE in model.__dict__
 
 
 def _patch_of(model: nn.Module) -> _Patch:
@@ -394,15 +402,20 @@ def _forward(
         hidden = chain.hidden(packed.rows)  # [T, hidden] final-norm states of the real tokens
         dev = hidden.device
         scored = chain.logits_of(hidden.index_select(0, rows.to(dev)), packed.rows.keys.index_select(0, rows))
-        # pad positions: zeros (out of place, so autograd takes the real rows' gradient back to lm_head)
-        logits = scored.new_zeros(batch * kept.numel(), vocab).index_copy(0, out_cells.to(dev), scored)
+        # pad positions: zeros (out of place, so autograd takes the real rows' gradient back to lm_head); built as
+        # [B, K, V] itself, not a view of [B * K, V]: a wrapper's output hook (FSDP2's) must not land on a view
+        cells_dev = out_cells.to(dev)
+        full = scored.new_zeros(batch, kept.numel(), vocab).index_put(
+            (cells_dev // kept.numel(), cells_dev % kept.numel()), scored
+        )
+        logits = full.view(batch * kept.numel(), vocab)
         loss = None
         if labels is not None:
             _, cells, targets = _predicted(packed, labels, vocab)
             with ws1_ops.trusted_inputs():  # the targets are validated above
                 logp = chain.ops().logprob(logits.index_select(0, (cells - 1).to(dev)), targets.to(dev))
             loss = -logp.sum() / (num_items if num_items is not None else cells.numel())
-    out = CausalLMOutputWithPast(loss=loss, logits=logits.view(batch, kept.numel(), vocab))
+    out = CausalLMOutputWithPast(loss=loss, logits=full)
     if return_dict is None:
         return_dict = getattr(self.config, "return_dict", True)
     return out if return_dict else out.to_tuple()
@@ -431,6 +444,30 @@ def token_logprobs(
     first. ``out`` is 0 where nothing is scored (padding, -100, a sequence's first token). Differentiable:
     ``-(out * mask).sum() / n`` backpropagates through WS1's backward (run it inside ``ws1_ops.canonical_grads()``).
     """
+    _patch_of(model)
+    return getattr(model, LOGPROBS_METHOD)(
+        input_ids,
+        attention_mask,
+        labels=labels,
+        completion_mask=completion_mask,
+        position_ids=position_ids,
+        sample_ranks=sample_ranks,
+    )
+
+
+def _token_logprobs(
+    self: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    *,
+    labels: torch.Tensor | None = None,
+    completion_mask: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
+    sample_ranks: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`token_logprobs`, a method of the patched model (:data:`LOGPROBS_METHOD`): an entry into the chain
+    other than ``forward`` that a wrapper can hook (FSDP2's ``register_fsdp_forward_method``, ws1_dist)."""
+    model = self
     chain = _patch_of(model).chain
     packed = _pack(input_ids, attention_mask, position_ids, sample_ranks)
     batch, seq_len = packed.shape
@@ -449,4 +486,5 @@ def token_logprobs(
     with chain.activate():
         hidden = chain.hidden(packed.rows)
         logp = selected_logprobs(chain, hidden, rows, packed.rows.keys.index_select(0, rows), targets)
-        return logp.new_zeros(batch * seq_len).index_copy(0, cells.to(logp.device), logp).view(batch, seq_len)
+        cells = cells.to(logp.device)  # [B, S] itself, not a view (see _forward)
+        return logp.new_zeros(batch, seq_len).index_put((cells // seq_len, cells % seq_len), logp)

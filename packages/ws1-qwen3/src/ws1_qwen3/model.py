@@ -324,6 +324,13 @@ class Qwen3DecoderLayer(nn.Module):
 
     def forward(self, residual: torch.Tensor, context: ForwardContext) -> torch.Tensor:
         ops, keys, eps, layer, trace = context.ops, context.row_keys, context.eps, self.layer_idx, context.trace
+        if residual.dtype != torch.float32:
+            # a wrapper cast the stream between layers (FSDP2's MixedPrecisionPolicy(cast_forward_inputs=True), its
+            # default): the rest of the layer would run on a rounded residual and every bit after it would change
+            raise ModelInputError(
+                f"decoder layer {layer}: the residual stream arrived as {residual.dtype}, WS1's is float32 (an "
+                "FSDP2 MixedPrecisionPolicy with cast_forward_inputs=True casts it: shard with ws1_dist.shard)"
+            )
         normed = trace(layer, "input_layernorm", ops.rms_norm(residual, self.input_layernorm.weight, eps, keys))
         # FP32 residual add of a BF16 output: torch.add promotes (exact BF16 -> FP32, then one FP32 add),
         # the bits of h + y.float() in one kernel instead of two and no FP32 temporary

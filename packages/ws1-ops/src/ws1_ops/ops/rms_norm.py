@@ -47,7 +47,9 @@ class RowNorm(torch.autograd.Function):
         rows = (dy.reshape(T * inner, D), x.reshape(T * inner, D), rstd.reshape(T * inner))
         scope = grads.current()
         if scope is not None:
-            scope.stash(ctx.weight, ctx.k, row_keys, *rows, inner=inner, extra=(w,))
+            # the kernel takes the weight for its dx half (dweight does not read it): a copy ([H] or [D]), as the
+            # weight's own storage may be gone when the scope exits (FSDP2 frees unsharded parameters after backward)
+            scope.stash(ctx.weight, ctx.k, row_keys, *rows, inner=inner, extra=(w.detach().clone(),))
             return None, dx, None, None, None
         perm = expand_rows(canonical_order(row_keys, T, ctx.op), inner)
         return None, dx, param_grad(ctx.k, *rows, w, perm), None, None

@@ -1,0 +1,20 @@
+"""ws1_dist: WS1 on torch.distributed — FSDP2 for WS1's Qwen3 and for transformers' Qwen3 on WS1's kernels.
+
+    import ws1_dist
+    ws1_dist.shard(model)                                   # fully_shard per decoder layer + the root
+    with ws1_dist.canonical_grads(model, divide_factor=1.0):
+        loss.backward()                                     # one canonical reduction per parameter, then one
+                                                            # reduce-scatter
+    weights = ws1_dist.full_state_dict(model)               # whole tensors, for the rollout engine
+
+Everything of WS1 that talks to torch.distributed lives here (process groups, FSDP2 wiring); the kernels and
+ws1_ops know nothing of ranks. :mod:`ws1_dist.fsdp` explains how WS1's canonical gradients meet FSDP2's
+reduce-scatter, and docs/trainer.md what differs across world sizes.
+"""
+
+from __future__ import annotations
+
+from .errors import DistError
+from .fsdp import canonical_grads, full_state_dict, shard
+
+__all__ = ["DistError", "canonical_grads", "full_state_dict", "shard"]
