@@ -251,7 +251,15 @@ def fsdp_check(session: nox.Session) -> None:
 @nox.session
 def rl_onpolicy(session: nox.Session) -> None:
     """Not a gate: a GRPO run on the tiny model, the profile beside torch_default and our negative
-    control, with reward and rollout-vs-trainer mismatch per step (JSON + PNG under evidence/)."""
+    control, with reward and rollout-vs-trainer mismatch per step (JSON + PNG under evidence/).
+    ``-- cpu_bf16 --engine vllm``: rollouts from vLLM + the ws1-vllm plugin, the trainer transformers + apply_ws1
+    under FSDP2 (2 ranks), beside stock vLLM + stock transformers (in .venv-vllm; docs/trainer.md)."""
+    if "--engine vllm" in " ".join(session.posargs).replace("=", " "):
+        if not VLLM_PY.exists():
+            session.log("exit 2: rl_onpolicy --engine vllm needs .venv-vllm: bash ci/setup_vllm.sh")
+            sys.exit(2)
+        _gate(session, "ws1_matrix", "rl-onpolicy", python=VLLM_PY)
+        return
     _matrix_gate(session, "rl-onpolicy")
 
 

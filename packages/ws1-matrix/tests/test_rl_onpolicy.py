@@ -38,3 +38,18 @@ def test_bad_arguments_exit_2(capsys):
     assert rl_onpolicy.main(["ascend_bf16"]) == 2
     err = capsys.readouterr().err
     assert "unknown candidate" in err and "needs a npu device" in err
+
+
+def test_engine_vllm_without_vllm_or_on_another_profile_exits_2_one_line():
+    """--engine vllm fails closed: no vLLM in this interpreter (the main .venv), or a profile ws1-vllm cannot serve."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    cases = [["cuda_bf16", "--engine", "vllm"]]
+    if importlib.util.find_spec("vllm") is None:
+        cases.append(["cpu_bf16", "--engine", "vllm"])
+    for args in cases:
+        r = subprocess.run([sys.executable, "-m", "ws1_matrix", "rl-onpolicy", *args], capture_output=True, text=True)
+        assert r.returncode == 2, (args, r.stderr[-2000:])
+        assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("ws1 rl-onpolicy: "), r.stderr

@@ -7,14 +7,16 @@
                                                             # reduce-scatter
     weights = ws1_dist.full_state_dict(model)               # whole tensors, for the rollout engine
 
-Everything of WS1 that talks to torch.distributed lives here (process groups, FSDP2 wiring); the kernels and
-ws1_ops know nothing of ranks. :mod:`ws1_dist.fsdp` explains how WS1's canonical gradients meet FSDP2's
-reduce-scatter, and docs/trainer.md what differs across world sizes.
+:class:`FSDPTrainer` is a GRPO trainer on it (transformers' Qwen3, ranks in spawned processes) for
+``ws1_qwen3.rl.run_on_engines``. Everything of WS1 that talks to torch.distributed lives here (process groups,
+FSDP2 wiring); the kernels and ws1_ops know nothing of ranks. :mod:`ws1_dist.fsdp` explains how WS1's canonical
+gradients meet FSDP2's reduce-scatter, and docs/trainer.md what differs across world sizes.
 """
 
 from __future__ import annotations
 
 from .errors import DistError
 from .fsdp import canonical_grads, full_state_dict, shard
+from .trainer import FSDPTrainer
 
-__all__ = ["DistError", "canonical_grads", "full_state_dict", "shard"]
+__all__ = ["DistError", "FSDPTrainer", "canonical_grads", "full_state_dict", "shard"]

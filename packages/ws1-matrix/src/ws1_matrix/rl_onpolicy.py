@@ -120,7 +120,14 @@ def _summary(profile: str, runs: dict[str, list[dict]], problems: list[str], pat
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="ws1 rl-onpolicy", description="the same GRPO run on a profile and on candidates")
     ap.add_argument("profile", nargs="?", default="cpu_bf16")
-    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=None, help="steps per run (default 40; 24 with --engine vllm)")
+    ap.add_argument(
+        "--engine",
+        choices=("ws1", "vllm"),
+        default="ws1",
+        help="ws1: WS1's engine and trainer (one process); vllm: vLLM rollouts + transformers under FSDP2 "
+        "(ws1_matrix.rl_engines; needs vLLM: bash ci/setup_vllm.sh, run in .venv-vllm)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--candidates",
@@ -130,6 +137,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--out", default=None, help="evidence root (default: $WS1_EVIDENCE_DIR or ./evidence)")
     ap.add_argument("--json", action="store_true", help="print the record as JSON instead of the summary")
     args = ap.parse_args(argv)
+    if args.steps is None:
+        args.steps = 24 if args.engine == "vllm" else 40
     if args.steps < 1:
         print(f"ws1 rl-onpolicy: --steps must be >= 1, got {args.steps}", file=sys.stderr)
         return EXIT_UNAVAILABLE
@@ -144,6 +153,8 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return EXIT_UNAVAILABLE
+    if args.engine == "vllm":
+        return _main_vllm(args)
     names = [args.profile, *[c for c in args.candidates.split(",") if c]]
     unknown = [c for c in names[1:] if c not in ws1_ops.candidate_names()]
     if unknown:
@@ -183,6 +194,35 @@ def main(argv: list[str]) -> int:
     else:
         print(_summary(args.profile, runs, problems, [jpath, ppath], record["wall_time_s"]))
     return EXIT_GREEN if not problems else EXIT_RED
+
+
+def _main_vllm(args) -> int:
+    import importlib.util
+
+    from . import rl_engines
+
+    if args.profile != "cpu_bf16":
+        print(
+            f"ws1 rl-onpolicy: --engine vllm runs cpu_bf16 (vLLM's CPU build); {args.profile}'s vLLM attention layout "
+            "is not served by ws1-vllm yet (docs/vllm.md)",
+            file=sys.stderr,
+        )
+        return EXIT_UNAVAILABLE
+    if importlib.util.find_spec("vllm") is None:
+        print(
+            f"ws1 rl-onpolicy: --engine vllm needs vLLM in this interpreter ({sys.executable}): bash ci/setup_vllm.sh, "
+            "then run it with .venv-vllm/bin/python (nox -s rl_onpolicy does)",
+            file=sys.stderr,
+        )
+        return EXIT_UNAVAILABLE
+    out = (Path(args.out) if args.out else evidence_root()) / args.profile
+    bar = Progress(3, f"rl_onpolicy --engine vllm {args.profile}", unit="run")
+    try:
+        record = rl_engines.run(args.profile, args.steps, args.seed, out, progress=lambda _name: bar.update())
+    finally:
+        bar.close()
+    print(json.dumps(record, indent=1) if args.json else rl_engines.summary(record, out))
+    return EXIT_GREEN if record["status"] == "green" else EXIT_RED
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import hashlib
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -108,6 +109,15 @@ def mismatch_metrics(
         "rollout_corr/rollout_is_min": float(ratio.min()),
         "rollout_corr/rollout_is_max": float(ratio.max()),
         "rollout_corr/rollout_is_std": float(ratio.std(unbiased=False)),
+        # the same mismatch under the names other trainers log it (definitions: docs/trainer.md)
+        "training/rollout_probs_diff_max": float((td.exp() - rd.exp()).abs().max()),  # verl
+        "training/rollout_probs_diff_mean": float((td.exp() - rd.exp()).abs().mean()),  # verl
+        "sampling/sampling_logp_difference/max": float(log_ratio.abs().max()),  # TRL
+        "sampling/sampling_logp_difference/mean": float(log_ratio.abs().mean()),  # TRL
+        "sampling/importance_sampling_ratio/max": float(ratio.max()),  # TRL
+        "sampling/importance_sampling_ratio/min": float(ratio.min()),  # TRL
+        "train/train_rollout_logprob_abs_diff": float(log_ratio.abs().mean()),  # slime
+        "vllm_kl": float((rd - td).mean()),  # OpenRLHF
         "ws1/max_abs_dlogp": agg.max_abs_dlogp,
         "ws1/mean_abs_dlogp": float(log_ratio.abs().mean()),
         "ws1/clip_fraction": agg.clipfrac0,
@@ -208,6 +218,32 @@ def group_advantages(rewards: Sequence[float], group_size: int, eps: float = 1e-
     return out
 
 
+def step_requests(config: GRPOConfig, task: CopyTask, step: int) -> list[Request]:
+    """Step ``step``'s rollout requests: ``prompts_per_step`` seeded prompts, ``group_size`` samples each (group
+    order), each with its own seed and a max length drawn in ``max_new_tokens`` — the same on every engine."""
+    c = config
+    g = torch.Generator().manual_seed(_seed("ws1-rl-prompts", c.seed, step))
+    reqs = []
+    for p in range(c.prompts_per_step):
+        prompt = task.prompt(g)
+        for k in range(c.group_size):
+            n = int(torch.randint(c.max_new_tokens[0], c.max_new_tokens[1] + 1, (1,), generator=g, device="cpu"))
+            seed = _seed("ws1-rl-sample", c.seed, step, p, k)
+            reqs.append(Request(prompt, n, c.temperature, seed, f"s{step}-p{p}-g{k}", (task.stop,)))
+    return reqs
+
+
+def ppo_clip_loss(
+    logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip_eps: float, n_tokens: int
+) -> torch.Tensor:
+    """PPO-clip over tokens [n]: ``−Σ min(r·A, clip(r, 1 ± eps)·A) / n_tokens`` with r = exp(logp − old_logp) (verl's
+    bypass mode: old = the rollout's log-probs). ``n_tokens``: the step's global token count, so the pieces of a
+    step (micro-batches, ranks) sum to the whole step's loss."""
+    ratio = torch.exp(logp - old_logp)
+    obj = torch.minimum(ratio * adv, ratio.clamp(1 - clip_eps, 1 + clip_eps) * adv)
+    return -obj.sum() / n_tokens
+
+
 class AdamW:
     """AdamW (decoupled weight decay, bias-corrected moments) on FP32 master tensors, written out so a
     step is plain elementwise FP32 arithmetic in a fixed parameter order: no reduction (the thread
@@ -269,22 +305,7 @@ class Trainer:
 
     def rollout(self, step: int) -> tuple[list[Request], list[Completion]]:
         c = self.config
-        g = torch.Generator().manual_seed(_seed("ws1-rl-prompts", c.seed, step))
-        reqs = []
-        for p in range(c.prompts_per_step):
-            prompt = self.task.prompt(g)
-            for k in range(c.group_size):
-                n = int(torch.randint(c.max_new_tokens[0], c.max_new_tokens[1] + 1, (1,), generator=g, device="cpu"))
-                reqs.append(
-                    Request(
-                        prompt,
-                        n,
-                        c.temperature,
-                        _seed("ws1-rl-sample", c.seed, step, p, k),
-                        f"s{step}-p{p}-g{k}",
-                        (self.task.stop,),
-                    )
-                )
+        reqs = step_requests(c, self.task, step)
         with torch.no_grad():
             comps = generate(self.model, reqs, max_batch=c.max_batch, chunk=c.chunk)
         return reqs, comps
@@ -351,10 +372,7 @@ class Trainer:
                     ]
                 )
                 lp = tf.logp[tf.active.to(tf.logp.device)]
-                ratio = torch.exp(lp - old[idx].to(lp.device))
-                a = adv[idx].to(lp.device)
-                obj = torch.minimum(ratio * a, ratio.clamp(1 - c.clip_eps, 1 + c.clip_eps) * a)
-                loss = -obj.sum() / n_tok
+                loss = ppo_clip_loss(lp, old[idx].to(lp.device), adv[idx].to(lp.device), c.clip_eps, n_tok)
                 loss.backward()
                 got[idx] = lp.detach().float().cpu()
                 loss_total += float(loss.detach())
@@ -385,6 +403,73 @@ class Trainer:
     def __iter__(self) -> Iterator[StepLog]:
         while self.step_index < self.config.steps:
             yield self.step()
+
+
+# ---- the loop on other engines: a rollout engine (vLLM + ws1_vllm) and a trainer (transformers + ws1_dist) -------
+
+
+@dataclass(frozen=True)
+class TrainBatch:
+    """One step's training input, the same for every trainer: ``samples`` (prompt + completion, ``rank`` = the
+    sample's global index: its rows' logical keys), the rollout's log-prob of each completion token
+    (``rollout_logp[i]``: ``samples[i]``'s, in position order), each sample's advantage, and the step's global
+    completion-token count (the loss normalizer)."""
+
+    samples: tuple[Sample, ...]
+    rollout_logp: tuple[tuple[float, ...], ...]
+    advantages: tuple[float, ...]
+    n_tokens: int
+
+
+class RolloutEngine(Protocol):
+    def generate(self, requests: list[Request]) -> list[Completion]:
+        """Completions in request order, each with its sampled tokens and their log-probs (T = 1)."""
+
+    def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        """Serve these weights (HF names) from the next request on, with nothing cached from the old ones."""
+
+
+class PolicyTrainer(Protocol):
+    def train_step(self, batch: TrainBatch) -> tuple[list[list[float]], float, float]:
+        """Recompute the completion tokens' log-probs (returned per sample, before the update), the PPO-clip loss
+        against the rollout's, backward, the optimizer step. Returns (log-probs, loss, gradient norm)."""
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The current weights, whole, by HF name (what the rollout engine loads)."""
+
+
+def run_on_engines(
+    rollout: RolloutEngine, trainer: PolicyTrainer, config: GRPOConfig, task: CopyTask = CopyTask()
+) -> Iterator[StepLog]:
+    """The GRPO loop with rollouts from ``rollout`` and updates by ``trainer`` (:meth:`Trainer.step`'s recipe:
+    :func:`step_requests`, the task's rewards, :func:`group_advantages`, PPO-clip against the rollout's log-probs),
+    the new weights pushed into the engine after every step; yields each step's :class:`StepLog`, whose metrics
+    compare the engine's log-probs with the trainer's (:func:`mismatch_metrics`)."""
+    for step in range(config.steps):
+        reqs = step_requests(config, task, step)
+        comps = rollout.generate(reqs)
+        if len(comps) != len(reqs):
+            raise RLInputError(f"step {step}: {len(comps)} completions for {len(reqs)} requests")
+        for comp in comps:
+            if not comp.tokens or len(comp.logprobs) != len(comp.tokens):
+                raise RLInputError(
+                    f"step {step}: completion {comp.request_id} has {len(comp.tokens)} tokens and "
+                    f"{len(comp.logprobs)} log-probs (needs >= 1, one each)"
+                )
+        rewards = [task.reward(r.prompt, c.tokens) for r, c in zip(reqs, comps)]
+        adv = group_advantages(rewards, config.group_size)
+        samples = tuple(
+            Sample(i, tuple(r.prompt) + tuple(c.tokens), len(r.prompt), c.request_id)
+            for i, (r, c) in enumerate(zip(reqs, comps))
+        )
+        n_tok = sum(len(c.tokens) for c in comps)
+        batch = TrainBatch(samples, tuple(tuple(c.logprobs) for c in comps), tuple(adv), n_tok)
+        trainer_lp, loss, grad_norm = trainer.train_step(batch)
+        old = torch.tensor([lp for c in comps for lp in c.logprobs], dtype=F32, device="cpu")
+        new = torch.tensor([lp for lps in trainer_lp for lp in lps], dtype=F32, device="cpu")
+        metrics = mismatch_metrics(old, new, [len(c.tokens) for c in comps], config.clip_eps)
+        rollout.load_weights(trainer.weights())
+        yield StepLog(step, float(sum(rewards) / len(rewards)), rewards, loss, n_tok, metrics, grad_norm, comps)
 
 
 def weights_digest(model: Qwen3ForCausalLM) -> str:

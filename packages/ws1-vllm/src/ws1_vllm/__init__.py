@@ -29,6 +29,7 @@ from __future__ import annotations
 import ws1_ops
 
 from .errors import WS1VllmRefused
+from .rollout import VllmRollout
 from .settings import CANDIDATE_ENV, PROFILE_ENV, Settings, check_vllm_config, from_env
 
 # the required nodes the plugin does not run, and why; every other one runs inside vLLM (NODES)
@@ -45,6 +46,7 @@ __all__ = [
     "NOT_RUN",
     "PROFILE_ENV",
     "Settings",
+    "VllmRollout",
     "WS1VllmRefused",
     "check_vllm_config",
     "enabled",
