@@ -196,6 +196,7 @@ def run(profile: str, worlds: list[int], models: list[str], progress=None) -> di
                 r2r = [n for n in g1 if not _bits_equal(g1[n], g2[n])]
                 vs1 = {n: (g1[n].float() - ref_grads[n].float()).abs() for n in g1}
                 max_d = max(float(d.max()) for d in vs1.values())
+                max_g = max(float(g.float().abs().max()) for g in ref_grads.values())
                 n_diff = sum(int((g1[n].view(torch.int16) != ref_grads[n].view(torch.int16)).sum()) for n in g1)
                 n_el = sum(g.numel() for g in g1.values())
                 base = {"world": world, "model": key}
@@ -225,9 +226,10 @@ def run(profile: str, worlds: list[int], models: list[str], progress=None) -> di
                         "cell": "dp1" if world == 1 else "across_world",
                         "green": n_diff == 0 if world == 1 else None,
                         "max_abs_diff": max_d,
+                        "max_abs_grad": max_g,
                         "elements_differ": n_diff,
                         "elements": n_el,
-                        "detail": f"gradients vs one device: {n_diff}/{n_el} elements differ, max |Δ| {max_d:.3g}",
+                        "detail": f"vs one device: {n_diff}/{n_el} differ, max |Δ| {max_d:.3g} (max |g| {max_g:.3g})",
                     },
                 ]
             if progress:
