@@ -25,9 +25,12 @@ layers), B = 4 sequences of 160..256 tokens.
 Timing: one warm-up step of every row (its loss must be finite: a row whose step fails is reported and dropped, the
 others go on), then ``--reps`` steps interleaved row by row (a, b, c, a, b, c, ...), so background load hits them
 alike; medians. Per shape: median ms per row, real (non-pad) tokens per second, and the ratios ws1 / stock_bf16
-and ws1 / stock_fp32 of the median times — a ratio > 1 means WS1 is slower, < 1 faster. Not timed, from the last
-step of each row: its loss, and the largest |difference| of its completion log-probs from stock_fp32's. The ISA
-path WS1's kernels took is their own report (ws1_ops.record: arch_key), not a guess from the CPU's flags.
+and ws1 / stock_fp32 of the median times — a ratio > 1 means WS1 is slower, < 1 faster. The host's 1-minute load
+average before and after each shape is printed and kept (another job's load widens the spread between a row's
+fastest and median step). Not timed, from the last step of each row: its loss, and the largest |difference| of its
+completion log-probs from stock_fp32's. The ISA path WS1's kernels took is their own report (ws1_ops.record:
+arch_key), not a guess from the CPU's flags; ``WS1_CPU_ISA=amx`` in the environment asks for their AMX path
+(opt-in, kernels-cpu/README.md).
 
     python benchmarks/bench_trainer.py [--shapes tiny,qwen3-0.6b-L2] [--reps 5] [--threads N]
                                        [--stock-logits all|completion] [--json PATH] [--deadline-s S]
@@ -168,6 +171,7 @@ def bench_shape(shape: str, args, errors: dict) -> list[dict]:
     ids, mask, completion = make_batch(sz, cfg.vocab_size, cfg.pad_id)
     n = int(completion.sum())
     keep = max(sz["completions"]) if args.stock_logits == "completion" else None
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix=f"bench_trainer_{shape}_") as d:
         t0 = time.perf_counter()
         ours = ws1_qwen3.synthetic(cfg, PROFILE)
@@ -223,6 +227,7 @@ def bench_shape(shape: str, args, errors: dict) -> list[dict]:
         "stock_attn_implementation": attn,
         "ws1_isa": isa.get("arch"),
         "reps": args.reps,
+        "load_avg_1min": [load_before, os.getloadavg()[0]],  # the host's load before and after: how noisy
         "median_ms": {row: v * 1e3 for row, v in med.items()},
         "runs_ms": {row: [v * 1e3 for v in t] for row, t in times.items()},
         "tokens_per_s": {row: tokens / v for row, v in med.items()},
@@ -243,6 +248,10 @@ def print_shape(r: dict) -> None:
         f"(lengths {r['lengths']}): {r['tokens']} tokens, {r['completion_tokens']} scored; "
         f"ws1 ISA {r['ws1_isa']}; stock: {r['stock_attn_implementation']} attention, logits of "
         f"{'every position' if r['stock_logits'] == 'all' else 'the completion positions (logits_to_keep)'}"
+    )
+    print(
+        f"  host load (1-min average) {r['load_avg_1min'][0]:.2f} before, {r['load_avg_1min'][1]:.2f} after "
+        f"(the {r['reps']} steps' spread: min vs median below)"
     )
     print(f"  {'row':<12}{'median ms':>12}{'min ms':>12}{'tokens/s':>12}{'loss':>12}{'max|dlogp| vs fp32':>21}")
     for row in ROWS:
