@@ -32,6 +32,7 @@ WHERE = [
     "packages/ws1-ops/src",
     "packages/ws1-kv/src",
     "packages/ws1-qwen3/src",
+    "packages/ws1-dist/src",
     "packages/ws1-matrix/src",
     "benchmarks",
 ]

@@ -78,11 +78,14 @@ def test_fsdp_default_cast_of_the_residual_is_refused(tmp_path):
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     with _group(tmp_path):
+        from torch.distributed.device_mesh import init_device_mesh
+
         model = ws1_qwen3.synthetic("tiny", "cpu_bf16")
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16)
+        mesh = init_device_mesh("cpu", (1,))  # named: FSDP2's default asks torch for the accelerator
         for layer in model.model.layers:
-            fully_shard(layer, mp_policy=policy)
-        fully_shard(model, mp_policy=policy)
+            fully_shard(layer, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
         from torch.distributed.fsdp import register_fsdp_forward_method
 
         register_fsdp_forward_method(model, "hidden")

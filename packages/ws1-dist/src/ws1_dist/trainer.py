@@ -110,17 +110,17 @@ def _batch_tensors(samples, rollout_logp, advantages):
     """Left-padded [B, S] input_ids, attention_mask, completion mask, and the rollout log-prob and advantage of each
     completion cell (0 elsewhere), for this rank's samples."""
     width = max(s.length for s in samples)
-    ids = torch.zeros((len(samples), width), dtype=torch.int64)
+    ids = torch.zeros((len(samples), width), dtype=torch.int64, device="cpu")
     mask = torch.zeros_like(ids)
     completion = torch.zeros_like(ids)
-    old = torch.zeros((len(samples), width), dtype=torch.float32)
+    old = torch.zeros((len(samples), width), dtype=torch.float32, device="cpu")
     adv = torch.zeros_like(old)
     for b, (s, lps, a) in enumerate(zip(samples, rollout_logp, advantages)):
         pad = width - s.length
-        ids[b, pad:] = torch.tensor(s.tokens)
+        ids[b, pad:] = torch.tensor(s.tokens, device="cpu")
         mask[b, pad:] = 1
         completion[b, pad + s.n_prompt :] = 1
-        old[b, pad + s.n_prompt :] = torch.tensor(lps, dtype=torch.float32)
+        old[b, pad + s.n_prompt :] = torch.tensor(lps, dtype=torch.float32, device="cpu")
         adv[b, pad + s.n_prompt :] = a
     return ids, mask, completion.bool(), old, adv
 
@@ -174,7 +174,7 @@ def _rank_main(rank, world, port, checkpoint, profile, config, threads, conn) ->
             )
             model.zero_grad(set_to_none=True)
             if profile is not None:
-                ranks = torch.tensor([s.rank for s in samples])
+                ranks = torch.tensor([s.rank for s in samples], device="cpu")
                 lp = ws1_qwen3.token_logprobs(model, ids, mask, completion_mask=comp, sample_ranks=ranks)
                 loss = rl.ppo_clip_loss(lp[comp], old[comp], adv[comp], config["clip_eps"], batch.n_tokens)
                 with fsdp.canonical_grads(model, divide_factor=1.0):
@@ -189,7 +189,9 @@ def _rank_main(rank, world, port, checkpoint, profile, config, threads, conn) ->
                 if g is None:
                     raise DistError(f"ws1_dist: parameter {n} got no gradient")
                 grads[n] = g.to_local().float()
-            sq = torch.tensor([sum(float(grads[n].double().pow(2).sum()) for n in names)], dtype=torch.float64)
+            sq = torch.tensor(
+                [sum(float(grads[n].double().pow(2).sum()) for n in names)], dtype=torch.float64, device="cpu"
+            )
             dist.all_reduce(sq)  # the norm for the log only
             opt.step(grads)
             with torch.no_grad():

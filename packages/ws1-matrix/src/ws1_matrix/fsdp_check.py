@@ -49,7 +49,7 @@ def _samples(vocab: int) -> list:
     for rank in range(N_SAMPLES):
         n_prompt = 3 + rank % 4
         length = n_prompt + 2 + rank
-        tokens = tuple(torch.randint(4, vocab, (length,), generator=g).tolist())
+        tokens = tuple(torch.randint(4, vocab, (length,), generator=g, device="cpu").tolist())
         out.append(ws1_qwen3.Sample(rank, tokens, n_prompt, f"s{rank}"))
     return out
 
@@ -78,14 +78,14 @@ def _logprobs(kind: str, model, samples, n_total: int, grad: bool):
             o += n
         return by_rank, tf.loss
     width = max(s.length for s in samples)
-    ids = torch.zeros((len(samples), width), dtype=torch.int64)
+    ids = torch.zeros((len(samples), width), dtype=torch.int64, device="cpu")
     mask = torch.zeros_like(ids)
     completion = torch.zeros_like(ids)
     for b, s in enumerate(samples):  # left padding, as a rollout batch comes
-        ids[b, width - s.length :] = torch.tensor(s.tokens)
+        ids[b, width - s.length :] = torch.tensor(s.tokens, device="cpu")
         mask[b, width - s.length :] = 1
         completion[b, width - s.length + s.n_prompt :] = 1
-    ranks = torch.tensor([s.rank for s in samples])
+    ranks = torch.tensor([s.rank for s in samples], device="cpu")
     with torch.set_grad_enabled(grad):
         lp = ws1_qwen3.token_logprobs(model, ids, mask, completion_mask=completion, sample_ranks=ranks)
     by_rank = {s.rank: lp[b][completion[b].bool()] for b, s in enumerate(samples)}
