@@ -94,3 +94,23 @@ def test_fsdp_default_cast_of_the_residual_is_refused(tmp_path):
             ws1_qwen3.ModelInputError, match="residual stream arrived as torch.bfloat16.*ws1_dist.shard"
         ):
             _loss(model)
+
+
+def test_dp_block_deals_aligned_power_of_two_blocks():
+    assert [list(ws1_dist.dp_block(8, 4, r)) for r in range(4)] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert [list(ws1_dist.dp_block(8, 2, r)) for r in range(2)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert [list(ws1_dist.dp_block(6, 4, r)) for r in range(4)] == [[0, 1], [2, 3], [4, 5], []]
+    assert list(ws1_dist.dp_block(5, 1, 0)) == [0, 1, 2, 3, 4]
+    with pytest.raises(ws1_dist.DistError, match="dp_block needs"):
+        ws1_dist.dp_block(4, 2, 2)
+
+
+def test_cross_rank_needs_the_tree_order(tmp_path):
+    with _group(tmp_path):
+        model = ws1_dist.shard(ws1_qwen3.synthetic("tiny", "cpu_bf16"))
+        with pytest.raises(ws1_dist.DistError, match="cross_rank='tree' with order='serial'"):
+            with ws1_dist.canonical_grads(model, cross_rank="tree"):
+                pass
+        with pytest.raises(ws1_ops.OpInputError, match="order must be one of"):
+            with ws1_dist.canonical_grads(model, order="nope"):
+                pass

@@ -71,3 +71,22 @@ def test_a_failing_rank_is_one_line(checkpoint, tmp_path):
         ws1_dist.FSDPTrainer(str(tmp_path / "nothing-here"), "cpu_bf16", CONFIG, world=2)
     with pytest.raises(ws1_dist.DistError, match="world must be >= 1"):
         ws1_dist.FSDPTrainer(checkpoint, "cpu_bf16", CONFIG, world=0)
+
+
+def _weights_after(checkpoint, world, order, steps=2):
+    config = rl.GRPOConfig(steps=steps, prompts_per_step=2, group_size=4, max_new_tokens=(3, 6), lr=2e-2)
+    rollout = Ws1Rollout(checkpoint)
+    with ws1_dist.FSDPTrainer(checkpoint, "cpu_bf16", config, world=world, order=order) as trainer:
+        logs = list(rl.run_on_engines(rollout, trainer, config, TASK))
+        weights = trainer.weights()
+    assert all(log.metrics["ws1/tokens_different"] == 0 for log in logs)
+    return weights
+
+
+def test_the_parallel_invariant_order_trains_the_same_weights_at_1_and_2_ranks(checkpoint):
+    """order='sample_tree': two GRPO steps at world 1 and at world 2 end in the same weights, bit for bit (the
+    rollouts then see the same weights too); the default order at the same two world sizes does not (the control)."""
+    one, two = (_weights_after(checkpoint, w, "sample_tree") for w in (1, 2))
+    assert all(torch.equal(one[n], two[n]) for n in one)
+    one_serial, two_serial = (_weights_after(checkpoint, w, "serial") for w in (1, 2))
+    assert any(not torch.equal(one_serial[n], two_serial[n]) for n in one_serial)

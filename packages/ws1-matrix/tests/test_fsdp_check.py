@@ -1,6 +1,7 @@
 """ws1_matrix's FSDP2 check on gloo, at 1, 2 and 4 ranks, untied and tied, WS1's model and transformers' patched:
-per-rank log-probs == one device, gradients bitwise run to run and at world 1 == one device, our variant control
-red; the difference across world sizes measured (and present: issue 38 removes it)."""
+per-rank log-probs == one device, gradients bitwise run to run and at world 1 == one device; in the
+parallel-invariant order (sample_tree) the gradients == one device's at every world size, while the default order
+under the split and our rank-fold control differ (red as required), and our variant kernels' log-probs differ."""
 
 import subprocess
 import sys
@@ -12,24 +13,37 @@ def test_fsdp_on_gloo_1_2_4_ranks():
     record = fsdp_check.run("cpu_bf16", [1, 2, 4], ["tiny", "tiny-tied"])
     cells = record["cells"]
     assert record["green"], [c for c in cells if c["green"] is False]
-    # every (world, model) has its four cells
-    assert len(cells) == 3 * 4 * 4
     by = {(c["world"], c["model"], c["cell"]): c for c in cells}
-    for world in (1, 2, 4):
-        for model in ("tiny/ws1", "tiny/hf", "tiny-tied/ws1", "tiny-tied/hf"):
-            assert by[(world, model, "logp")]["green"]
-            assert by[(world, model, "run_to_run")]["green"]
-            assert by[(world, model, "control")]["green"] and by[(world, model, "control")]["red_required"]
-            if world == 1:
-                assert by[(world, model, "dp1")]["elements_differ"] == 0
-            else:
-                # what still differs across world sizes: each rank's BF16 gradient is its own rows' canonical sum
-                cell = by[(world, model, "across_world")]
-                assert cell["green"] is None and cell["elements_differ"] > 0 and 0 < cell["max_abs_diff"] < 1e-2
+    models = ("tiny/ws1", "tiny/hf", "tiny-tied/ws1", "tiny-tied/hf")
+    expected = {
+        1: {"logp", "run_to_run", "control", "tree_grads", "dp1"},
+        2: {"logp", "run_to_run", "control", "tree_grads", "serial_across_world", "control_pg_sum"},
+        4: {
+            "logp",
+            "run_to_run",
+            "control",
+            "tree_grads",
+            "serial_across_world",
+            "control_pg_sum",
+            "control_rank_fold",
+        },
+    }
+    assert {(w, m, c) for (w, m, c) in by} == {(w, m, c) for w, cs in expected.items() for m in models for c in cs}
+    for (_world, _model, name), cell in by.items():
+        if name in ("logp", "run_to_run", "dp1", "tree_grads"):
+            assert cell["green"], cell
+        if name in ("dp1", "tree_grads"):
+            # one device's bits: at world 1 in both orders, at every world size in the parallel-invariant one
+            assert cell["elements_differ"] == 0 and cell["max_abs_diff"] == 0, cell
+        if name in ("control", "serial_across_world", "control_rank_fold"):
+            assert cell["red_required"] and cell["green"], cell
+        if name == "serial_across_world":
+            # what the default order gives under a split: each rank's BF16 gradient is its own rows' canonical sum
+            assert cell["elements_differ"] > 0 and 0 < cell["max_abs_diff"] < 1e-2, cell
     # WS1's model and the patched transformers model: the same bits, so the same differences
     for world in (2, 4):
         for m in ("tiny", "tiny-tied"):
-            a, b = by[(world, f"{m}/ws1", "across_world")], by[(world, f"{m}/hf", "across_world")]
+            a, b = by[(world, f"{m}/ws1", "serial_across_world")], by[(world, f"{m}/hf", "serial_across_world")]
             assert (a["elements_differ"], a["max_abs_diff"]) == (b["elements_differ"], b["max_abs_diff"])
 
 

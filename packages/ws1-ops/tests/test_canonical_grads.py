@@ -245,3 +245,58 @@ def test_freed_parameter_storage_is_refused(cpu):
         with ws1_ops.canonical_grads():
             out.float().sum().backward()
             ps[0].untyped_storage().resize_(0)
+
+
+def test_tree_sum_is_one_fixed_tree_whose_aligned_blocks_are_its_nodes():
+    """tree_sum: a pairwise tree over indices with absent leaves the identity. The node of an aligned power-of-two
+    block, computed from that block's leaves alone, then summed with the other blocks' nodes (block number as the
+    index), is the whole tree's bits — what lets data-parallel ranks finish one device's tree. A fold in index order
+    is another order (it differs here)."""
+    g = torch.Generator().manual_seed(7)
+    leaves = {i: torch.randn(4096, generator=g) * (10.0 ** (i % 5)) for i in (0, 1, 2, 3, 5, 6, 9, 12, 13)}
+    whole = ws1_ops.tree_sum(list(leaves.items()))
+    for block in (2, 4, 8, 16):
+        nodes = {}
+        for i, v in leaves.items():
+            nodes.setdefault(i // block, []).append((i, v))
+        parts = [(b, ws1_ops.tree_sum(items)) for b, items in nodes.items()]
+        assert torch.equal(ws1_ops.tree_sum(parts), whole), block
+    # lazily made leaves give the same bits; a single leaf is itself
+    assert torch.equal(ws1_ops.tree_sum([(i, (lambda v=v: v)) for i, v in leaves.items()]), whole)
+    assert torch.equal(ws1_ops.tree_sum([(5, leaves[5])]), leaves[5])
+    fold = leaves[0].clone()
+    for i in sorted(leaves)[1:]:
+        fold = fold + leaves[i]
+    assert not torch.equal(fold, whole)
+    with pytest.raises(ws1_ops.OpInputError, match="distinct and >= 0"):
+        ws1_ops.tree_sum([(1, whole), (1, whole)])
+    with pytest.raises(ws1_ops.OpInputError, match="no items"):
+        ws1_ops.tree_sum([])
+
+
+def test_sample_tree_order_is_split_invariant_and_refuses_unknown_orders(cpu):
+    """order='sample_tree': the gradient of a set of samples is the same bits however the samples are split into
+    calls (each sample's rows whole in one call: its leaf), and in general not the serial order's bits."""
+    c = make("det_gemm", n=60)
+    sample = torch.arange(60) // 8  # 8 rows per sample (the last has 4)
+    keys = ws1_ops.logical_keys(sample, torch.arange(60) % 8)
+    dy = torch.randn(
+        (60, c.call(*c.rows, *c.params, row_keys=keys).shape[1]), generator=torch.Generator().manual_seed(4)
+    )
+
+    def grads(parts, order):
+        ps = [p.detach().clone().requires_grad_() for p in c.params]
+        total = 0
+        for lo, hi in parts:
+            out = c.call(*[r[lo:hi] for r in c.rows], *ps, row_keys=keys[lo:hi])
+            total = total + (out.float() * dy[lo:hi]).sum()
+        with ws1_ops.canonical_grads(order=order):
+            total.backward()
+        return ps[0].grad
+
+    whole = grads([(0, 60)], "sample_tree")
+    assert torch.equal(grads([(0, 16), (16, 40), (40, 60)], "sample_tree"), whole)
+    assert not torch.equal(grads([(0, 60)], "serial"), whole)
+    with pytest.raises(ws1_ops.OpInputError, match="order must be one of"):
+        with ws1_ops.canonical_grads(order="tree"):
+            pass

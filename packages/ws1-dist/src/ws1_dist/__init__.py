@@ -16,7 +16,7 @@ gradients meet FSDP2's reduce-scatter, and docs/trainer.md what differs across w
 from __future__ import annotations
 
 from .errors import DistError
-from .fsdp import canonical_grads, full_state_dict, shard
+from .fsdp import canonical_grads, dp_block, full_state_dict, shard
 from .trainer import FSDPTrainer
 
-__all__ = ["DistError", "FSDPTrainer", "canonical_grads", "full_state_dict", "shard"]
+__all__ = ["DistError", "FSDPTrainer", "canonical_grads", "dp_block", "full_state_dict", "shard"]

@@ -161,9 +161,15 @@ def _map_parameters(st: _Sharded) -> None:
         st.buckets.append(bucket)
 
 
-def _reduce_scatter(st: _Sharded, local: dict[int, torch.Tensor], divide_factor: float) -> None:
+def _reduce_scatter(st: _Sharded, local: dict[int, torch.Tensor], divide_factor: float, cross: str = "sum") -> None:
     """Each unit's full local gradients -> one FP32 reduce-scatter -> each rank's shard, / divide_factor, rounded
-    once to the sharded parameter's dtype, into ``.grad``. ``local``: id(sharded parameter) -> full gradient."""
+    once to the sharded parameter's dtype, into ``.grad``. ``local``: id(sharded parameter) -> full gradient.
+
+    ``cross``: how the ranks' partials are summed. ``"sum"``: the process group's reduce-scatter (its own order).
+    ``"tree"``: the ranks' FP32 partials are the nodes of their aligned sample blocks (``order="sample_tree"``), and
+    the cross-rank sum is the rest of the same tree: an all-to-all hands each rank every rank's partial of its shard,
+    and ``ws1_ops.tree_sum`` over the ranks (block r is index r) finishes it. ``"rank_fold"``: the same all-to-all,
+    summed left to right in rank order — a negative control (docs/parallel.md), not a tree's order at 4+ ranks."""
     from torch.distributed.tensor import DTensor, Shard
 
     group = st.mesh.get_group()
@@ -185,8 +191,18 @@ def _reduce_scatter(st: _Sharded, local: dict[int, torch.Tensor], divide_factor:
             pieces.append(full.view(world, -1))
             chunks.append(chunk)
         send = torch.cat(pieces, dim=1).contiguous()
-        recv = torch.empty(send.shape[1], dtype=torch.float32, device=send.device)
-        _reduce_scatter_single(recv, send.view(-1), group)
+        if cross in ("tree", "rank_fold"):
+            parts = torch.empty_like(send)  # row r: rank r's partial of this rank's shard
+            dist.all_to_all_single(parts.view(-1), send.view(-1), group=group)
+            if cross == "tree":
+                recv = ws1_ops.tree_sum([(r, parts[r]) for r in range(world)])
+            else:
+                recv = parts[0].clone()
+                for r in range(1, world):
+                    recv = recv + parts[r]
+        else:
+            recv = torch.empty(send.shape[1], dtype=torch.float32, device=send.device)
+            _reduce_scatter_single(recv, send.view(-1), group)
         offset = 0
         for (name, sharded), chunk in zip(bucket, chunks):
             inner = math.prod(sharded.shape[1:])
@@ -217,25 +233,80 @@ def _reduce_scatter_single(recv: torch.Tensor, send: torch.Tensor, group) -> Non
     fn(recv, send, op=dist.ReduceOp.SUM, group=group)
 
 
+def dp_block(n_samples: int, world: int, rank: int) -> range:
+    """The samples (global ranks) data-parallel rank ``rank`` of ``world`` trains on in the parallel-invariant order:
+    one aligned block ``[rank * B, (rank + 1) * B)`` of ``B`` = the smallest power of two >= ceil(n / world), cut at
+    ``n``. Each rank's gradient is then a node of the one fixed tree over the samples (``order="sample_tree"``)."""
+    if n_samples < 1 or world < 1 or not 0 <= rank < world:
+        raise DistError(
+            f"ws1_dist: dp_block needs n_samples >= 1, world >= 1, 0 <= rank < world; got {n_samples}, {world}, {rank}"
+        )
+    block = 1
+    while block * world < n_samples:
+        block *= 2
+    return range(min(n_samples, rank * block), min(n_samples, (rank + 1) * block))
+
+
+def _check_blocks(samples: set[int], group) -> None:
+    """Every rank's samples inside its aligned block for one power-of-two block size (dp_block's layout): else the
+    ranks' partials are not nodes of one tree, and the result would depend on the world size. Collective."""
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    mine = torch.tensor(
+        [min(samples) if samples else -1, max(samples) if samples else -1], dtype=torch.int64, device="cpu"
+    )
+    every = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine, group=group)
+    spans = [(int(t[0]), int(t[1])) for t in every]
+    block = 1
+    while block < 2**62:
+        if all(lo < 0 or (lo >= r * block and hi < (r + 1) * block) for r, (lo, hi) in enumerate(spans)):
+            return
+        block *= 2
+    raise DistError(
+        f"ws1_dist: order='sample_tree' needs each rank's samples in its aligned block (ws1_dist.dp_block); rank "
+        f"{rank} of {world} has samples {spans[rank][0]}..{spans[rank][1]}, the ranks' spans {spans}"
+    )
+
+
 @contextlib.contextmanager
-def canonical_grads(model: nn.Module, *, divide_factor: float | None = None) -> Iterator[CanonicalGrads]:
+def canonical_grads(
+    model: nn.Module, *, divide_factor: float | None = None, order: str = "serial", cross_rank: str | None = None
+) -> Iterator[CanonicalGrads]:
     """``ws1_ops.canonical_grads()`` for a model :func:`shard` sharded: run every backward of one optimizer step in
     it. On exit, each parameter's gradient over this rank's rows (canonical order, once) is reduce-scattered into
     FSDP2's shards (see the module docstring). ``divide_factor``: the gradients' sum across ranks is divided by it
     (default: the world size, FSDP2's own default, for a loss that is a per-rank mean; pass 1.0 when each rank's
-    loss is already normalized by the global token count). Collective: every rank enters and leaves it."""
+    loss is already normalized by the global token count). Collective: every rank enters and leaves it.
+
+    ``order="sample_tree"``: the parallel-invariant order (docs/parallel.md). Each rank trains on its aligned block
+    of samples (:func:`dp_block`; checked); its gradients are that block's nodes of one fixed tree over the global
+    sample ranks (FP32), and the cross-rank sum is the rest of that tree (an all-to-all, then ``ws1_ops.tree_sum``),
+    rounded once: the same bits at any power-of-two world size, and equal to one device running the same order.
+
+    ``cross_rank``: the cross-rank sum (default: ``"tree"`` for ``sample_tree``, the process group's ``"sum"`` for
+    ``serial``). The negative controls of docs/parallel.md set another: ``"sum"`` or ``"rank_fold"`` under
+    ``sample_tree``."""
     st = _state(model)
     world = dist.get_world_size(st.mesh.get_group())
     factor = float(world if divide_factor is None else divide_factor)
     if not factor > 0:
         raise DistError(f"ws1_dist: divide_factor must be > 0, got {divide_factor}")
+    tree = order == "sample_tree"
+    cross = cross_rank or ("tree" if tree else "sum")
+    if cross not in ("sum", "tree", "rank_fold") or (cross != "sum" and not tree):
+        raise DistError(
+            f"ws1_dist: cross_rank={cross_rank!r} with order={order!r} (sum, tree or rank_fold; the last two need "
+            "order='sample_tree')"
+        )
     got: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def sink(param: torch.Tensor, grad: torch.Tensor) -> None:
         got[id(param)] = (param, grad)
 
-    with ws1_ops.canonical_grads(sink=sink) as scope:
+    with ws1_ops.canonical_grads(sink=sink, order=order) as scope:
         yield scope
+    if tree:
+        _check_blocks(scope.samples, st.mesh.get_group())
     if st.to_sharded is None:
         _map_parameters(st)
     local: dict[int, torch.Tensor] = {}
@@ -247,7 +318,7 @@ def canonical_grads(model: nn.Module, *, divide_factor: float | None = None) -> 
                 "(a parameter outside the model, or the model changed after its first step)"
             )
         local[id(hit[1])] = grad
-    _reduce_scatter(st, local, factor)
+    _reduce_scatter(st, local, factor, cross)
 
 
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:

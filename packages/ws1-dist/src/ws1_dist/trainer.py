@@ -8,7 +8,9 @@ Each rank loads the checkpoint with ``transformers.Qwen3ForCausalLM.from_pretrai
 WS1's kernels (``profile``: ``ws1_qwen3.apply_ws1`` + :func:`ws1_dist.shard`, backward in
 :func:`ws1_dist.canonical_grads`) or as stock transformers (``profile=None``: FSDP2's own ``fully_shard`` and
 reduce-scatter, log-probs by ``log_softmax`` of the FP32-cast logits, as TRL's ``selective_log_softmax``) — the
-control a user has without WS1. A step: the batch's samples dealt round-robin (rank r: samples r, r + world, ...),
+control a user has without WS1. ``order``: ``ws1_dist.canonical_grads``' (``"sample_tree"``: the parallel-invariant
+order, the samples dealt in aligned blocks by ``dp_block``, so the weights are the same bits at any power-of-two
+world size). A step: the batch's samples dealt round-robin (rank r: samples r, r + world, ...; blocks for the tree),
 each rank's log-probs of its completion tokens, the PPO-clip loss normalized by the step's global token count, one
 backward, the gradient summed across ranks (divide factor 1), ``ws1_qwen3.rl.AdamW`` on each rank's FP32 master
 shards, the BF16 parameters the masters rounded once. :meth:`weights` gathers the whole weights for the rollout
@@ -38,9 +40,13 @@ def _free_port() -> int:
 class FSDPTrainer:
     """``world`` trainer ranks (spawned, gloo) over one checkpoint; see the module docstring."""
 
-    def __init__(self, checkpoint: str, profile: str | None, config, *, world: int = 2, threads: int = 1):
+    def __init__(
+        self, checkpoint: str, profile: str | None, config, *, world: int = 2, threads: int = 1, order: str = "serial"
+    ):
         if world < 1:
             raise DistError(f"ws1_dist: world must be >= 1, got {world}")
+        if order not in ("serial", "sample_tree"):
+            raise DistError(f"ws1_dist: order must be 'serial' or 'sample_tree', got {order!r}")
         ctx = mp.get_context("spawn")
         port = _free_port()
         self.world, self._conns, self._procs = world, [], []
@@ -48,7 +54,7 @@ class FSDPTrainer:
             parent, child = ctx.Pipe()
             proc = ctx.Process(
                 target=_rank_main,
-                args=(rank, world, port, checkpoint, profile, asdict(config), threads, child),
+                args=(rank, world, port, checkpoint, profile, asdict(config), threads, order, child),
                 daemon=True,
             )
             proc.start()
@@ -132,7 +138,7 @@ def _stock_logprobs(model, ids, mask):
     return torch.nn.functional.pad(lp, (1, 0))  # [B, S]: position 0 predicts nothing
 
 
-def _rank_main(rank, world, port, checkpoint, profile, config, threads, conn) -> None:
+def _rank_main(rank, world, port, checkpoint, profile, config, threads, order, conn) -> None:
     try:
         import torch.distributed as dist
         import transformers
@@ -167,7 +173,10 @@ def _rank_main(rank, world, port, checkpoint, profile, config, threads, conn) ->
                 conn.send(("weights", whole if rank == 0 else None))
                 continue
             batch = payload
-            mine = list(range(rank, len(batch.samples), world))
+            if order == "sample_tree":  # an aligned block: the rank's gradient is a node of the one tree
+                mine = list(fsdp.dp_block(len(batch.samples), world, rank))
+            else:
+                mine = list(range(rank, len(batch.samples), world))
             samples = [batch.samples[i] for i in mine]
             ids, mask, comp, old, adv = _batch_tensors(
                 samples, [batch.rollout_logp[i] for i in mine], [batch.advantages[i] for i in mine]
@@ -177,7 +186,7 @@ def _rank_main(rank, world, port, checkpoint, profile, config, threads, conn) ->
                 ranks = torch.tensor([s.rank for s in samples], device="cpu")
                 lp = ws1_qwen3.token_logprobs(model, ids, mask, completion_mask=comp, sample_ranks=ranks)
                 loss = rl.ppo_clip_loss(lp[comp], old[comp], adv[comp], config["clip_eps"], batch.n_tokens)
-                with fsdp.canonical_grads(model, divide_factor=1.0):
+                with fsdp.canonical_grads(model, divide_factor=1.0, order=order):
                     loss.backward()
             else:
                 lp = _stock_logprobs(model, ids, mask)

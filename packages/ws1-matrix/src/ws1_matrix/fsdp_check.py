@@ -2,20 +2,25 @@
 
     python -m ws1_matrix fsdp [PROFILE] [--world 1,2,4] [--models tiny,tiny-tied] [--json]   (nox -s fsdp_check)
 
-For each world size W a process group of W ranks (gloo, spawned here) loads the same seeded checkpoint twice:
-as WS1's ``Qwen3ForCausalLM`` and as transformers' ``Qwen3ForCausalLM`` after ``ws1_qwen3.apply_ws1``; each is
-sharded with ``ws1_dist.shard``. The 8 samples (distinct lengths) are dealt round-robin, rank r taking samples
-r, r + W, ... (their global ranks kept as the rows' logical keys). One training step per run: the rank's
-log-probs of its completion tokens, the loss ``−Σ logp / n`` with ``n`` the global token count, the backward
-inside ``ws1_dist.canonical_grads(model, divide_factor=1)``; run twice from the same weights.
+For each world size W a process group of W ranks (gloo, spawned here) loads the same seeded checkpoint
+as WS1's ``Qwen3ForCausalLM`` and as transformers' ``Qwen3ForCausalLM`` after ``ws1_qwen3.apply_ws1``, each
+sharded with ``ws1_dist.shard``. The 8 samples (distinct lengths) are dealt in aligned blocks (``ws1_dist.dp_block``:
+rank r takes samples [r·B, (r+1)·B), their global ranks kept as the rows' logical keys). Each step (:data:`STEPS`,
+each from the same weights): the rank's log-probs of its completion tokens, the loss ``−Σ logp / n`` with ``n`` the
+global token count, the backward inside ``ws1_dist.canonical_grads(model, divide_factor=1, order=...)``. The
+reference: one device, no process group, the same loss in the same order.
 
 Cells (raw FP32/BF16 bits):
 
-* ``logp``: every rank's log-probs == the single device's of the same samples (no FSDP, no process group);
-* ``run_to_run``: the step's gradients (gathered whole) identical in the two runs;
-* ``dp1``: at W = 1 the sharded step's gradients == the single device's;
-* ``across_world`` (measured, not judged: issue 38 removes it): max |Δ| and the number of elements that differ
-  between the gradients at W and at one device;
+* ``logp``: every rank's log-probs in every step == the single device's of the same samples;
+* ``run_to_run``: the default (``serial``) order's gradients, gathered whole, identical in two runs;
+* ``dp1``: at W = 1 the ``serial`` gradients == one device's;
+* ``tree_grads``: the parallel-invariant order (``sample_tree``, docs/parallel.md) == one device in that order,
+  at every world size;
+* ``serial_across_world`` (W > 1, red as required): the default order under the split differs from one device —
+  what FSDP alone gives, and the proof that ``tree_grads`` can fail;
+* ``control_rank_fold`` (W >= 4, ours, red as required): ``sample_tree`` with the ranks' partials folded in rank
+  order instead of the tree; ``control_pg_sum`` (W > 1, shown): the process group's own sum of the partials;
 * ``control``: our ``variant_m_split_k`` kernels on the sharded side — its log-probs must differ from the
   profile's on one device (red as required), the proof that the ``logp`` cell can fail.
 
@@ -93,7 +98,7 @@ def _logprobs(kind: str, model, samples, n_total: int, grad: bool):
     return by_rank, loss
 
 
-def _step(kind: str, model, samples, n_total: int, sharded: bool) -> tuple[dict, dict]:
+def _step(kind: str, model, samples, n_total: int, sharded: bool, order: str = "serial", cross=None):
     """One step's log-probs {rank: FP32 bits} and whole gradients {name: tensor} (collective when sharded)."""
     import ws1_ops
 
@@ -102,18 +107,29 @@ def _step(kind: str, model, samples, n_total: int, sharded: bool) -> tuple[dict,
     if sharded:
         import ws1_dist
 
-        with ws1_dist.canonical_grads(model, divide_factor=1.0):
+        with ws1_dist.canonical_grads(model, divide_factor=1.0, order=order, cross_rank=cross):
             loss.backward()
         grads = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
     else:
-        with ws1_ops.canonical_grads():
+        with ws1_ops.canonical_grads(order=order):
             loss.backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     return {r: v.detach().clone() for r, v in by_rank.items()}, grads
 
 
+# the sharded steps of one (model, kind) at one world size: name -> (order, cross-rank sum)
+STEPS = {
+    "serial": ("serial", None),  # the default single-device order, FSDP2-style sum across ranks
+    "serial_again": ("serial", None),  # run to run
+    "tree": ("sample_tree", None),  # the parallel-invariant order: the tree across ranks too
+    "tree_pg_sum": ("sample_tree", "sum"),  # control (third party's order, shown): the process group's sum
+    "tree_rank_fold": ("sample_tree", "rank_fold"),  # control (ours): the partials folded in rank order
+}
+
+
 def _worker(rank: int, world: int, port: int, job: dict) -> None:
-    """One rank: for each (model, kind), shard, run the step twice, save its log-probs (and rank 0 the gradients)."""
+    """One rank: for each (model, kind), shard and run each of STEPS from the same weights on the rank's block of
+    samples (ws1_dist.dp_block); save its log-probs (rank 0: every step's whole gradients)."""
     import torch.distributed as dist
 
     import ws1_dist
@@ -125,21 +141,19 @@ def _worker(rank: int, world: int, port: int, job: dict) -> None:
         out = {}
         for name, path in job["checkpoints"].items():
             samples = _samples(job["vocab"][name])
-            mine = samples[rank::world]
+            mine = [samples[i] for i in ws1_dist.dp_block(len(samples), world, rank)]
             n_total = sum(s.length - s.n_prompt for s in samples)
             for kind in KINDS:
-                runs = []
-                for _ in range(2):
+                got = {}
+                for step, (order, cross) in STEPS.items():
                     model = ws1_dist.shard(_load(kind, path, job["profile"]))
-                    runs.append(_step(kind, model, mine, n_total, sharded=True))
+                    got[step] = _step(kind, model, mine, n_total, True, order, cross)
                 control = ws1_dist.shard(_load(kind, path, CONTROL))
                 ctrl_lp, _ = _logprobs(kind, control, mine, n_total, grad=False)
                 out[f"{name}/{kind}"] = {
-                    "logp": runs[0][0],
-                    "logp_run2": runs[1][0],
+                    "logp": {step: lp for step, (lp, _g) in got.items()},
                     "control_logp": {r: v.detach() for r, v in ctrl_lp.items()},
-                    "grads": runs[0][1] if rank == 0 else None,
-                    "grads_run2": runs[1][1] if rank == 0 else None,
+                    "grads": {step: g for step, (_lp, g) in got.items()} if rank == 0 else None,
                 }
         torch.save(out, Path(job["out"]) / f"rank{rank}.pt")
     finally:
@@ -160,6 +174,18 @@ def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     )
 
 
+def _grad_diff(got: dict, ref: dict) -> dict:
+    """Elements whose bits differ, max |Δ| and the gradients' own scale, over every parameter."""
+    n_diff = sum(int((got[n].view(torch.int16) != ref[n].view(torch.int16)).sum()) for n in got)
+    max_d = max(float((got[n].float() - ref[n].float()).abs().max()) for n in got)
+    return {
+        "elements_differ": n_diff,
+        "elements": sum(g.numel() for g in got.values()),
+        "max_abs_diff": max_d,
+        "max_abs_grad": max(float(g.float().abs().max()) for g in ref.values()),
+    }
+
+
 def run(profile: str, worlds: list[int], models: list[str], progress=None) -> dict:
     """The check at each world size; returns the record (cells and measurements)."""
     import torch.multiprocessing as mp
@@ -176,62 +202,89 @@ def run(profile: str, worlds: list[int], models: list[str], progress=None) -> di
             checkpoints[name], vocab[name] = path, model.config.vocab_size
             samples = _samples(vocab[name])
             n_total = sum(s.length - s.n_prompt for s in samples)
-            for kind in KINDS:  # one device, no process group: the reference
-                reference[f"{name}/{kind}"] = _step(kind, _load(kind, path, profile), samples, n_total, sharded=False)
+            for kind in KINDS:  # one device, no process group: the reference, in each order
+                for order in ("serial", "sample_tree"):
+                    reference[(f"{name}/{kind}", order)] = _step(
+                        kind, _load(kind, path, profile), samples, n_total, sharded=False, order=order
+                    )
         for world in worlds:
             out = Path(tmp) / f"w{world}"
             out.mkdir()
             job = {"checkpoints": checkpoints, "vocab": vocab, "profile": profile, "out": str(out)}
             mp.spawn(_worker, args=(world, _free_port(), job), nprocs=world, join=True)
             ranks = [torch.load(out / f"rank{r}.pt") for r in range(world)]
-            for key, (ref_lp, ref_grads) in reference.items():
-                got = {r: v for res in ranks for r, v in res[key]["logp"].items()}
-                got2 = {r: v for res in ranks for r, v in res[key]["logp_run2"].items()}
-                ctrl = {r: v for res in ranks for r, v in res[key]["control_logp"].items()}
+            for key in [k for k, order in reference if order == "serial"]:
+                ref_lp, serial_ref = reference[(key, "serial")]
+                tree_ref = reference[(key, "sample_tree")][1]
                 n_tok = sum(v.numel() for v in ref_lp.values())
-                differ = sum(int((got[r].view(torch.int32) != ref_lp[r].view(torch.int32)).sum()) for r in ref_lp)
-                differ2 = sum(int((got2[r].view(torch.int32) != ref_lp[r].view(torch.int32)).sum()) for r in ref_lp)
-                ctrl_differ = sum(int((ctrl[r].view(torch.int32) != ref_lp[r].view(torch.int32)).sum()) for r in ref_lp)
-                g1, g2 = ranks[0][key]["grads"], ranks[0][key]["grads_run2"]
-                r2r = [n for n in g1 if not _bits_equal(g1[n], g2[n])]
-                vs1 = {n: (g1[n].float() - ref_grads[n].float()).abs() for n in g1}
-                max_d = max(float(d.max()) for d in vs1.values())
-                max_g = max(float(g.float().abs().max()) for g in ref_grads.values())
-                n_diff = sum(int((g1[n].view(torch.int16) != ref_grads[n].view(torch.int16)).sum()) for n in g1)
-                n_el = sum(g.numel() for g in g1.values())
-                base = {"world": world, "model": key}
-                record["cells"] += [
-                    {
-                        **base,
-                        "cell": "logp",
-                        "green": differ == 0 and differ2 == 0,
-                        "detail": f"{differ + differ2}/{2 * n_tok} log-probs differ from one device",
-                    },
-                    {
-                        **base,
-                        "cell": "run_to_run",
-                        "green": not r2r,
-                        "detail": f"{len(r2r)}/{len(g1)} gradients differ between two runs"
+
+                def differ(lps: dict, ref_lp=ref_lp) -> int:
+                    return sum(int((lps[r].view(torch.int32) != ref_lp[r].view(torch.int32)).sum()) for r in ref_lp)
+
+                logp = {step: {r: v for res in ranks for r, v in res[key]["logp"][step].items()} for step in STEPS}
+                ctrl = differ({r: v for res in ranks for r, v in res[key]["control_logp"].items()})
+                g = ranks[0][key]["grads"]
+                bad_lp = sum(differ(lps) for lps in logp.values())
+                r2r = [n for n in g["serial"] if not _bits_equal(g["serial"][n], g["serial_again"][n])]
+                serial = _grad_diff(g["serial"], serial_ref)
+                tree = _grad_diff(g["tree"], tree_ref)
+                pg = _grad_diff(g["tree_pg_sum"], tree_ref)
+                fold = _grad_diff(g["tree_rank_fold"], tree_ref)
+
+                def cell(name, green, detail, place=(world, key), **kw):
+                    return {"world": place[0], "model": place[1], "cell": name, "green": green, "detail": detail, **kw}
+
+                def diff_text(d):
+                    return (
+                        f"vs one device: {d['elements_differ']}/{d['elements']} differ, max |Δ| "
+                        f"{d['max_abs_diff']:.3g} (max |g| {d['max_abs_grad']:.3g})"
+                    )
+
+                cells = [
+                    cell("logp", bad_lp == 0, f"{bad_lp}/{len(STEPS) * n_tok} log-probs differ from one device"),
+                    cell(
+                        "run_to_run",
+                        not r2r,
+                        f"{len(r2r)}/{len(g['serial'])} gradients differ between two runs"
                         + (f" ({r2r[0]}...)" if r2r else ""),
-                    },
-                    {
-                        **base,
-                        "cell": "control",
-                        "green": ctrl_differ > 0,
-                        "red_required": True,
-                        "detail": f"{CONTROL}: {ctrl_differ}/{n_tok} log-probs differ from the profile on one device",
-                    },
-                    {
-                        **base,
-                        "cell": "dp1" if world == 1 else "across_world",
-                        "green": n_diff == 0 if world == 1 else None,
-                        "max_abs_diff": max_d,
-                        "max_abs_grad": max_g,
-                        "elements_differ": n_diff,
-                        "elements": n_el,
-                        "detail": f"vs one device: {n_diff}/{n_el} differ, max |Δ| {max_d:.3g} (max |g| {max_g:.3g})",
-                    },
+                    ),
+                    cell(
+                        "control",
+                        ctrl > 0,
+                        f"{CONTROL}: {ctrl}/{n_tok} log-probs differ from the profile on one device",
+                        red_required=True,
+                    ),
+                    # the parallel-invariant order: the one device's bits at every world size (judged)
+                    cell("tree_grads", tree["elements_differ"] == 0, "sample_tree: " + diff_text(tree), **tree),
                 ]
+                if world == 1:
+                    cells.append(cell("dp1", serial["elements_differ"] == 0, "serial: " + diff_text(serial), **serial))
+                else:
+                    # the default order under a split: what FSDP alone gives (our own order: a certain difference)
+                    cells.append(
+                        cell(
+                            "serial_across_world",
+                            serial["elements_differ"] > 0,
+                            "serial (default order) under the split: " + diff_text(serial),
+                            red_required=True,
+                            **serial,
+                        )
+                    )
+                    # the process group's own sum of the tree's partials: a third party's order, shown, not judged
+                    cells.append(
+                        cell("control_pg_sum", None, "sample_tree + process-group sum: " + diff_text(pg), **pg)
+                    )
+                if world >= 4:  # at 2 ranks a left fold IS the tree (a + b)
+                    cells.append(
+                        cell(
+                            "control_rank_fold",
+                            fold["elements_differ"] > 0,
+                            "sample_tree + partials folded in rank order: " + diff_text(fold),
+                            red_required=True,
+                            **fold,
+                        )
+                    )
+                record["cells"] += cells
             if progress:
                 progress(world)
     judged = [c for c in record["cells"] if c["green"] is not None]
@@ -241,12 +294,12 @@ def run(profile: str, worlds: list[int], models: list[str], progress=None) -> di
 
 def _table(record: dict) -> str:
     lines = [f"FSDP2 on gloo, {record['profile']} (control {record['control']})", ""]
-    lines.append(f"{'W':>2}  {'model':<14} {'cell':<13} {'verdict':<9} detail")
+    lines.append(f"{'W':>2}  {'model':<14} {'cell':<19} {'verdict':<9} detail")
     for c in record["cells"]:
         verdict = "measured" if c["green"] is None else ("green" if c["green"] else "RED")
         if c.get("red_required") and c["green"]:
             verdict = "red ✓"
-        lines.append(f"{c['world']:>2}  {c['model']:<14} {c['cell']:<13} {verdict:<9} {c['detail']}")
+        lines.append(f"{c['world']:>2}  {c['model']:<14} {c['cell']:<19} {verdict:<9} {c['detail']}")
     lines.append("")
     lines.append("PASS" if record["green"] else "FAIL")
     return "\n".join(lines)

@@ -20,7 +20,7 @@ from . import reference
 from .candidates import candidate_names, use_candidate
 from .canonical import canonical_order, expand_rows, logical_keys
 from .errors import OpInputError, graph_safe, trusted_inputs
-from .grads import CanonicalGrads, canonical_grads, combine, is_tied, tie
+from .grads import CanonicalGrads, canonical_grads, combine, is_tied, tie, tree_sum
 from .ops._common import cast_once
 from .ops.attention import attention
 from .ops.batch_invariant_logp import batch_invariant_logp
@@ -86,6 +86,7 @@ __all__ = [
     "is_tied",
     "logical_keys",
     "tie",
+    "tree_sum",
     # inputs: checks, casts, packing
     "OpInputError",
     "cast_once",

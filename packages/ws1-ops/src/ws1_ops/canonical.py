@@ -29,6 +29,11 @@ def logical_keys(sample_rank: torch.Tensor, position: torch.Tensor, valid: torch
     return key
 
 
+def sample_of(keys: torch.Tensor) -> torch.Tensor:
+    """The sample rank of each (valid) logical key: its upper half. Shapes: [n] int64 -> [n] int64."""
+    return keys >> _POS_BITS
+
+
 # canonical_order's recent answers: one order per keys tensor (its identity and version; the entry holds the
 # tensor, so the id cannot be reused while cached). A model passes one keys tensor to every op of a forward,
 # so a backward computes the order once instead of once per parameter gradient.

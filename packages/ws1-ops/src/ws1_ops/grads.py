@@ -24,6 +24,7 @@ contribution to BF16 and add them in BF16, so a tied parameter's backward outsid
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -31,11 +32,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .canonical import canonical_order, expand_rows
+from .canonical import canonical_order, expand_rows, sample_of
 from .errors import OpInputError
 from .registry import Kernel, note
 
 _scopes: list[CanonicalGrads] = []
+ORDERS = ("serial", "sample_tree")  # canonical_grads' reduction orders
 _lock = threading.Lock()
 
 
@@ -50,10 +52,14 @@ class _Stash:
 
 
 class CanonicalGrads:
-    def __init__(self, sink: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> None:
+    def __init__(self, sink: Callable[[torch.Tensor, torch.Tensor], None] | None = None, order: str = "serial") -> None:
+        if order not in ORDERS:
+            raise OpInputError(f"canonical_grads: order must be one of {ORDERS}, got {order!r}")
         self._stash: dict[tuple[int, str], _Stash] = {}
         self.params_done: list[torch.Tensor] = []
         self._sink = sink
+        self.order = order
+        self.samples: set[int] = set()  # the sample ranks whose rows reached a parameter gradient (filled by finalize)
 
     def stash(
         self,
@@ -76,6 +82,9 @@ class CanonicalGrads:
         s.tensors.append(tensors)
 
     def finalize(self) -> None:
+        if self.order == "sample_tree":
+            self._finalize_tree()
+            return
         grads: dict[int, torch.Tensor] = {}
         params: dict[int, torch.Tensor] = {}
         uses: dict[int, int] = {}
@@ -126,6 +135,88 @@ class CanonicalGrads:
                     )
                 p.grad = g if p.grad is None else p.grad + g
             self.params_done.append(p)
+
+    def _finalize_tree(self) -> None:
+        """The parallel-invariant order (``order="sample_tree"``): each parameter's gradient is a fixed pairwise tree
+        (:func:`tree_sum`) over the global sample ranks; a leaf is one sample's rows reduced serially in canonical
+        order by the family kernel (FP32), the ops that read the parameter added per leaf in op-name order (tied
+        embeddings). FP32 to the end: rounded once to the parameter's dtype here, or handed to the sink unrounded
+        (FP32), so a caller holding another part of the same tree (a rank's aligned block of samples) can finish it
+        with :func:`tree_sum` and round once."""
+        by_param: dict[int, list[_Stash]] = {}
+        for (pid, _op), s in sorted(self._stash.items(), key=lambda kv: kv[0][1]):
+            by_param.setdefault(pid, []).append(s)
+        for stashes in by_param.values():
+            # per op: its columns, and each sample's rows (a run of the canonical order: keys sort by sample first)
+            runs: list[tuple[_Stash, list[torch.Tensor], dict[int, torch.Tensor]]] = []
+            for s in stashes:
+                keys = _cat(s.keys)
+                perm = canonical_order(keys, keys.shape[0])
+                sample = sample_of(keys.index_select(0, perm.to(keys.device)).cpu())
+                bounds = torch.nonzero(sample[1:] != sample[:-1]).flatten().add(1).tolist()
+                cut = [0, *bounds, sample.numel()]
+                per_sample = {int(sample[a]): perm[a:b] for a, b in zip(cut[:-1], cut[1:]) if b > a}
+                runs.append((s, [_cat([t[i] for t in s.tensors]) for i in range(len(s.tensors[0]))], per_sample))
+            ranks = sorted({r for _s, _c, per in runs for r in per})
+            self.samples.update(ranks)
+
+            def leaf(rank: int, runs=runs) -> torch.Tensor:
+                total = None
+                for s, cols, per in runs:  # op-name order
+                    rows = per.get(rank)
+                    if rows is None:
+                        continue
+                    rows = expand_rows(rows, s.inner) if s.inner > 1 else rows
+                    note(s.kernel, "backward", s.param.device.type)
+                    g = s.kernel.param_grad(*cols, *s.extra, rows).float()
+                    total = g if total is None else total + g
+                return total
+
+            g = tree_sum([(r, functools.partial(leaf, r)) for r in ranks])
+            p = stashes[0].param
+            if self._sink is not None:
+                self._sink(p, g)
+            else:
+                g = g.to(p.dtype)
+                p.grad = g if p.grad is None else p.grad + g
+            self.params_done.append(p)
+
+
+def tree_sum(items: list[tuple[int, torch.Tensor | Callable[[], torch.Tensor]]]) -> torch.Tensor:
+    """The fixed pairwise tree over integer indices: ``items`` (index >= 0, a tensor or a function making it), summed
+    as a complete binary tree over 0..2^k-1 whose absent leaves are the identity — node(range) = node(left half) +
+    node(right half), one FP32-or-whatever add per element. The result depends only on the {index: value} map, and
+    the node of any aligned power-of-two range of indices is the same value wherever it is computed: a rank that
+    holds the leaves of one aligned block computes that block's node, and the tree over the blocks' nodes (their
+    block numbers as indices) is the whole tree. Values made by a function are made when the tree reaches them, so
+    at most one per tree level is alive."""
+    if not items:
+        raise OpInputError("tree_sum: no items")
+    order = sorted(items, key=lambda item: item[0])
+    idx = [i for i, _ in order]
+    if idx[0] < 0 or len(set(idx)) != len(idx):
+        raise OpInputError(f"tree_sum: indices must be distinct and >= 0, got {idx}")
+    size = 1
+    while size <= idx[-1]:
+        size *= 2
+
+    def value(item):
+        return item[1]() if callable(item[1]) else item[1]
+
+    def node(lo: int, size: int, xs: list) -> torch.Tensor:
+        if len(xs) == 1:  # every sibling on the way up is absent: the identity
+            return value(xs[0])
+        half = size // 2
+        split = next((k for k, x in enumerate(xs) if x[0] >= lo + half), len(xs))
+        left, right = xs[:split], xs[split:]
+        if not right:
+            return node(lo, half, left)
+        if not left:
+            return node(lo + half, half, right)
+        a = node(lo, half, left)
+        return a + node(lo + half, half, right)  # a new tensor: a kernel's output is never written in place
+
+    return node(0, size, order)
 
 
 def combine(parts: list[tuple[str, torch.Tensor]], dtype: torch.dtype) -> torch.Tensor:
@@ -178,13 +269,19 @@ def current() -> CanonicalGrads | None:
 
 
 @contextlib.contextmanager
-def canonical_grads(sink: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> Iterator[CanonicalGrads]:
+def canonical_grads(
+    sink: Callable[[torch.Tensor, torch.Tensor], None] | None = None, order: str = "serial"
+) -> Iterator[CanonicalGrads]:
     """Defer parameter gradients to one canonical reduction per parameter (see the module docstring).
 
-    ``sink(param, grad)``: where each finished gradient goes instead of ``param.grad`` (in the parameter's dtype,
-    one call per parameter, in the fixed order of the reduction) — how a sharded trainer takes the full local
-    gradients to its own reduce-scatter (``ws1_dist.canonical_grads``)."""
-    scope = CanonicalGrads(sink)
+    ``order``: ``"serial"`` (the default, the single-device order: every row of a parameter in one serial chain in
+    canonical order) or ``"sample_tree"`` (the parallel-invariant order, docs/parallel.md: a fixed pairwise tree
+    over the global sample ranks, each leaf a sample's rows in serial canonical order, FP32 to the end; a rank holding
+    an aligned block of the samples computes a node of that tree, so data-parallel ranks can finish it and get the
+    single device's bits). ``sink(param, grad)``: where each finished gradient goes instead of ``param.grad`` (one
+    call per parameter; in the parameter's dtype for ``serial``, FP32 and unrounded for ``sample_tree``) — how a
+    sharded trainer takes the full local gradients to its own reduce-scatter (``ws1_dist.canonical_grads``)."""
+    scope = CanonicalGrads(sink, order)
     with _lock:
         _scopes.append(scope)
     try:
