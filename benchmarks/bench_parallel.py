@@ -1,0 +1,121 @@
+"""The parallel-invariant gradient order's cost against the default, side by side on one device (CPU now).
+
+One trainer step = teacher forcing of B samples (forward, completion log-probs, loss) and its backward inside
+``ws1_ops.canonical_grads(order=...)``; rows, on the same model and batch:
+
+* ``serial`` — the default order: each parameter's rows in one serial chain in canonical order;
+* ``sample_tree`` — the parallel-invariant order (docs/parallel.md): one serial chain per sample (FP32), the
+  samples' partials summed by a fixed pairwise tree, rounded once. What lets data-parallel ranks reproduce one
+  device's bits; here its cost on one device (the per-sample kernel calls and the FP32 tree adds).
+
+Interleaved steps after a warm-up, medians; ratio = sample_tree / serial (> 1: the invariant order is slower).
+Across ranks the tree's all-to-all moves the bytes a ring reduce-scatter moves ((W − 1) / W of each rank's FP32
+gradient buffer); that cost is the process group's, not measured here.
+
+    python benchmarks/bench_parallel.py [--shapes tiny,qwen3-0.6b-L2] [--samples 8] [--reps 5] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+
+import ws1_ops
+import ws1_qwen3
+
+ORDERS = ("serial", "sample_tree")
+SHAPES = {
+    "tiny": ("tiny", 24),  # (preset, longest sample)
+    "qwen3-0.6b-L2": ("qwen3-0.6b", 128),  # Qwen3-0.6B's shapes, 2 layers, the 151,936-token tied head
+}
+
+
+def _model(shape: str):
+    preset, _ = SHAPES[shape]
+    config = ws1_qwen3.preset(preset)
+    if shape.endswith("-L2"):
+        config = config.replace(num_hidden_layers=2, name=shape)
+    return ws1_qwen3.synthetic(config, "cpu_bf16")
+
+
+def _samples(vocab: int, n: int, longest: int) -> list:
+    g = torch.Generator().manual_seed(20261207)
+    out = []
+    for rank in range(n):
+        length = max(4, longest - (rank * longest) // (2 * n))  # distinct lengths, longest/2..longest
+        tokens = tuple(torch.randint(4, vocab, (length,), generator=g, device="cpu").tolist())
+        out.append(ws1_qwen3.Sample(rank, tokens, length // 2, f"s{rank}"))
+    return out
+
+
+def step(model, samples, order: str) -> float:
+    t0 = time.perf_counter()
+    model.zero_grad(set_to_none=True)
+    tf = ws1_qwen3.teacher_forcing(model, samples, layout="packed", grad=True)
+    with ws1_ops.canonical_grads(order=order):
+        tf.loss.backward()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench_parallel", description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", default="tiny,qwen3-0.6b-L2")
+    ap.add_argument("--samples", type=int, default=8)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--json", default=None, help="write the record here")
+    args = ap.parse_args(argv)
+    shapes = args.shapes.split(",")
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown or args.reps < 1 or args.samples < 1:
+        print(
+            f"bench_parallel: unknown shape {unknown[0]!r} (known: {', '.join(SHAPES)})"
+            if unknown
+            else "bench_parallel: --reps and --samples must be >= 1",
+            file=sys.stderr,
+        )
+        return 2
+    print(
+        f"bench_parallel on {platform.processor() or platform.machine()} ({os.cpu_count()} CPUs), torch "
+        f"{torch.__version__}, {torch.get_num_threads()} threads; one step = teacher forcing + backward; medians of "
+        f"{args.reps} interleaved steps; ratio = sample_tree / serial (> 1: the invariant order is slower)"
+    )
+    record = {"bench": "parallel_order", "torch": torch.__version__, "threads": torch.get_num_threads(), "rows": []}
+    for shape in shapes:
+        model = _model(shape)
+        samples = _samples(model.config.vocab_size, args.samples, SHAPES[shape][1])
+        tokens = sum(s.length for s in samples)
+        times = {o: [] for o in ORDERS}
+        for o in ORDERS:
+            step(model, samples, o)  # warm-up
+        for _ in range(args.reps):
+            for o in ORDERS:
+                times[o].append(step(model, samples, o))
+        med = {o: statistics.median(t) for o, t in times.items()}
+        row = {
+            "shape": shape,
+            "samples": len(samples),
+            "tokens": tokens,
+            "median_ms": med,
+            "ratio": med["sample_tree"] / med["serial"],
+        }
+        record["rows"].append(row)
+        print(
+            f"  {shape:<15} B={len(samples)} ({tokens} tokens): serial {med['serial']:.1f} ms, sample_tree "
+            f"{med['sample_tree']:.1f} ms, ratio {row['ratio']:.2f}x"
+        )
+        del model
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(record, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
