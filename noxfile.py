@@ -249,6 +249,14 @@ def fsdp_check(session: nox.Session) -> None:
 
 
 @nox.session
+def tp_check(session: nox.Session) -> None:
+    """Not one of C1–C11: tensor parallel on gloo in the parallel-invariant order (ws1_dist.tp_model): the same
+    log-probs at TP 1, 2, 4 and 8 on a 151,936-vocabulary tiny model and one Qwen3-8B-shaped layer; the row-parallel
+    sum's controls red (``-- cpu_bf16 [--world 1,2,4,8] [--json]``; docs/parallel.md)."""
+    _matrix_gate(session, "tp")
+
+
+@nox.session
 def rl_onpolicy(session: nox.Session) -> None:
     """Not a gate: a GRPO run on the tiny model, the profile beside torch_default and our negative
     control, with reward and rollout-vs-trainer mismatch per step (JSON + PNG under evidence/).

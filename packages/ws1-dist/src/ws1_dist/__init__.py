@@ -17,6 +17,17 @@ from __future__ import annotations
 
 from .errors import DistError
 from .fsdp import canonical_grads, dp_block, full_state_dict, shard
+from .tp import CHUNKS, TPOps, tp_model
 from .trainer import FSDPTrainer
 
-__all__ = ["DistError", "FSDPTrainer", "canonical_grads", "dp_block", "full_state_dict", "shard"]
+__all__ = [
+    "CHUNKS",
+    "DistError",
+    "FSDPTrainer",
+    "TPOps",
+    "canonical_grads",
+    "dp_block",
+    "full_state_dict",
+    "shard",
+    "tp_model",
+]

@@ -24,7 +24,7 @@ from .grads import CanonicalGrads, canonical_grads, combine, is_tied, tie, tree_
 from .ops._common import cast_once
 from .ops.attention import attention
 from .ops.batch_invariant_logp import batch_invariant_logp
-from .ops.det_gemm import det_gemm
+from .ops.det_gemm import det_gemm, det_gemm_partial
 from .ops.embedding import embedding
 from .ops.lm_head import lm_head
 from .ops.logprob import logprob
@@ -55,6 +55,7 @@ __all__ = [
     "attention",
     "batch_invariant_logp",
     "det_gemm",
+    "det_gemm_partial",
     "embedding",
     "lm_head",
     "logprob",

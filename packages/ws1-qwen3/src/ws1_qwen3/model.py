@@ -392,6 +392,9 @@ class Qwen3ForCausalLM(nn.Module):
         # the kernel family a negative-control candidate (``profile`` in ``ws1_ops.candidate_names()``) runs on:
         # set by the chain gate to its profile's family; None: the control's own (cpu)
         self.candidate_family: str | None = None
+        # an op set this model runs instead of its profile's (ws1_ops' names and signatures, wrapping ws1_ops):
+        # ws1_dist's tensor-parallel ops, which finish a sharded reduction across ranks. None: the profile's own
+        self.op_set: Any = None
 
     # ---- execution context ---------------------------------------------------------------------
 
@@ -400,6 +403,8 @@ class Qwen3ForCausalLM(nn.Module):
         return self.lm_head.weight.device
 
     def ops(self):
+        if self.op_set is not None:
+            return self.op_set
         return _ReferenceOps if self.profile == REFERENCE else ws1_ops
 
     def activate(self) -> contextlib.AbstractContextManager:

@@ -57,3 +57,17 @@ def det_gemm(x: torch.Tensor, weight: torch.Tensor, row_keys: torch.Tensor | Non
     ``row_keys`` [M] orders dweight's row reduction canonically; -1 rows (padding) are dropped."""
     _check(OP, x, weight)
     return DetGemm.apply(x.contiguous(), weight, row_keys, OP)
+
+
+def det_gemm_partial(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """One K-chunk's FP32 partial of a split GEMM: x @ weight.T, every output element's K products accumulated
+    serially in FP32 (one FMA per k, ascending) — det_gemm's chain without its final rounding, by the family's own
+    FP32 GEMM (the kernel behind det_gemm's dx). x [M, Kc] BF16, weight [N, Kc] -> [M, N] FP32. Summed over K chunks
+    by ``ws1_ops.tree_sum`` and rounded once, it is the parallel-invariant order of a row-parallel GEMM
+    (docs/parallel.md); a single chunk rounded is det_gemm's own bits. Forward only (no autograd graph)."""
+    _check(OP, x, weight)
+    w = exec_dtype(weight)
+    k = start(OP, x, w)
+    with torch.no_grad():
+        # the dx kernel computes dy @ w for dy [M, N'] and w [N', K']: here dy := x, w := weight.T
+        return backward(k, x.contiguous(), None, w.t().contiguous()).float()
