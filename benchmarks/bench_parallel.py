@@ -8,11 +8,17 @@ One trainer step = teacher forcing of B samples (forward, completion log-probs, 
   samples' partials summed by a fixed pairwise tree, rounded once. What lets data-parallel ranks reproduce one
   device's bits; here its cost on one device (the per-sample kernel calls and the FP32 tree adds).
 
-Interleaved steps after a warm-up, medians; ratio = sample_tree / serial (> 1: the invariant order is slower).
+And the tensor-parallel order's GEMM on one device (``--gemms``): a row-parallel projection at Qwen3-8B's shapes
+(o_proj [T, 4096] x [4096, 4096], down_proj [T, 12288] x [4096, 12288]) as ``det_gemm`` (one serial chain per
+output, the default) and as the 8-chunk tree (``ws1_dist.TPOps`` at TP 1: eight FP32 partials, the tree, one
+rounding) — what every rank pays per row-parallel GEMM, before the all-gather.
+
+Interleaved steps after a warm-up, medians; ratio = invariant / default (> 1: the invariant order is slower).
 Across ranks the tree's all-to-all moves the bytes a ring reduce-scatter moves ((W − 1) / W of each rank's FP32
 gradient buffer); that cost is the process group's, not measured here.
 
-    python benchmarks/bench_parallel.py [--shapes tiny,qwen3-0.6b-L2] [--samples 8] [--reps 5] [--json PATH]
+    python benchmarks/bench_parallel.py [--shapes tiny,qwen3-0.6b-L2] [--samples 8] [--gemms 128] [--reps 5]
+                                        [--json PATH]
 """
 
 from __future__ import annotations
@@ -64,11 +70,45 @@ def step(model, samples, order: str) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
+def gemm_rows(m: int, reps: int) -> list[dict]:
+    """det_gemm vs the 8-chunk tree (TP 1) at Qwen3-8B's row-parallel shapes, [m] rows."""
+    import ws1_dist
+
+    out = []
+    g = torch.Generator().manual_seed(0)
+    with ws1_ops.use_profile("cpu_bf16", torch.device("cpu")):
+        for name, n, k in (("o_proj", 4096, 4096), ("down_proj", 4096, 12288)):
+            x = torch.randn(m, k, generator=g, device="cpu").bfloat16()
+            w = (torch.randn(n, k, generator=g, device="cpu") / 64).bfloat16()
+            tree = ws1_dist.TPOps(1, 0, None, {id(w)})
+            fns = {
+                "det_gemm": lambda x=x, w=w: ws1_ops.det_gemm(x, w),
+                "tree": lambda x=x, w=w, t=tree: t.det_gemm(x, w),
+            }
+            times = {k_: [] for k_ in fns}
+            for fn in fns.values():
+                fn()
+            for _ in range(reps):
+                for k_, fn in fns.items():
+                    t0 = time.perf_counter()
+                    fn()
+                    times[k_].append((time.perf_counter() - t0) * 1e3)
+            med = {k_: statistics.median(t) for k_, t in times.items()}
+            row = {"gemm": name, "m": m, "n": n, "k": k, "median_ms": med, "ratio": med["tree"] / med["det_gemm"]}
+            out.append(row)
+            print(
+                f"  {name:<15} [{m}, {k}] x [{n}, {k}]: det_gemm {med['det_gemm']:.1f} ms, 8-chunk tree "
+                f"{med['tree']:.1f} ms, ratio {row['ratio']:.2f}x"
+            )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench_parallel", description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", default="tiny,qwen3-0.6b-L2")
     ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--gemms", type=int, default=128, help="rows of the row-parallel GEMM rows (0: skip them)")
     ap.add_argument("--json", default=None, help="write the record here")
     args = ap.parse_args(argv)
     shapes = args.shapes.split(",")
@@ -111,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{med['sample_tree']:.1f} ms, ratio {row['ratio']:.2f}x"
         )
         del model
+    if args.gemms > 0:
+        record["gemms"] = gemm_rows(args.gemms, args.reps)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1)

@@ -12,15 +12,30 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_bench_parallel_smoke(tmp_path):
     out = tmp_path / "parallel.json"
     r = subprocess.run(
-        [sys.executable, "benchmarks/bench_parallel.py", "--shapes", "tiny", "--reps", "1", "--json", str(out)],
+        [
+            sys.executable,
+            "benchmarks/bench_parallel.py",
+            "--shapes",
+            "tiny",
+            "--reps",
+            "1",
+            "--gemms",
+            "2",
+            "--json",
+            str(out),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert r.returncode == 0, r.stderr[-2000:]
-    (row,) = json.loads(out.read_text())["rows"]
+    record = json.loads(out.read_text())
+    (row,) = record["rows"]
     assert set(row["median_ms"]) == {"serial", "sample_tree"} and row["ratio"] > 0
+    assert [g["gemm"] for g in record["gemms"]] == ["o_proj", "down_proj"] and all(
+        g["ratio"] > 0 for g in record["gemms"]
+    )
     bad = subprocess.run(
         [sys.executable, "benchmarks/bench_parallel.py", "--shapes", "nope"], cwd=ROOT, capture_output=True, text=True
     )
