@@ -29,17 +29,15 @@ Exit 0 all judged cells green, 1 a red cell, 2 a bad argument or the profile's d
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import socket
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-EXIT_GREEN, EXIT_RED, EXIT_UNAVAILABLE = 0, 1, 2
+from . import gloo_checks
+
 CONTROL = "variant_m_split_k"
 N_SAMPLES = 8
 KINDS = ("ws1", "hf")
@@ -160,12 +158,6 @@ def _worker(rank: int, world: int, port: int, job: dict) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return (
         a.shape == b.shape
@@ -211,7 +203,7 @@ def run(profile: str, worlds: list[int], models: list[str], progress=None) -> di
             out = Path(tmp) / f"w{world}"
             out.mkdir()
             job = {"checkpoints": checkpoints, "vocab": vocab, "profile": profile, "out": str(out)}
-            mp.spawn(_worker, args=(world, _free_port(), job), nprocs=world, join=True)
+            mp.spawn(_worker, args=(world, gloo_checks.free_port(), job), nprocs=world, join=True)
             ranks = [torch.load(out / f"rank{r}.pt") for r in range(world)]
             for key in [k for k, order in reference if order == "serial"]:
                 ref_lp, serial_ref = reference[(key, "serial")]
@@ -292,60 +284,20 @@ def run(profile: str, worlds: list[int], models: list[str], progress=None) -> di
     return record
 
 
-def _table(record: dict) -> str:
-    lines = [f"FSDP2 on gloo, {record['profile']} (control {record['control']})", ""]
-    lines.append(f"{'W':>2}  {'model':<14} {'cell':<19} {'verdict':<9} detail")
-    for c in record["cells"]:
-        verdict = "measured" if c["green"] is None else ("green" if c["green"] else "RED")
-        if c.get("red_required") and c["green"]:
-            verdict = "red ✓"
-        lines.append(f"{c['world']:>2}  {c['model']:<14} {c['cell']:<19} {verdict:<9} {c['detail']}")
-    lines.append("")
-    lines.append("PASS" if record["green"] else "FAIL")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
-    import ws1_accel
-    from ws1_contract.evidence import evidence_root
-
-    ap = argparse.ArgumentParser(prog="python -m ws1_matrix fsdp", description=__doc__.split("\n")[0])
-    ap.add_argument("profile", nargs="?", default="cpu_bf16")
-    ap.add_argument("--world", default="1,2,4", help="world sizes, comma-separated (default 1,2,4)")
+    ap = gloo_checks.parser("fsdp", __doc__, "1,2,4", "world sizes")
     ap.add_argument("--models", default="tiny,tiny-tied", help="presets, comma-separated (default tiny,tiny-tied)")
-    ap.add_argument("--json", action="store_true", help="print the record as JSON")
-    ap.add_argument("--evidence-dir", default=None)
     args = ap.parse_args(argv)
-    if args.profile != "cpu_bf16":
-        # gloo on the host: a GPU profile's FSDP check needs NCCL on its host (docs/trainer.md)
-        print(
-            f"fsdp: {args.profile}: this check runs gloo on cpu_bf16 only; NCCL on a GPU host is not written yet",
-            file=sys.stderr,
-        )
-        return EXIT_UNAVAILABLE
-    try:
-        worlds = [int(w) for w in args.world.split(",")]
-    except ValueError:
-        print(f"fsdp: --world must be comma-separated integers, got {args.world!r}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    if not worlds or min(worlds) < 1 or max(worlds) > 8:
-        print(f"fsdp: world sizes must be in 1..8, got {args.world!r}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+    worlds = gloo_checks.worlds_or_exit("fsdp", args, lambda w: 1 <= w <= 8, "world sizes must be in 1..8")
+    if isinstance(worlds, int):
+        return worlds
     import ws1_qwen3
 
     models = args.models.split(",")
     bad = [m for m in models if m not in ws1_qwen3.PRESETS]
     if bad:
         print(f"fsdp: unknown preset {bad[0]!r} (presets: {', '.join(sorted(ws1_qwen3.PRESETS))})", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    try:
-        ws1_accel.resolve_device(args.profile)
-    except ws1_accel.AcceleratorUnavailable as e:
-        print(f"fsdp: {e}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        return gloo_checks.EXIT_UNAVAILABLE
     record = run(args.profile, worlds, models, progress=lambda w: print(f"  world {w}: done", file=sys.stderr))
-    root = Path(args.evidence_dir) if args.evidence_dir else evidence_root() / args.profile
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "fsdp_check.json").write_text(json.dumps(record, indent=2))
-    print(json.dumps(record, indent=2) if args.json else _table(record))
-    return EXIT_GREEN if record["green"] else EXIT_RED
+    title = f"FSDP2 on gloo, {record['profile']} (control {record['control']})"
+    return gloo_checks.finish(args, record, "fsdp_check", gloo_checks.table(title, record, 14, 19))

@@ -83,28 +83,6 @@ def verdict(profile: str, runs: dict[str, list[dict]], steps: int) -> list[str]:
     return bad
 
 
-def _plot(runs: dict[str, list[dict]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-    for name, logs in runs.items():
-        steps = [x["step"] for x in logs]
-        a.plot(steps, [x["reward_mean"] for x in logs], label=name)
-        b.plot(steps, [x["sampling/sampling_logp_difference/max"] for x in logs], label=name, marker=".")
-    a.set(title="reward (copy task, tiny): vLLM rollouts, FSDP2 trainer", xlabel="step", ylabel="mean reward")
-    b.set(title="max |logp_trainer − logp_vLLM| per step", xlabel="step", ylabel="max |Δlogp|")
-    b.set_yscale("symlog", linthresh=1e-7)
-    for ax in (a, b):
-        ax.legend()
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def run(profile: str, steps: int, seed: int, out_dir: Path, progress=None) -> dict:
     """The three runs, each a subprocess of this interpreter (it must have vLLM); returns the record."""
     import ws1_qwen3
@@ -151,7 +129,14 @@ def run(profile: str, steps: int, seed: int, out_dir: Path, progress=None) -> di
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "rl_onpolicy_vllm.json").write_text(json.dumps(record, indent=1))
     if any(runs.values()):
-        _plot({k: v for k, v in runs.items() if v}, out_dir / "rl_onpolicy_vllm.png")
+        from .rl_onpolicy import plot
+
+        plot(
+            {k: v for k, v in runs.items() if v},
+            out_dir / "rl_onpolicy_vllm.png",
+            "reward (copy task, tiny): vLLM rollouts, FSDP2 trainer",
+            linthresh=1e-7,
+        )
     return record
 
 

@@ -59,7 +59,8 @@ def run_one(name: str, config: rl.GRPOConfig, bar: Progress) -> list[dict]:
     return logs
 
 
-def _plot(runs: dict[str, list[dict]], path: Path) -> None:
+def plot(runs: dict[str, list[dict]], path: Path, title: str = "reward (copy task, tiny)", linthresh=1e-6) -> None:
+    """Two panels per run: the mean reward and the max |Δlogp| (rollout vs trainer) per step, to ``path`` (PNG)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -70,9 +71,9 @@ def _plot(runs: dict[str, list[dict]], path: Path) -> None:
         steps = [x["step"] for x in logs]
         a.plot(steps, [x["reward_mean"] for x in logs], label=name)
         b.plot(steps, [x["ws1/max_abs_dlogp"] for x in logs], label=name, marker=".")
-    a.set(title="reward (copy task, tiny)", xlabel="step", ylabel="mean reward")
+    a.set(title=title, xlabel="step", ylabel="mean reward")
     b.set(title="max |Δlogp| rollout vs trainer", xlabel="step", ylabel="max |Δlogp|")
-    b.set_yscale("symlog", linthresh=1e-6)
+    b.set_yscale("symlog", linthresh=linthresh)
     for ax in (a, b):
         ax.legend()
         ax.grid(alpha=0.3)
@@ -188,7 +189,7 @@ def main(argv: list[str]) -> int:
     }
     jpath, ppath = out / "rl_onpolicy.json", out / "rl_onpolicy.png"
     jpath.write_text(json.dumps(record, indent=1))
-    _plot(runs, ppath)
+    plot(runs, ppath)
     if args.json:
         print(json.dumps(record, indent=1))
     else:

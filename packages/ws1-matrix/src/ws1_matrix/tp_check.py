@@ -24,8 +24,6 @@ Exit 0 all judged cells green, 1 a red cell, 2 a bad argument or the profile's d
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import tempfile
@@ -33,9 +31,9 @@ from pathlib import Path
 
 import torch
 
-from .fsdp_check import _free_port, _samples
+from . import gloo_checks
+from .fsdp_check import _samples
 
-EXIT_GREEN, EXIT_RED, EXIT_UNAVAILABLE = 0, 1, 2
 CROSSES = ("tree", "serial_split", "sum", "rank_fold")
 
 
@@ -111,7 +109,7 @@ def run(profile: str, worlds: list[int], progress=None) -> dict:
             out = Path(tmp) / f"t{world}"
             out.mkdir()
             job = {"checkpoints": checkpoints, "profile": profile, "out": str(out)}
-            mp.spawn(_worker, args=(world, _free_port(), job), nprocs=world, join=True)
+            mp.spawn(_worker, args=(world, gloo_checks.free_port(), job), nprocs=world, join=True)
             results[world] = torch.load(out / "rank0.pt")
             if progress:
                 progress(world)
@@ -201,50 +199,11 @@ def run(profile: str, worlds: list[int], progress=None) -> dict:
     return record
 
 
-def _table(record: dict) -> str:
-    lines = [f"Tensor parallel on gloo, {record['profile']} (the parallel-invariant order)", ""]
-    lines.append(f"{'T':>2}  {'model':<15} {'cell':<27} {'verdict':<9} detail")
-    for c in record["cells"]:
-        verdict = "shown" if c["green"] is None else ("green" if c["green"] else "RED")
-        if c.get("red_required") and c["green"]:
-            verdict = "red ✓"
-        lines.append(f"{c['world']:>2}  {c['model']:<15} {c['cell']:<27} {verdict:<9} {c['detail']}")
-    lines += ["", "PASS" if record["green"] else "FAIL"]
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
-    import ws1_accel
-    from ws1_contract.evidence import evidence_root
-
-    ap = argparse.ArgumentParser(prog="python -m ws1_matrix tp", description=__doc__.split("\n")[0])
-    ap.add_argument("profile", nargs="?", default="cpu_bf16")
-    ap.add_argument("--world", default="1,2,4,8", help="TP degrees, comma-separated, each dividing 8")
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--evidence-dir", default=None)
-    args = ap.parse_args(argv)
-    if args.profile != "cpu_bf16":
-        print(
-            f"tp: {args.profile}: this check runs gloo on cpu_bf16 only; NCCL on a GPU host is not written yet",
-            file=sys.stderr,
-        )
-        return EXIT_UNAVAILABLE
-    try:
-        worlds = [int(w) for w in args.world.split(",")]
-    except ValueError:
-        print(f"tp: --world must be comma-separated integers, got {args.world!r}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    if not worlds or any(w < 1 or 8 % w for w in worlds):
-        print(f"tp: TP degrees must divide 8, got {args.world!r}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    try:
-        ws1_accel.resolve_device(args.profile)
-    except ws1_accel.AcceleratorUnavailable as e:
-        print(f"tp: {e}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+    args = gloo_checks.parser("tp", __doc__, "1,2,4,8", "TP degrees, each dividing 8").parse_args(argv)
+    worlds = gloo_checks.worlds_or_exit("tp", args, lambda w: w >= 1 and 8 % w == 0, "TP degrees must divide 8")
+    if isinstance(worlds, int):
+        return worlds
     record = run(args.profile, worlds, progress=lambda w: print(f"  TP {w}: done", file=sys.stderr))
-    root = Path(args.evidence_dir) if args.evidence_dir else evidence_root() / args.profile
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "tp_check.json").write_text(json.dumps(record, indent=2))
-    print(json.dumps(record, indent=2) if args.json else _table(record))
-    return EXIT_GREEN if record["green"] else EXIT_RED
+    title = f"Tensor parallel on gloo, {record['profile']} (the parallel-invariant order)"
+    return gloo_checks.finish(args, record, "tp_check", gloo_checks.table(title, record, 15, 27))
