@@ -23,10 +23,11 @@ the bits one device computes over those rows — and reduce-scatters it once int
 FP32, rounded once to the sharded parameter's dtype, set as its ``.grad`` (a DTensor with the parameter's mesh and
 placement; added to a gradient already there). One reduction per step, however many micro-batches.
 
-What is not yet invariant (docs/trainer.md): the cross-rank sum. Each rank's BF16 gradient is a canonical sum over
-its own rows, so at another world size the rows are cut differently and the result differs in the last bits (DP 1
-vs 2 vs 4 measured in the docs); at a fixed world size it is the same bits run to run. Issue 38's fixed tree removes
-the difference.
+Across world sizes (docs/trainer.md, docs/parallel.md): in the default order each rank's BF16 gradient is a
+canonical sum over its own rows, so at another world size the rows are cut differently and the result differs in
+the last bits (DP 1 vs 2 vs 4 measured); at a fixed world size it is the same bits run to run. ``order="sample_tree"``
+(the parallel-invariant order) makes every rank's FP32 partial a node of one fixed tree over the global sample
+ranks and finishes that tree across ranks: one device's bits at any power-of-two world size.
 """
 
 from __future__ import annotations
