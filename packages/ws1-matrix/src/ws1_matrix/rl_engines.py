@@ -129,7 +129,7 @@ def run(profile: str, steps: int, seed: int, out_dir: Path, progress=None) -> di
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "rl_onpolicy_vllm.json").write_text(json.dumps(record, indent=1))
     if any(runs.values()):
-        from .rl_onpolicy import plot
+        from .rl_plot import plot
 
         plot(
             {k: v for k, v in runs.items() if v},

@@ -32,6 +32,8 @@ from ws1_contract.evidence import evidence_root
 from ws1_contract.progress import Progress
 from ws1_qwen3 import rl
 
+from .rl_plot import plot
+
 EXIT_GREEN, EXIT_RED, EXIT_UNAVAILABLE = 0, 1, 2
 SHOWN = (
     "reward_mean",
@@ -57,29 +59,6 @@ def run_one(name: str, config: rl.GRPOConfig, bar: Progress) -> list[dict]:
         logs.append(log.to_dict())
         bar.update()
     return logs
-
-
-def plot(runs: dict[str, list[dict]], path: Path, title: str = "reward (copy task, tiny)", linthresh=1e-6) -> None:
-    """Two panels per run: the mean reward and the max |Δlogp| (rollout vs trainer) per step, to ``path`` (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-    for name, logs in runs.items():
-        steps = [x["step"] for x in logs]
-        a.plot(steps, [x["reward_mean"] for x in logs], label=name)
-        b.plot(steps, [x["ws1/max_abs_dlogp"] for x in logs], label=name, marker=".")
-    a.set(title=title, xlabel="step", ylabel="mean reward")
-    b.set(title="max |Δlogp| rollout vs trainer", xlabel="step", ylabel="max |Δlogp|")
-    b.set_yscale("symlog", linthresh=linthresh)
-    for ax in (a, b):
-        ax.legend()
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def verdict(profile: str, runs: dict[str, list[dict]]) -> list[str]:
