@@ -64,7 +64,8 @@ def det_gemm_partial(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     serially in FP32 (one FMA per k, ascending) — det_gemm's chain without its final rounding, by the family's own
     FP32 GEMM (the kernel behind det_gemm's dx). x [M, Kc] BF16, weight [N, Kc] -> [M, N] FP32. Summed over K chunks
     by ``ws1_ops.tree_sum`` and rounded once, it is the parallel-invariant order of a row-parallel GEMM
-    (docs/parallel.md). On cpu_bf16 a single chunk rounded is det_gemm's own bits (tested); the GPU and NPU
+    (docs/parallel.md). On cpu_bf16 a single chunk rounded is det_gemm's own bits (tested) on every ISA path but
+    the opt-in AMX one, whose tile instruction sums pairs of products (a fixed order, another one); the GPU and NPU
     families' dx kernels are serial FP32 chains too, their equality with det_gemm unmeasured. Forward only."""
     _check(OP, x, weight)
     w = exec_dtype(weight)
