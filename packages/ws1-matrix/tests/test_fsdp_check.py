@@ -15,18 +15,11 @@ def test_fsdp_on_gloo_1_2_4_ranks():
     assert record["green"], [c for c in cells if c["green"] is False]
     by = {(c["world"], c["model"], c["cell"]): c for c in cells}
     models = ("tiny/ws1", "tiny/hf", "tiny-tied/ws1", "tiny-tied/hf")
+    always = {"logp", "run_to_run", "control", "control_run_to_run", "tree_grads"}
     expected = {
-        1: {"logp", "run_to_run", "control", "tree_grads", "dp1"},
-        2: {"logp", "run_to_run", "control", "tree_grads", "serial_across_world", "control_pg_sum"},
-        4: {
-            "logp",
-            "run_to_run",
-            "control",
-            "tree_grads",
-            "serial_across_world",
-            "control_pg_sum",
-            "control_rank_fold",
-        },
+        1: always | {"dp1"},
+        2: always | {"serial_across_world", "control_pg_sum"},
+        4: always | {"serial_across_world", "control_pg_sum", "control_rank_fold"},
     }
     assert {(w, m, c) for (w, m, c) in by} == {(w, m, c) for w, cs in expected.items() for m in models for c in cs}
     for (_world, _model, name), cell in by.items():
@@ -35,7 +28,7 @@ def test_fsdp_on_gloo_1_2_4_ranks():
         if name in ("dp1", "tree_grads"):
             # one device's bits: at world 1 in both orders, at every world size in the parallel-invariant one
             assert cell["elements_differ"] == 0 and cell["max_abs_diff"] == 0, cell
-        if name in ("control", "serial_across_world", "control_rank_fold"):
+        if name in ("control", "control_run_to_run", "serial_across_world", "control_rank_fold"):
             assert cell["red_required"] and cell["green"], cell
         if name == "serial_across_world":
             # what the default order gives under a split: each rank's BF16 gradient is its own rows' canonical sum

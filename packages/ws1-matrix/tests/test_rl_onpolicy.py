@@ -53,3 +53,14 @@ def test_engine_vllm_without_vllm_or_on_another_profile_exits_2_one_line():
         r = subprocess.run([sys.executable, "-m", "ws1_matrix", "rl-onpolicy", *args], capture_output=True, text=True)
         assert r.returncode == 2, (args, r.stderr[-2000:])
         assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("ws1 rl-onpolicy: "), r.stderr
+
+
+def test_engine_vllm_on_a_present_gpu_profile_is_red_not_executed(monkeypatch, tmp_path):
+    """--engine vllm with a GPU profile whose device is here (faked present): not executed there, red with the
+    reason, exit 1."""
+    import ws1_accel
+
+    monkeypatch.setattr(ws1_accel, "unavailable_reason", lambda profile: None)
+    assert rl_onpolicy.main(["cuda_bf16", "--engine", "vllm", "--out", str(tmp_path)]) == 1
+    record = json.loads((tmp_path / "cuda_bf16" / "rl_onpolicy_vllm.json").read_text())
+    assert record["status"] == "red" and record["problems"][0].startswith("not executed")

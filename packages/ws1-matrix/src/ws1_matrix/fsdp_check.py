@@ -22,7 +22,8 @@ Cells (raw FP32/BF16 bits):
 * ``control_rank_fold`` (W >= 4, ours, red as required): ``sample_tree`` with the ranks' partials folded in rank
   order instead of the tree; ``control_pg_sum`` (W > 1, shown): the process group's own sum of the partials;
 * ``control``: our ``variant_m_split_k`` kernels on the sharded side — its log-probs must differ from the
-  profile's on one device (red as required), the proof that the ``logp`` cell can fail.
+  profile's on one device (red as required), the proof that the ``logp`` cell can fail; ``control_run_to_run``:
+  that variant's step against the serial run's gradients — must differ, the proof ``run_to_run`` can fail.
 
 Exit 0 all judged cells green, 1 a red cell, 2 a bad argument or the profile's device absent.
 """
@@ -146,12 +147,13 @@ def _worker(rank: int, world: int, port: int, job: dict) -> None:
                 for step, (order, cross) in STEPS.items():
                     model = ws1_dist.shard(_load(kind, path, job["profile"]))
                     got[step] = _step(kind, model, mine, n_total, True, order, cross)
-                control = ws1_dist.shard(_load(kind, path, CONTROL))
-                ctrl_lp, _ = _logprobs(kind, control, mine, n_total, grad=False)
+                # our variant kernels, the same (serial) step: its log-probs and gradients must differ
+                ctrl_lp, ctrl_g = _step(kind, ws1_dist.shard(_load(kind, path, CONTROL)), mine, n_total, True)
                 out[f"{name}/{kind}"] = {
                     "logp": {step: lp for step, (lp, _g) in got.items()},
-                    "control_logp": {r: v.detach() for r, v in ctrl_lp.items()},
+                    "control_logp": ctrl_lp,
                     "grads": {step: g for step, (_lp, g) in got.items()} if rank == 0 else None,
+                    "control_grads": ctrl_g if rank == 0 else None,
                 }
         torch.save(out, Path(job["out"]) / f"rank{rank}.pt")
     finally:
@@ -218,6 +220,8 @@ def run(profile: str, worlds: list[int], models: list[str], progress=None) -> di
                 g = ranks[0][key]["grads"]
                 bad_lp = sum(differ(lps) for lps in logp.values())
                 r2r = [n for n in g["serial"] if not _bits_equal(g["serial"][n], g["serial_again"][n])]
+                ctrl_g = ranks[0][key]["control_grads"]
+                ctrl_r2r = [n for n in g["serial"] if not _bits_equal(g["serial"][n], ctrl_g[n])]
                 serial = _grad_diff(g["serial"], serial_ref)
                 tree = _grad_diff(g["tree"], tree_ref)
                 pg = _grad_diff(g["tree_pg_sum"], tree_ref)
@@ -244,6 +248,13 @@ def run(profile: str, worlds: list[int], models: list[str], progress=None) -> di
                         "control",
                         ctrl > 0,
                         f"{CONTROL}: {ctrl}/{n_tok} log-probs differ from the profile on one device",
+                        red_required=True,
+                    ),
+                    # the run-to-run comparison can fail: the same step on our variant kernels is another gradient
+                    cell(
+                        "control_run_to_run",
+                        bool(ctrl_r2r),
+                        f"{CONTROL}'s step vs the serial run: {len(ctrl_r2r)}/{len(g['serial'])} gradients differ",
                         red_required=True,
                     ),
                     # the parallel-invariant order: the one device's bits at every world size (judged)
@@ -288,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = gloo_checks.parser("fsdp", __doc__, "1,2,4", "world sizes")
     ap.add_argument("--models", default="tiny,tiny-tied", help="presets, comma-separated (default tiny,tiny-tied)")
     args = ap.parse_args(argv)
-    worlds = gloo_checks.worlds_or_exit("fsdp", args, lambda w: 1 <= w <= 8, "world sizes must be in 1..8")
+    worlds = gloo_checks.worlds_or_exit(
+        "fsdp", args, lambda w: 1 <= w <= 8, "world sizes must be in 1..8", "fsdp_check"
+    )
     if isinstance(worlds, int):
         return worlds
     import ws1_qwen3

@@ -1,7 +1,9 @@
 """What the checks on gloo process groups share (``fsdp``, ``tp``): the command line's common half, a free port for a
 spawned group, the cell table, and where the record goes.
 
-The checks run ``cpu_bf16`` on gloo; a GPU profile's run needs NCCL on its host (not written yet): exit 2, one line.
+The checks run ``cpu_bf16`` on gloo. Another profile: exit 2 where its device is absent (one line); where it is
+present, the check is not executed there (NCCL on a GPU host is not written yet) — a red record with that reason,
+exit 1, never a pass.
 """
 
 from __future__ import annotations
@@ -31,17 +33,12 @@ def parser(prog: str, doc: str, worlds: str, what: str) -> argparse.ArgumentPars
     return ap
 
 
-def worlds_or_exit(prog: str, args, valid: Callable[[int], bool], rule: str) -> list[int] | int:
-    """The requested world sizes, or EXIT_UNAVAILABLE after one line on stderr (another profile, a bad --world, the
-    profile's device absent)."""
+def worlds_or_exit(prog: str, args, valid: Callable[[int], bool], rule: str, name: str) -> list[int] | int:
+    """The requested world sizes; or EXIT_UNAVAILABLE after one line on stderr (a bad --world, the profile unknown
+    or its device absent); or EXIT_RED after writing ``name``'s record red, not executed (another profile whose device
+    is here)."""
     import ws1_accel
 
-    if args.profile != "cpu_bf16":
-        print(
-            f"{prog}: {args.profile}: this check runs gloo on cpu_bf16 only; NCCL on a GPU host is not written yet",
-            file=sys.stderr,
-        )
-        return EXIT_UNAVAILABLE
     try:
         worlds = [int(w) for w in args.world.split(",")]
     except ValueError:
@@ -52,9 +49,14 @@ def worlds_or_exit(prog: str, args, valid: Callable[[int], bool], rule: str) -> 
         return EXIT_UNAVAILABLE
     try:
         ws1_accel.resolve_device(args.profile)
-    except ws1_accel.AcceleratorUnavailable as e:
+    except ws1_accel.AcceleratorError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return EXIT_UNAVAILABLE
+    if args.profile != "cpu_bf16":
+        why = f"not executed: this check runs gloo on cpu_bf16; {args.profile} needs NCCL on its host (not written yet)"
+        cell = {"world": 0, "model": "-", "cell": "not_executed", "green": False, "detail": why}
+        record = {"profile": args.profile, "worlds": worlds, "cells": [cell], "green": False}
+        return finish(args, record, name, table(f"{prog} on {args.profile}: RED", record, 8, 14))
     return worlds
 
 

@@ -181,13 +181,18 @@ def _main_vllm(args) -> int:
 
     from . import rl_engines
 
+    out = (Path(args.out) if args.out else evidence_root()) / args.profile
     if args.profile != "cpu_bf16":
-        print(
-            f"ws1 rl-onpolicy: --engine vllm runs cpu_bf16 (vLLM's CPU build); {args.profile}'s vLLM attention layout "
-            "is not served by ws1-vllm yet (docs/vllm.md)",
-            file=sys.stderr,
+        # the device is here (main checked it): the run is not executed on it — red with the reason, never a pass
+        why = (
+            f"not executed: --engine vllm runs cpu_bf16 (vLLM's CPU build); {args.profile}'s vLLM attention layout "
+            "is not served by ws1-vllm yet (docs/vllm.md)"
         )
-        return EXIT_UNAVAILABLE
+        out.mkdir(parents=True, exist_ok=True)
+        record = {"gate": "rl_onpolicy_vllm", "profile": args.profile, "status": "red", "problems": [why], "runs": {}}
+        (out / "rl_onpolicy_vllm.json").write_text(json.dumps(record, indent=1))
+        print(f"ws1 rl-onpolicy: {args.profile}: RED, {why}", file=sys.stderr)
+        return EXIT_RED
     if importlib.util.find_spec("vllm") is None:
         print(
             f"ws1 rl-onpolicy: --engine vllm needs vLLM in this interpreter ({sys.executable}): bash ci/setup_vllm.sh, "
@@ -195,7 +200,6 @@ def _main_vllm(args) -> int:
             file=sys.stderr,
         )
         return EXIT_UNAVAILABLE
-    out = (Path(args.out) if args.out else evidence_root()) / args.profile
     bar = Progress(3, f"rl_onpolicy --engine vllm {args.profile}", unit="run")
     try:
         record = rl_engines.run(args.profile, args.steps, args.seed, out, progress=lambda _name: bar.update())

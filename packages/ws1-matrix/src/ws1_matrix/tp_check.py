@@ -201,7 +201,9 @@ def run(profile: str, worlds: list[int], progress=None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = gloo_checks.parser("tp", __doc__, "1,2,4,8", "TP degrees, each dividing 8").parse_args(argv)
-    worlds = gloo_checks.worlds_or_exit("tp", args, lambda w: w >= 1 and 8 % w == 0, "TP degrees must divide 8")
+    worlds = gloo_checks.worlds_or_exit(
+        "tp", args, lambda w: w >= 1 and 8 % w == 0, "TP degrees must divide 8", "tp_check"
+    )
     if isinstance(worlds, int):
         return worlds
     record = run(args.profile, worlds, progress=lambda w: print(f"  TP {w}: done", file=sys.stderr))

@@ -50,6 +50,10 @@ class _Stash:
     inner: int = 1  # rows per key (qk_norm: heads per token)
     extra: tuple = ()
 
+    def columns(self) -> list[torch.Tensor]:
+        """Each stashed tensor's rows from every call, in call order (one call's rows used in place, not copied)."""
+        return [_cat([t[i] for t in self.tensors]) for i in range(len(self.tensors[0]))]
+
 
 class CanonicalGrads:
     def __init__(self, sink: Callable[[torch.Tensor, torch.Tensor], None] | None = None, order: str = "serial") -> None:
@@ -103,7 +107,7 @@ class CanonicalGrads:
                 keys = _cat(s.keys)
                 orders[kid] = canonical_order(keys, keys.shape[0])
             # one call's rows are used in place: a cat of one tensor would copy it (an lm_head dy is [T, V] FP32)
-            cols = [_cat([t[i] for t in s.tensors]) for i in range(len(s.tensors[0]))]
+            cols = s.columns()
             perm = orders[kid]
             if s.inner > 1:
                 # rows of the stashed tensors are (token, inner) flattened: canonical token order, inner ascending
@@ -121,20 +125,24 @@ class CanonicalGrads:
                 # time (an 8B-shape model's FP32 gradients would need 6.5 GB more than its BF16 ones)
                 grads[pid] = g.to(s.param.dtype)
         for pid, g in grads.items():
-            p = params[pid]
-            if self._sink is not None:
-                self._sink(p, g)
-            else:
-                if p.numel() and p.untyped_storage().size() == 0:
-                    # the parameter object outlived its storage: FSDP2 frees an unsharded parameter after backward,
-                    # and a gradient left on it would reach no optimizer (its sharded parameter gets none)
-                    raise OpInputError(
-                        f"canonical_grads: a {tuple(p.shape)} parameter's storage is freed (a sharded model's "
-                        "unsharded parameter, resharded after backward): run the backward in "
-                        "ws1_dist.canonical_grads(model)"
-                    )
-                p.grad = g if p.grad is None else p.grad + g
-            self.params_done.append(p)
+            self._deliver(params[pid], g)
+
+    def _deliver(self, p: torch.Tensor, g: torch.Tensor) -> None:
+        """A finished gradient to the sink (as it is), or into ``p.grad`` in p's dtype (added to one already there)."""
+        if self._sink is not None:
+            self._sink(p, g)
+        else:
+            if p.numel() and p.untyped_storage().size() == 0:
+                # the parameter object outlived its storage: FSDP2 frees an unsharded parameter after backward,
+                # and a gradient left on it would reach no optimizer (its sharded parameter gets none)
+                raise OpInputError(
+                    f"canonical_grads: a {tuple(p.shape)} parameter's storage is freed (a sharded model's "
+                    "unsharded parameter, resharded after backward): run the backward in "
+                    "ws1_dist.canonical_grads(model)"
+                )
+            g = g.to(p.dtype)
+            p.grad = g if p.grad is None else p.grad + g
+        self.params_done.append(p)
 
     def _finalize_tree(self) -> None:
         """The parallel-invariant order (``order="sample_tree"``): each parameter's gradient is a fixed pairwise tree
@@ -156,7 +164,7 @@ class CanonicalGrads:
                 bounds = torch.nonzero(sample[1:] != sample[:-1]).flatten().add(1).tolist()
                 cut = [0, *bounds, sample.numel()]
                 per_sample = {int(sample[a]): perm[a:b] for a, b in zip(cut[:-1], cut[1:]) if b > a}
-                runs.append((s, [_cat([t[i] for t in s.tensors]) for i in range(len(s.tensors[0]))], per_sample))
+                runs.append((s, s.columns(), per_sample))
             ranks = sorted({r for _s, _c, per in runs for r in per})
             self.samples.update(ranks)
 
@@ -172,14 +180,7 @@ class CanonicalGrads:
                     total = g if total is None else total + g
                 return total
 
-            g = tree_sum([(r, functools.partial(leaf, r)) for r in ranks])
-            p = stashes[0].param
-            if self._sink is not None:
-                self._sink(p, g)
-            else:
-                g = g.to(p.dtype)
-                p.grad = g if p.grad is None else p.grad + g
-            self.params_done.append(p)
+            self._deliver(stashes[0].param, tree_sum([(r, functools.partial(leaf, r)) for r in ranks]))
 
 
 def tree_sum(items: list[tuple[int, torch.Tensor | Callable[[], torch.Tensor]]]) -> torch.Tensor:

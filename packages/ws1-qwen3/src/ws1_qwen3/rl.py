@@ -322,20 +322,13 @@ class Trainer:
             if rewards_override is not None
             else [self.task.reward(r.prompt, comp.tokens) for r, comp in zip(reqs, comps)]
         )
-        if len(rewards) != len(comps):
-            raise RLInputError(f"{len(rewards)} rewards for {len(comps)} completions")
-        adv = group_advantages(rewards, c.group_size)
-        samples = []
-        for rank, (r, comp) in enumerate(zip(reqs, comps)):
-            if not comp.tokens:
-                raise RLInputError(f"completion {comp.request_id} is empty")
-            samples.append(Sample(rank, tuple(r.prompt) + tuple(comp.tokens), len(r.prompt), comp.request_id))
-        old = torch.tensor(
-            [lp for comp in comps for lp in comp.logprobs], dtype=F32, device="cpu"
-        )  # rank, then position
-        adv_tok = torch.tensor([a for a, comp in zip(adv, comps) for _ in comp.tokens], dtype=F32, device="cpu")
-        n_tok = old.numel()
-        trainer_lp, loss_total = self._backward(samples, old, adv_tok, n_tok, step)
+        batch = train_batch(reqs, comps, rewards, c.group_size)
+        old = torch.tensor([lp for comp in comps for lp in comp.logprobs], dtype=F32, device="cpu")  # rank, position
+        adv_tok = torch.tensor(
+            [a for a, comp in zip(batch.advantages, comps) for _ in comp.tokens], dtype=F32, device="cpu"
+        )
+        n_tok = batch.n_tokens
+        trainer_lp, loss_total = self._backward(list(batch.samples), old, adv_tok, n_tok, step)
         metrics = mismatch_metrics(old, trainer_lp, [len(comp.tokens) for comp in comps], c.clip_eps)
         grad_norm = self._update()
         self.step_index += 1
@@ -421,6 +414,31 @@ class TrainBatch:
     n_tokens: int
 
 
+def train_batch(
+    reqs: Sequence[Request], comps: Sequence[Completion], rewards: Sequence[float], group_size: int
+) -> TrainBatch:
+    """One step's :class:`TrainBatch` from its requests, completions (request order) and rewards: sample i is request
+    i's prompt + completion with rank i, its advantage the group-normalized reward (:func:`group_advantages`).
+    Refused, one line: a reward count that is not the completion count, an empty completion, a completion whose
+    log-probs are not one per token."""
+    if len(rewards) != len(comps):
+        raise RLInputError(f"{len(rewards)} rewards for {len(comps)} completions")
+    for comp in comps:
+        if not comp.tokens:
+            raise RLInputError(f"completion {comp.request_id} is empty")
+        if len(comp.logprobs) != len(comp.tokens):
+            raise RLInputError(
+                f"completion {comp.request_id} has {len(comp.tokens)} tokens and {len(comp.logprobs)} log-probs"
+            )
+    adv = group_advantages(rewards, group_size)
+    samples = tuple(
+        Sample(i, tuple(r.prompt) + tuple(c.tokens), len(r.prompt), c.request_id)
+        for i, (r, c) in enumerate(zip(reqs, comps))
+    )
+    n_tok = sum(len(c.tokens) for c in comps)
+    return TrainBatch(samples, tuple(tuple(c.logprobs) for c in comps), tuple(adv), n_tok)
+
+
 class RolloutEngine(Protocol):
     def generate(self, requests: list[Request]) -> list[Completion]:
         """Completions in request order, each with its sampled tokens and their log-probs (T = 1)."""
@@ -450,20 +468,9 @@ def run_on_engines(
         comps = rollout.generate(reqs)
         if len(comps) != len(reqs):
             raise RLInputError(f"step {step}: {len(comps)} completions for {len(reqs)} requests")
-        for comp in comps:
-            if not comp.tokens or len(comp.logprobs) != len(comp.tokens):
-                raise RLInputError(
-                    f"step {step}: completion {comp.request_id} has {len(comp.tokens)} tokens and "
-                    f"{len(comp.logprobs)} log-probs (needs >= 1, one each)"
-                )
         rewards = [task.reward(r.prompt, c.tokens) for r, c in zip(reqs, comps)]
-        adv = group_advantages(rewards, config.group_size)
-        samples = tuple(
-            Sample(i, tuple(r.prompt) + tuple(c.tokens), len(r.prompt), c.request_id)
-            for i, (r, c) in enumerate(zip(reqs, comps))
-        )
-        n_tok = sum(len(c.tokens) for c in comps)
-        batch = TrainBatch(samples, tuple(tuple(c.logprobs) for c in comps), tuple(adv), n_tok)
+        batch = train_batch(reqs, comps, rewards, config.group_size)
+        n_tok = batch.n_tokens
         trainer_lp, loss, grad_norm = trainer.train_step(batch)
         old = torch.tensor([lp for c in comps for lp in c.logprobs], dtype=F32, device="cpu")
         new = torch.tensor([lp for lps in trainer_lp for lp in lps], dtype=F32, device="cpu")
