@@ -6,6 +6,8 @@
         loss.backward()                                     # one canonical reduction per parameter, then one
                                                             # reduce-scatter
     weights = ws1_dist.full_state_dict(model)               # whole tensors, for the rollout engine
+    model = ws1_dist.tp_model(checkpoint, profile, world, rank)  # tensor parallel (ws1_dist.tp)
+    out = ws1_dist.ContextParallel(seq_len).attention(q, k, v)  # context parallel (ws1_dist.cp)
 
 :class:`FSDPTrainer` is a GRPO trainer on it (transformers' Qwen3, ranks in spawned processes) for
 ``ws1_qwen3.rl.run_on_engines``. Everything of WS1 that talks to torch.distributed lives here (process groups,
@@ -15,6 +17,7 @@ gradients meet FSDP2's reduce-scatter, and docs/trainer.md what differs across w
 
 from __future__ import annotations
 
+from .cp import CP_CHUNK, ContextParallel, cp_logprobs, cp_tokens
 from .errors import DistError
 from .fsdp import canonical_grads, dp_block, full_state_dict, shard
 from .tp import CHUNKS, TPOps, tp_model
@@ -22,10 +25,14 @@ from .trainer import FSDPTrainer
 
 __all__ = [
     "CHUNKS",
+    "CP_CHUNK",
+    "ContextParallel",
     "DistError",
     "FSDPTrainer",
     "TPOps",
     "canonical_grads",
+    "cp_logprobs",
+    "cp_tokens",
     "dp_block",
     "full_state_dict",
     "shard",

@@ -14,6 +14,8 @@
     fsdp [PROFILE] [--world 1,2,4]      FSDP2 on gloo: per-rank log-probs, gradients run to run and across
                                         world sizes                              (nox -s fsdp_check)
     tp [PROFILE] [--world 1,2,4,8]      tensor parallel on gloo: the same log-probs at TP 1/2/4/8 (nox -s tp_check)
+    cp [PROFILE] [--world 1,2,4]        context parallel on gloo: the same attention and gradients, and the same
+                                        log-probs, at CP 1/2/4 on one long sequence (nox -s cp_check)
     rl-onpolicy [PROFILE] [--steps N]   the same GRPO run on a profile and on candidates (nox -s rl_onpolicy)
     triton-aot [--arch 90,80]           the Triton kernels compiled for sm_90a/sm_80, no GPU (nox -s triton_aot)
     vllm [PROFILE ...] [--control NAME] vLLM's log-probs vs teacher forcing per serving regime, in .venv-vllm
@@ -59,6 +61,7 @@ GATES = {
     "nodes": ("node_places", ()),
     "fsdp": ("fsdp_check", ()),
     "tp": ("tp_check", ()),
+    "cp": ("cp_check", ()),
     "rl-onpolicy": ("rl_onpolicy", ()),
     "triton-aot": ("triton_aot", ()),
     "vllm": ("vllm_gate", ()),

@@ -22,7 +22,7 @@ from .canonical import canonical_order, expand_rows, logical_keys
 from .errors import OpInputError, graph_safe, trusted_inputs
 from .grads import CanonicalGrads, canonical_grads, combine, is_tied, tie, tree_sum
 from .ops._common import cast_once
-from .ops.attention import attention
+from .ops.attention import attention, attention_bwd_partial, attention_lse
 from .ops.batch_invariant_logp import batch_invariant_logp
 from .ops.det_gemm import det_gemm, det_gemm_partial
 from .ops.embedding import embedding
@@ -55,7 +55,6 @@ __all__ = [
     "attention",
     "batch_invariant_logp",
     "det_gemm",
-    "det_gemm_partial",
     "embedding",
     "lm_head",
     "logprob",
@@ -88,6 +87,10 @@ __all__ = [
     "logical_keys",
     "tie",
     "tree_sum",
+    # chunk partials of the parallel-invariant order (docs/parallel.md)
+    "attention_bwd_partial",
+    "attention_lse",
+    "det_gemm_partial",
     # inputs: checks, casts, packing
     "OpInputError",
     "cast_once",

@@ -98,6 +98,71 @@ def _chunks(cu_q: torch.Tensor, cu_k: torch.Tensor, q_pos: torch.Tensor, chunk: 
             yield torch.cat(rows), _offsets(lens, cu_q.device), keys
 
 
+def attention_lse(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    q_pos: torch.Tensor,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward kernel without autograd: (out [Tq, Hq, D] BF16, lse [Tq, Hq] FP32), ``attention``'s bits and its
+    log-sum-exp (m + log l). For code that runs its own backward (ws1_dist's context parallel)."""
+    scale = _checked(q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos, scale)
+    kern = start(OP, q, k, v)
+    with torch.no_grad():
+        return kern.fwd(
+            q.contiguous(),
+            k.contiguous(),
+            v.contiguous(),
+            cu_seqlens_q.contiguous(),
+            cu_seqlens_k.contiguous(),
+            q_pos.contiguous(),
+            scale,
+        )
+
+
+def attention_bwd_partial(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    q_pos: torch.Tensor,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward kernel on the queries given, unrounded: (dq [Tq, Hq, D], dk, dv [Tk, Hkv, D]) FP32.
+
+    dq is each query's own sum over its keys (the bits ``attention``'s backward gives that query). dk/dv are the
+    sums over *these* queries only, in the kernel's order (heads of the group ascending, queries ascending): called on
+    one aligned chunk of a sequence's queries at a time, they are the leaves of the context-parallel tree
+    (``ws1_ops.tree_sum`` over the chunks, rounded once; docs/parallel.md). ``dout`` [Tq, Hq, D] BF16, ``out`` and
+    ``lse`` what :func:`attention_lse` gave these queries (a query's out/lse do not depend on its neighbours)."""
+    scale = _checked(q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos, scale)
+    check(dout.shape == q.shape and out.shape == q.shape, OP, "dout and out must have q's shape")
+    check(lse.shape == q.shape[:2], OP, f"lse must be [{q.shape[0]}, {q.shape[1]}], got {tuple(lse.shape)}")
+    kern = start(OP, q, k, v)
+    with torch.no_grad():
+        dq, dk, dv = backward(
+            kern,
+            dout.contiguous(),
+            q.contiguous(),
+            k.contiguous(),
+            v.contiguous(),
+            out.contiguous(),
+            lse.contiguous(),
+            cu_seqlens_q.contiguous(),
+            cu_seqlens_k.contiguous(),
+            q_pos.contiguous(),
+            scale,
+        )
+    return dq.float(), dk.float(), dv.float()
+
+
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -111,6 +176,32 @@ def attention(
     """Causal varlen GQA attention -> [Tq, Hq, D] BF16 (see the module docstring for shapes).
 
     ``chunk``: run the forward as chunked prefill with chunks of ``chunk`` absolute positions."""
+    scale = _checked(q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos, scale)
+    if chunk is not None:
+        check(isinstance(chunk, int) and chunk > 0, OP, f"chunk must be a positive int, got {chunk!r}")
+        return ChunkedAttention.apply(
+            q.contiguous(),
+            k.contiguous(),
+            v.contiguous(),
+            cu_seqlens_q.contiguous(),
+            cu_seqlens_k.contiguous(),
+            q_pos.contiguous(),
+            scale,
+            chunk,
+        )
+    return Attention.apply(
+        q.contiguous(),
+        k.contiguous(),
+        v.contiguous(),
+        cu_seqlens_q.contiguous(),
+        cu_seqlens_k.contiguous(),
+        q_pos.contiguous(),
+        scale,
+    )
+
+
+def _checked(q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos, scale) -> float:
+    """Validate attention's inputs (one line naming the problem); the scale, 1/sqrt(D) by default."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_float(t, OP, name, ("bfloat16",))
         check_rank(t, 3, OP, name, "[T, heads, D]")
@@ -143,24 +234,4 @@ def attention(
     check(q_pos.shape == (q.shape[0],), OP, f"q_pos must be [{q.shape[0]}], got {tuple(q_pos.shape)}")
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[2])
-    if chunk is not None:
-        check(isinstance(chunk, int) and chunk > 0, OP, f"chunk must be a positive int, got {chunk!r}")
-        return ChunkedAttention.apply(
-            q.contiguous(),
-            k.contiguous(),
-            v.contiguous(),
-            cu_seqlens_q.contiguous(),
-            cu_seqlens_k.contiguous(),
-            q_pos.contiguous(),
-            float(scale),
-            chunk,
-        )
-    return Attention.apply(
-        q.contiguous(),
-        k.contiguous(),
-        v.contiguous(),
-        cu_seqlens_q.contiguous(),
-        cu_seqlens_k.contiguous(),
-        q_pos.contiguous(),
-        float(scale),
-    )
+    return float(scale)
