@@ -257,6 +257,23 @@ def tp_check(session: nox.Session) -> None:
 
 
 @nox.session
+def cp_check(session: nox.Session) -> None:
+    """Not one of C1–C11: context parallel on gloo in the parallel-invariant order (ws1_dist.ContextParallel): the same
+    attention output, dq, dk, dv and log-probs at CP 1, 2 and 4 on one 2,048-token sequence with Qwen3-8B's heads; the
+    ring merge (torch's order), the default order under the split and the rank fold red
+    (``-- cpu_bf16 [--world 1,2,4] [--seq N] [--json]``; docs/parallel.md)."""
+    _matrix_gate(session, "cp")
+
+
+@nox.session
+def parallel_gate(session: nox.Session) -> None:
+    """Not one of C1–C11: the parallel-invariant order's gate — fsdp_check, tp_check and cp_check at their default
+    degrees, one verdict (``-- PROFILE [--json]``; docs/parallel.md). CI runs its command
+    (packages/ws1-matrix/tests/test_parallel_gate.py)."""
+    _matrix_gate(session, "parallel")
+
+
+@nox.session
 def rl_onpolicy(session: nox.Session) -> None:
     """Not a gate: a GRPO run on the tiny model, the profile beside torch_default and our negative
     control, with reward and rollout-vs-trainer mismatch per step (JSON + PNG under evidence/).

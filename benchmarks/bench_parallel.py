@@ -13,12 +13,17 @@ And the tensor-parallel order's GEMM on one device (``--gemms``): a row-parallel
 output, the default) and as the 8-chunk tree (``ws1_dist.TPOps`` at TP 1: eight FP32 partials, the tree, one
 rounding) — what every rank pays per row-parallel GEMM, before the all-gather.
 
+And the context-parallel order's attention on one device (``--cp S``): forward + backward of one S-token sequence
+with Qwen3-8B's heads (32 query, 8 KV, head_dim 128) as ``ws1_ops.attention`` (the default: dk/dv one serial fold
+over the queries) and as ``ws1_dist.ContextParallel`` at CP 1 (the same forward; dk/dv a tree over 128-position
+query chunks), with torch's own SDPA (BF16, causal, GQA) beside them — what a user would run instead.
+
 Interleaved steps after a warm-up, medians; ratio = invariant / default (> 1: the invariant order is slower).
 Across ranks the tree's all-to-all moves the bytes a ring reduce-scatter moves ((W − 1) / W of each rank's FP32
 gradient buffer); that cost is the process group's, not measured here.
 
-    python benchmarks/bench_parallel.py [--shapes tiny,qwen3-0.6b-L2] [--samples 8] [--gemms 128] [--reps 5]
-                                        [--json PATH]
+    python benchmarks/bench_parallel.py [--shapes tiny,qwen3-0.6b-L2] [--samples 8] [--gemms 128] [--cp 2048]
+                                        [--reps 5] [--json PATH]
 """
 
 from __future__ import annotations
@@ -103,12 +108,60 @@ def gemm_rows(m: int, reps: int) -> list[dict]:
     return out
 
 
+def cp_rows(seq: int, reps: int) -> dict:
+    """Attention forward + backward of one ``seq``-token sequence: the default kernel, the CP order at CP 1, torch."""
+    import ws1_dist
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(seq, 32, 128, generator=g, device="cpu").bfloat16()
+    k = torch.randn(seq, 8, 128, generator=g, device="cpu").bfloat16()
+    v = torch.randn(seq, 8, 128, generator=g, device="cpu").bfloat16()
+    dout = (torch.randn(seq, 32, 128, generator=g, device="cpu") / 16).bfloat16()
+    cu = torch.tensor([0, seq], dtype=torch.int64, device="cpu")
+    pos = torch.arange(seq, dtype=torch.int64, device="cpu")
+    cp = ws1_dist.ContextParallel(seq)
+
+    def torch_sdpa(a, b, c):  # [S, H, D] -> [1, H, S, D]: torch's own causal GQA attention
+        o = torch.nn.functional.scaled_dot_product_attention(
+            a.transpose(0, 1)[None], b.transpose(0, 1)[None], c.transpose(0, 1)[None], is_causal=True, enable_gqa=True
+        )
+        return o[0].transpose(0, 1)
+
+    fns = {
+        "default": lambda a, b, c: ws1_ops.attention(a, b, c, cu, cu, pos),
+        "cp_tree": cp.attention,
+        "torch_sdpa_bf16": torch_sdpa,
+    }
+
+    def once(fn) -> float:
+        a, b, c = (t.clone().requires_grad_(True) for t in (q, k, v))
+        t0 = time.perf_counter()
+        fn(a, b, c).backward(dout)
+        return (time.perf_counter() - t0) * 1e3
+
+    times = {name: [] for name in fns}
+    with ws1_ops.use_profile("cpu_bf16", torch.device("cpu")):
+        for fn in fns.values():
+            once(fn)
+        for _ in range(reps):
+            for name, fn in fns.items():
+                times[name].append(once(fn))
+    med = {name: statistics.median(t) for name, t in times.items()}
+    row = {"seq": seq, "heads": [32, 8, 128], "median_ms": med, "ratio": med["cp_tree"] / med["default"]}
+    print(
+        f"  attention fwd+bwd, {seq} tokens, 32/8 heads x 128: default {med['default']:.0f} ms, CP order "
+        f"{med['cp_tree']:.0f} ms, ratio {row['ratio']:.2f}x; torch SDPA BF16 {med['torch_sdpa_bf16']:.0f} ms"
+    )
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench_parallel", description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", default="tiny,qwen3-0.6b-L2")
     ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--gemms", type=int, default=128, help="rows of the row-parallel GEMM rows (0: skip them)")
+    ap.add_argument("--cp", type=int, default=2048, help="tokens of the context-parallel attention row (0: skip it)")
     ap.add_argument("--json", default=None, help="write the record here")
     args = ap.parse_args(argv)
     shapes = args.shapes.split(",")
@@ -153,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         del model
     if args.gemms > 0:
         record["gemms"] = gemm_rows(args.gemms, args.reps)
+    if args.cp > 0:
+        record["cp"] = cp_rows(args.cp, args.reps)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1)

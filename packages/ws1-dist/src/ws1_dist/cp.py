@@ -107,7 +107,9 @@ class ContextParallel:
         n = len(self.tokens)
         for name, t in (("q", q), ("k", k), ("v", v)):
             if t.dim() != 3 or t.shape[0] != n:
-                raise DistError(f"ws1_dist: {name} must be [{n}, heads, head_dim] (this rank's tokens), got {tuple(t.shape)}")
+                raise DistError(
+                    f"ws1_dist: {name} must be [{n}, heads, head_dim] (this rank's tokens), got {tuple(t.shape)}"
+                )
         return _CPAttention.apply(q, k, v, self)
 
     # ---- pieces --------------------------------------------------------------------------------
@@ -125,9 +127,7 @@ class ContextParallel:
     def chunks(self) -> list[tuple[int, int, int]]:
         """This rank's query chunks: (global chunk index, first local row, end local row)."""
         start, stop = self.tokens.start, self.tokens.stop
-        return [
-            (c // CP_CHUNK, c - start, min(c + CP_CHUNK, stop) - start) for c in range(start, stop, CP_CHUNK)
-        ]
+        return [(c // CP_CHUNK, c - start, min(c + CP_CHUNK, stop) - start) for c in range(start, stop, CP_CHUNK)]
 
     def finish(self, node: torch.Tensor) -> torch.Tensor:
         """``node`` [X, seq_len, ...] FP32: this rank's partial of every key's sum -> [X, n, ...] FP32, the whole sum

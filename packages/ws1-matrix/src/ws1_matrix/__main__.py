@@ -16,6 +16,7 @@
     tp [PROFILE] [--world 1,2,4,8]      tensor parallel on gloo: the same log-probs at TP 1/2/4/8 (nox -s tp_check)
     cp [PROFILE] [--world 1,2,4]        context parallel on gloo: the same attention and gradients, and the same
                                         log-probs, at CP 1/2/4 on one long sequence (nox -s cp_check)
+    parallel [PROFILE]                  fsdp, tp and cp: the parallel-invariant order's gate (nox -s parallel_gate)
     rl-onpolicy [PROFILE] [--steps N]   the same GRPO run on a profile and on candidates (nox -s rl_onpolicy)
     triton-aot [--arch 90,80]           the Triton kernels compiled for sm_90a/sm_80, no GPU (nox -s triton_aot)
     vllm [PROFILE ...] [--control NAME] vLLM's log-probs vs teacher forcing per serving regime, in .venv-vllm
@@ -62,6 +63,7 @@ GATES = {
     "fsdp": ("fsdp_check", ()),
     "tp": ("tp_check", ()),
     "cp": ("cp_check", ()),
+    "parallel": ("parallel_gate", ()),
     "rl-onpolicy": ("rl_onpolicy", ()),
     "triton-aot": ("triton_aot", ()),
     "vllm": ("vllm_gate", ()),

@@ -162,27 +162,52 @@ def run(profile: str, worlds: list[int], seq: int, progress=None) -> dict:
     ref = results[1]
 
     def cell(world, model, name, green, detail, **extra):
-        record["cells"].append({"world": world, "model": model, "cell": name, "green": green, "detail": detail, **extra})
+        record["cells"].append(
+            {"world": world, "model": model, "cell": name, "green": green, "detail": detail, **extra}
+        )
 
     for world in worlds:
         got = results[world]
         for name in ("out", "dq"):
             d, n = differ(got[(name, "tree")], base[name]), base[name].numel()
-            cell(world, "attention", f"cp_{name}", d == 0, f"{d}/{n} differ from one device's default kernel", differ=d, n=n)
+            cell(
+                world,
+                "attention",
+                f"cp_{name}",
+                d == 0,
+                f"{d}/{n} differ from one device's default kernel",
+                differ=d,
+                n=n,
+            )
         d = differ(got[("dk", "tree")], ref[("dk", "tree")]) + differ(got[("dv", "tree")], ref[("dv", "tree")])
         n = 2 * base["dk"].numel()
         cell(world, "attention", "cp_dkdv", d == 0, f"{d}/{n} of dk, dv differ from CP 1", differ=d, n=n)
         if world == 1:
             dd = differ(got[("dk", "tree")], base["dk"]) + differ(got[("dv", "tree")], base["dv"])
-            cell(1, "attention", "dkdv_vs_default", None, f"the tree order: {dd}/{n} of dk, dv differ from the "
-                 "default backward's serial fold (shown)", differ=dd, n=n)
+            cell(
+                1,
+                "attention",
+                "dkdv_vs_default",
+                None,
+                f"the tree order: {dd}/{n} of dk, dv differ from the default backward's serial fold (shown)",
+                differ=dd,
+                n=n,
+            )
         d, n = differ(got[("logp", "gather")], base["logp"]), base["logp"].numel()
         cell(world, "tiny-long", "cp_logp", d == 0, f"{d}/{n} log-probs differ from one device", differ=d, n=n)
         if world == 1:
             continue
         d, n = differ(got[("out", "ring")], base["out"]), base["out"].numel()
-        cell(world, "attention", "control_ring_out", d > 0, f"ring merge (torch's order): {d}/{n} outputs differ",
-             red_required=True, differ=d, n=n)
+        cell(
+            world,
+            "attention",
+            "control_ring_out",
+            d > 0,
+            f"ring merge (torch's order): {d}/{n} outputs differ",
+            red_required=True,
+            differ=d,
+            n=n,
+        )
         for cross in ("serial_split", "rank_fold", "sum"):
             if cross == "rank_fold" and world < 4:
                 continue
@@ -191,9 +216,16 @@ def run(profile: str, worlds: list[int], seq: int, progress=None) -> dict:
             d = differ(got[("dk", cross)], against[("dk", key)]) + differ(got[("dv", cross)], against[("dv", key)])
             n = 2 * base["dk"].numel()
             judged = cross != "sum"
-            cell(world, "attention", f"control_{cross}", (d > 0) if judged else None,
-                 f"{d}/{n} of dk, dv differ" + ("" if judged else " (shown)"), differ=d, n=n,
-                 **({"red_required": True} if judged else {}))
+            cell(
+                world,
+                "attention",
+                f"control_{cross}",
+                (d > 0) if judged else None,
+                f"{d}/{n} of dk, dv differ" + ("" if judged else " (shown)"),
+                differ=d,
+                n=n,
+                **({"red_required": True} if judged else {}),
+            )
         d, n = differ(got[("logp", "ring")], base["logp"]), base["logp"].numel()
         cell(world, "tiny-long", "control_ring_logp", None, f"{d}/{n} log-probs differ (shown)", differ=d, n=n)
     judged = [c for c in record["cells"] if c["green"] is not None]
