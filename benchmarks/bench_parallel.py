@@ -10,7 +10,7 @@ One trainer step = teacher forcing of B samples (forward, completion log-probs, 
 
 And the tensor-parallel order's GEMM on one device (``--gemms``): a row-parallel projection at Qwen3-8B's shapes
 (o_proj [T, 4096] x [4096, 4096], down_proj [T, 12288] x [4096, 12288]) as ``det_gemm`` (one serial chain per
-output, the default) and as the 8-chunk tree (``ws1_dist.TPOps`` at TP 1: eight FP32 partials, the tree, one
+output, the default) and as the 8-chunk tree (``det_gemm(k_chunks=8)``, TP 1: eight FP32 partials, the tree, one
 rounding) — what every rank pays per row-parallel GEMM, before the all-gather.
 
 And the context-parallel order's attention on one device (``--cp S``): forward + backward of one S-token sequence
@@ -85,10 +85,9 @@ def gemm_rows(m: int, reps: int) -> list[dict]:
         for name, n, k in (("o_proj", 4096, 4096), ("down_proj", 4096, 12288)):
             x = torch.randn(m, k, generator=g, device="cpu").bfloat16()
             w = (torch.randn(n, k, generator=g, device="cpu") / 64).bfloat16()
-            tree = ws1_dist.TPOps(1, 0, None, {id(w)})
             fns = {
                 "det_gemm": lambda x=x, w=w: ws1_ops.det_gemm(x, w),
-                "tree": lambda x=x, w=w, t=tree: t.det_gemm(x, w),
+                "tree": lambda x=x, w=w: ws1_ops.det_gemm(x, w, k_chunks=ws1_dist.CHUNKS),
             }
             times = {k_: [] for k_ in fns}
             for fn in fns.values():

@@ -22,7 +22,7 @@ def test_row_parallel_sum_is_the_chunk_tree_and_one_chunk_is_det_gemm():
     x = torch.randn(20, 512, generator=g, device="cpu").bfloat16()
     w = (torch.randn(48, 512, generator=g, device="cpu") / 16).bfloat16()
     with ws1_ops.use_profile("cpu_bf16", torch.device("cpu")):
-        tree = ws1_dist.TPOps(1, 0, None, set()).row_parallel_sum(x, w)
+        tree = ws1_dist.TPOps(1, 0, None).row_parallel_sum(x, w)
         kc = 512 // ws1_dist.CHUNKS
         parts = [
             (c, ws1_ops.det_gemm_partial(x[:, c * kc : (c + 1) * kc], w[:, c * kc : (c + 1) * kc])) for c in range(8)
@@ -31,7 +31,7 @@ def test_row_parallel_sum_is_the_chunk_tree_and_one_chunk_is_det_gemm():
         if not AMX:
             assert torch.equal(ws1_ops.det_gemm_partial(x, w).bfloat16(), ws1_ops.det_gemm(x, w))
         # a row's FP32 sum is its own: the same row alone
-        assert torch.equal(ws1_dist.TPOps(1, 0, None, set()).row_parallel_sum(x[7:8], w), tree[7:8])
+        assert torch.equal(ws1_dist.TPOps(1, 0, None).row_parallel_sum(x[7:8], w), tree[7:8])
 
 
 def test_tp_model_at_one_rank_runs_and_refuses_bad_splits(tmp_path):
@@ -55,3 +55,56 @@ def test_tp_model_without_a_process_group_is_one_line(tmp_path):
     ws1_qwen3.save_pretrained(ws1_qwen3.synthetic(config, "cpu_bf16"), tmp_path / "t8")
     with pytest.raises(ws1_dist.DistError, match="torch.distributed is not initialized"):
         ws1_dist.tp_model(str(tmp_path / "t8"), "cpu_bf16", 2, 0)
+
+
+def test_det_gemm_k_chunks_is_the_tp_order_forward_with_det_gemms_backward():
+    """det_gemm(k_chunks=8): the forward is TPOps' row-parallel sum at TP 1, rounded once; dx and dweight are
+    det_gemm's own bits (neither sums over K); a K the chunks do not divide is one line."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(12, 256, generator=g, device="cpu").bfloat16()
+    w = (torch.randn(40, 256, generator=g, device="cpu") / 16).bfloat16()
+    dy = torch.randn(12, 40, generator=g, device="cpu").bfloat16()
+    keys = ws1_ops.logical_keys(torch.zeros(12, dtype=torch.int64), torch.arange(12))
+    got = {}
+    with ws1_ops.use_profile("cpu_bf16", torch.device("cpu")):
+        for k_chunks in (None, 8):
+            xl, wl = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+            y = ws1_ops.det_gemm(xl, wl, keys, k_chunks=k_chunks)
+            y.backward(dy)
+            got[k_chunks] = (y.detach(), xl.grad, wl.grad)
+        assert torch.equal(got[8][0], ws1_dist.TPOps(1, 0, None).row_parallel_sum(x, w).bfloat16())
+        with pytest.raises(ws1_ops.OpInputError, match="k_chunks must be a positive int dividing K=256, got 3"):
+            ws1_ops.det_gemm(x, w, k_chunks=3)
+    assert torch.equal(got[8][1], got[None][1]) and torch.equal(got[8][2], got[None][2])
+
+
+def test_a_model_in_the_tp_order_on_one_device_is_tp_model_at_one_rank(tmp_path):
+    """``model.k_chunks = 8`` (WS1's model) and ``apply_ws1(..., k_chunks=8)`` (transformers'): the log-probs of
+    ws1_dist.tp_model at TP 1, the reference of every TP degree; the default order is another (shown)."""
+    config = ws1_qwen3.preset("tiny").replace(num_attention_heads=8, num_key_value_heads=8, head_dim=16, name="t8")
+    ws1_qwen3.save_pretrained(ws1_qwen3.synthetic(config, "cpu_bf16"), tmp_path / "t8")
+    samples = ws1_qwen3.fixture_samples()
+    tp1 = ws1_qwen3.teacher_forcing(ws1_dist.tp_model(str(tmp_path / "t8"), "cpu_bf16", 1, 0), samples).logp
+    model = ws1_qwen3.from_pretrained(tmp_path / "t8", "cpu_bf16")
+    model.k_chunks = ws1_dist.CHUNKS
+    assert torch.equal(ws1_qwen3.teacher_forcing(model, samples).logp, tp1)
+
+
+def test_transformers_patched_in_the_tp_order_is_tp_model_at_one_rank(tmp_path):
+    """apply_ws1(k_chunks=8): transformers' Qwen3 on WS1's kernels gives tp_model's TP-1 log-probs (so a trainer set
+    so gets a tensor-parallel rollout's bits); with the default order it gives WS1's default model's."""
+    transformers = pytest.importorskip("transformers")
+    config = ws1_qwen3.preset("tiny").replace(num_attention_heads=8, num_key_value_heads=8, head_dim=16, name="t8")
+    ws1_qwen3.save_pretrained(ws1_qwen3.synthetic(config, "cpu_bf16"), tmp_path / "t8")
+    samples = sorted(ws1_qwen3.fixture_samples(), key=lambda s: s.rank)
+    tp1 = ws1_qwen3.teacher_forcing(ws1_dist.tp_model(str(tmp_path / "t8"), "cpu_bf16", 1, 0), samples).logp
+    plain = ws1_qwen3.teacher_forcing(ws1_qwen3.from_pretrained(tmp_path / "t8", "cpu_bf16"), samples).logp
+    hf = transformers.Qwen3ForCausalLM.from_pretrained(tmp_path / "t8", dtype=torch.bfloat16)
+    ids, mask, completion = ws1_qwen3.left_padded(samples)
+    ranks = torch.tensor([s.rank for s in samples], device="cpu")
+    for k_chunks, want in ((ws1_dist.CHUNKS, tp1), (None, plain)):
+        ws1_qwen3.apply_ws1(hf, "cpu_bf16", k_chunks=k_chunks)
+        with torch.no_grad():
+            lp = ws1_qwen3.token_logprobs(hf, ids, mask, completion_mask=completion, sample_ranks=ranks)
+        got = torch.cat([lp[b][completion[b].bool()] for b in range(len(samples))])
+        assert torch.equal(got, want), k_chunks

@@ -40,11 +40,11 @@ CROSS = ("tree", "serial_split", "sum", "rank_fold")
 
 
 class TPOps:
-    """ws1_ops for one tensor-parallel rank: the row-parallel GEMMs (``row_parallel``: their weights' ids) and the
-    head finished across ranks; every other op is ws1_ops' own."""
+    """ws1_ops for one tensor-parallel rank: the row-parallel GEMMs (the det_gemm calls the model makes with
+    ``k_chunks``: o_proj, down_proj) and the head finished across ranks; every other op is ws1_ops' own."""
 
-    def __init__(self, world: int, rank: int, group, row_parallel: set[int], cross: str = "tree"):
-        self.world, self.rank, self.group, self.row_parallel, self.cross = world, rank, group, row_parallel, cross
+    def __init__(self, world: int, rank: int, group, cross: str = "tree"):
+        self.world, self.rank, self.group, self.cross = world, rank, group, cross
 
     def __getattr__(self, name):
         return getattr(ws1_ops, name)
@@ -54,9 +54,13 @@ class TPOps:
         dist.all_gather(parts, t.contiguous(), group=self.group)
         return parts
 
-    def det_gemm(self, x: torch.Tensor, weight: torch.Tensor, row_keys: torch.Tensor | None = None) -> torch.Tensor:
-        if id(weight) not in self.row_parallel:
+    def det_gemm(
+        self, x: torch.Tensor, weight: torch.Tensor, row_keys: torch.Tensor | None = None, k_chunks: int | None = None
+    ) -> torch.Tensor:
+        if k_chunks is None:  # column-parallel: every output element is the one-device dot product
             return ws1_ops.det_gemm(x, weight, row_keys)
+        if k_chunks != CHUNKS:
+            raise DistError(f"ws1_dist: a row-parallel GEMM runs {CHUNKS} K chunks, the model asks for {k_chunks}")
         return self.row_parallel_sum(x, weight).to(torch.bfloat16)  # rounded once
 
     def row_parallel_sum(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -92,7 +96,8 @@ class TPOps:
         return local if self.world == 1 else torch.cat(self._gather(local), dim=1)
 
 
-def _check_split(config, world: int) -> None:
+def check_split(config, world: int) -> None:
+    """The tensor-parallel split rules (module docstring): :class:`DistError`, one line naming each broken one."""
     problems = []
     if CHUNKS % world:
         problems.append(f"world {world} does not divide {CHUNKS}")
@@ -113,6 +118,32 @@ def _check_split(config, world: int) -> None:
         raise DistError(f"ws1_dist: tensor parallel of {config.name}: " + "; ".join(problems))
 
 
+def local_config(config, world: int):
+    """The config of one rank's shard (its heads and intermediate features); the split rules checked (one line)."""
+    check_split(config, world)
+    return config.replace(
+        num_attention_heads=config.num_attention_heads // world,
+        num_key_value_heads=config.num_key_value_heads // world,
+        intermediate_size=config.intermediate_size // world,
+    )
+
+
+def shard_weight(name: str, tensor: torch.Tensor, config, world: int, rank: int) -> torch.Tensor:
+    """Rank ``rank``'s part of the full checkpoint tensor ``name`` (HF names; ``config`` the full model's): the rows
+    (output features) of q/k/v/gate/up, the columns (K) of o_proj/down_proj, everything else whole (a view)."""
+    kind = name.split(".")[-2] if name.count(".") else name
+    q = config.num_attention_heads // world * config.head_dim
+    kv = config.num_key_value_heads // world * config.head_dim
+    inter = config.intermediate_size // world
+    rows = {"q_proj": q, "k_proj": kv, "v_proj": kv, "gate_proj": inter, "up_proj": inter}
+    cols = {"o_proj": q, "down_proj": inter}
+    if kind in rows:
+        return tensor[rank * rows[kind] : (rank + 1) * rows[kind]]
+    if kind in cols:
+        return tensor[:, rank * cols[kind] : (rank + 1) * cols[kind]]
+    return tensor
+
+
 def tp_model(
     checkpoint: str, profile: str, world: int, rank: int, group=None, cross: str = "tree"
 ) -> ws1_qwen3.Qwen3ForCausalLM:
@@ -122,33 +153,15 @@ def tp_model(
         raise DistError(f"ws1_dist: cross must be one of {CROSS}, got {cross!r}")
     full = ws1_qwen3.from_pretrained(checkpoint, profile)
     c = full.config
-    _check_split(c, world)
+    local = local_config(c, world)
     if world > 1 and not dist.is_initialized():
         raise DistError("ws1_dist: torch.distributed is not initialized: call torch.distributed.init_process_group")
-    local = c.replace(
-        num_attention_heads=c.num_attention_heads // world,
-        num_key_value_heads=c.num_key_value_heads // world,
-        intermediate_size=c.intermediate_size // world,
-    )
     model = ws1_qwen3.Qwen3ForCausalLM(local, profile)
-    q = local.num_attention_heads * c.head_dim
-    kv = local.num_key_value_heads * c.head_dim
-    inter = local.intermediate_size
-    # the rows (output features) or columns (K) of each full weight that this rank holds
-    rows = {"q_proj": q, "k_proj": kv, "v_proj": kv, "gate_proj": inter, "up_proj": inter}
-    cols = {"o_proj": q, "down_proj": inter}
     whole = dict(full.named_parameters())
-    row_parallel = set()
     with torch.no_grad():
         for name, p in model.named_parameters():
-            src = whole[name]
-            kind = name.split(".")[-2]
-            if kind in rows:
-                src = src[rank * rows[kind] : (rank + 1) * rows[kind]]
-            elif kind in cols:
-                src = src[:, rank * cols[kind] : (rank + 1) * cols[kind]]
-                row_parallel.add(id(p))
-            p.copy_(src)
-    model.op_set = TPOps(world, rank, group, row_parallel, cross)
+            p.copy_(shard_weight(name, whole[name], c, world, rank))
+    model.op_set = TPOps(world, rank, group, cross)
+    model.k_chunks = CHUNKS  # o_proj and down_proj reach TPOps' row-parallel sum
     model.source = f"{full.source} (tensor parallel rank {rank} of {world})"
     return model

@@ -115,19 +115,16 @@ class FSDPTrainer:
 def _batch_tensors(samples, rollout_logp, advantages):
     """Left-padded [B, S] input_ids, attention_mask, completion mask, and the rollout log-prob and advantage of each
     completion cell (0 elsewhere), for this rank's samples."""
-    width = max(s.length for s in samples)
-    ids = torch.zeros((len(samples), width), dtype=torch.int64, device="cpu")
-    mask = torch.zeros_like(ids)
-    completion = torch.zeros_like(ids)
+    import ws1_qwen3
+
+    ids, mask, completion = ws1_qwen3.left_padded(samples)
+    width = ids.shape[1]
     old = torch.zeros((len(samples), width), dtype=torch.float32, device="cpu")
     adv = torch.zeros_like(old)
     for b, (s, lps, a) in enumerate(zip(samples, rollout_logp, advantages)):
-        pad = width - s.length
-        ids[b, pad:] = torch.tensor(s.tokens, device="cpu")
-        mask[b, pad:] = 1
-        completion[b, pad + s.n_prompt :] = 1
-        old[b, pad + s.n_prompt :] = torch.tensor(lps, dtype=torch.float32, device="cpu")
-        adv[b, pad + s.n_prompt :] = a
+        first = width - s.length + s.n_prompt  # the sample's first completion cell
+        old[b, first:] = torch.tensor(lps, dtype=torch.float32, device="cpu")
+        adv[b, first:] = a
     return ids, mask, completion.bool(), old, adv
 
 

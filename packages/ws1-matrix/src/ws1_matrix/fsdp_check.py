@@ -81,14 +81,7 @@ def _logprobs(kind: str, model, samples, n_total: int, grad: bool):
             by_rank[s.rank] = tf.logp[o : o + n]
             o += n
         return by_rank, tf.loss
-    width = max(s.length for s in samples)
-    ids = torch.zeros((len(samples), width), dtype=torch.int64, device="cpu")
-    mask = torch.zeros_like(ids)
-    completion = torch.zeros_like(ids)
-    for b, s in enumerate(samples):  # left padding, as a rollout batch comes
-        ids[b, width - s.length :] = torch.tensor(s.tokens, device="cpu")
-        mask[b, width - s.length :] = 1
-        completion[b, width - s.length + s.n_prompt :] = 1
+    ids, mask, completion = ws1_qwen3.left_padded(samples)  # as a rollout batch comes
     ranks = torch.tensor([s.rank for s in samples], device="cpu")
     with torch.set_grad_enabled(grad):
         lp = ws1_qwen3.token_logprobs(model, ids, mask, completion_mask=completion, sample_ranks=ranks)

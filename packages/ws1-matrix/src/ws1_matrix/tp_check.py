@@ -82,7 +82,7 @@ def _worker(rank: int, world: int, port: int, job: dict) -> None:
         k = x.shape[1] // world
         with ws1_ops.use_profile(job["profile"], torch.device("cpu")):
             for cross in CROSSES:
-                ops = ws1_dist.TPOps(world, rank, None, set(), cross)
+                ops = ws1_dist.TPOps(world, rank, None, cross)
                 out["gemm"][cross] = ops.row_parallel_sum(
                     x[:, rank * k : (rank + 1) * k], w[:, rank * k : (rank + 1) * k]
                 )

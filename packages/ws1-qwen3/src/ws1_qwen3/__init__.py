@@ -22,7 +22,7 @@ random weights (marked synthetic).
 
 from .config import PRESETS, ConfigError, Qwen3Config, preset
 from .generate import Completion, Request, generate, sample_token
-from .hf import PatchError, apply_ws1, token_logprobs
+from .hf import PatchError, apply_ws1, left_padded, token_logprobs
 from .model import REFERENCE, ModelInputError, Qwen3ForCausalLM, Rows
 from .teacher import LAYOUTS, Sample, TeacherForcing, fixture_samples, teacher_forcing
 from .weights import WeightsError, content_sha256, from_pretrained, read_checkpoint, save_pretrained, synthetic
@@ -43,6 +43,7 @@ __all__ = [
     "TeacherForcing",
     "WeightsError",
     "apply_ws1",
+    "left_padded",
     "content_sha256",
     "fixture_samples",
     "from_pretrained",

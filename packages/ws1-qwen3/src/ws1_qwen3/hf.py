@@ -120,7 +120,7 @@ def _check_profile_here(profile: str, device: torch.device) -> None:
             raise PatchError(f"candidate {profile} runs on the cpu kernels; the parameters are on {device}")
 
 
-def apply_ws1(model: nn.Module, profile: str = "cpu_bf16") -> nn.Module:
+def apply_ws1(model: nn.Module, profile: str = "cpu_bf16", *, k_chunks: int | None = None) -> nn.Module:
     """Make a transformers ``Qwen3ForCausalLM``'s forward and backward run on WS1's kernels, in place; returns it.
 
     The parameters stay what they are (same names, same tensors; nothing copied); each forward reads them from
@@ -136,10 +136,15 @@ def apply_ws1(model: nn.Module, profile: str = "cpu_bf16") -> nn.Module:
     ``ws1_ops.canonical_grads()``: the scope reduces every parameter's rows once, in canonical order (by logical
     key: sequence rank, then position), when it exits — around one backward, or around all the micro-batches'
     backward calls of one optimizer step, whose gradient is then the same bits however the batch was cut (give
-    each micro-batch's sequences distinct ``sample_ranks``: two rows with one key are refused)."""
+    each micro-batch's sequences distinct ``sample_ranks``: two rows with one key are refused).
+
+    ``k_chunks``: the K order of o_proj and down_proj (``Qwen3ForCausalLM.k_chunks``): None, the default; 8, the
+    parallel-invariant order a tensor-parallel rollout computes (vLLM at TP > 1 with the plugin, ws1_dist.tp_model),
+    so this trainer's log-probs are that rollout's bits (docs/parallel.md). Applying again may change it."""
     patch = model.__dict__.get(_STATE)
     if patch is not None:
         if patch.profile == profile:
+            patch.chain.k_chunks = k_chunks
             return model
         raise PatchError(f"apply_ws1: the model already runs {patch.profile}; load it again to run {profile}")
     config = _chain_config(model)
@@ -158,6 +163,7 @@ def apply_ws1(model: nn.Module, profile: str = "cpu_bf16") -> nn.Module:
     # the chain: a WS1 model built on the meta device (no storage), whose model and lm_head become the HF ones
     chain = Qwen3ForCausalLM(config, profile, device="meta")
     chain.model, chain.lm_head = model.model, model.lm_head
+    chain.k_chunks = k_chunks
     heads = dict(
         head_dim=config.head_dim,
         num_heads=config.num_attention_heads,
@@ -419,6 +425,22 @@ def _forward(
     if return_dict is None:
         return_dict = getattr(self.config, "return_dict", True)
     return out if return_dict else out.to_tuple()
+
+
+def left_padded(samples, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``ws1_qwen3.Sample``s as the left-padded batch a rollout hands a trainer: ``input_ids`` [B, S] (``pad_id`` on
+    the left), ``attention_mask`` [B, S] (1 on real tokens), ``completion_mask`` [B, S] (1 on each completion token),
+    int64 on the host; S the longest sample, row b sample b."""
+    width = max(s.length for s in samples)
+    ids = torch.full((len(samples), width), pad_id, dtype=torch.int64, device="cpu")
+    mask = torch.zeros_like(ids)
+    completion = torch.zeros_like(ids)
+    for b, s in enumerate(samples):
+        pad = width - s.length
+        ids[b, pad:] = torch.tensor(s.tokens, dtype=torch.int64, device="cpu")
+        mask[b, pad:] = 1
+        completion[b, pad + s.n_prompt :] = 1
+    return ids, mask, completion
 
 
 def token_logprobs(

@@ -182,7 +182,8 @@ class ForwardContext:
     ``row_keys`` [n_rows]: the rows' logical keys, on the host (the ops reduce parameter gradients in their
     order); ``positions`` [n_rows]: the rows' positions on the model's device (rope); ``attend``: the
     attention of all rows (:data:`Attend`); ``tracer``: the model's tracer when the forward began (None: not
-    traced); ``eps``: the RMSNorm epsilon (``config.rms_norm_eps``)."""
+    traced); ``eps``: the RMSNorm epsilon (``config.rms_norm_eps``); ``k_chunks``: the row-parallel GEMMs' K order
+    (``Qwen3ForCausalLM.k_chunks``)."""
 
     ops: Any
     row_keys: torch.Tensor
@@ -190,6 +191,13 @@ class ForwardContext:
     attend: Attend
     tracer: Tracer | None
     eps: float
+    k_chunks: int | None = None
+
+    def row_parallel_gemm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """o_proj and down_proj, the GEMMs tensor parallel splits along K: det_gemm in the model's K order."""
+        if self.k_chunks is None:
+            return self.ops.det_gemm(x, weight, self.row_keys)
+        return self.ops.det_gemm(x, weight, self.row_keys, k_chunks=self.k_chunks)
 
     def trace(self, layer: int, node: str, output: torch.Tensor) -> torch.Tensor:
         """Hand trace point ``(layer, node)``'s output to the tracer (the points: NODE_ORDER above); returns it."""
@@ -287,7 +295,7 @@ class Qwen3Attention(nn.Module):
         key = trace(layer, "rope_k", ops.rope(key, context.positions, self.rope_theta))
         attn_output = trace(layer, "attention", context.attend(layer, query, key, value))
         attn_output = attn_output.reshape(n_rows, self.num_heads * head_dim)
-        return trace(layer, "o_proj", ops.det_gemm(attn_output, self.o_proj.weight, keys))
+        return trace(layer, "o_proj", context.row_parallel_gemm(attn_output, self.o_proj.weight))
 
 
 class Qwen3MLP(nn.Module):
@@ -307,7 +315,7 @@ class Qwen3MLP(nn.Module):
         up = trace(layer, "up_proj", ops.det_gemm(hidden_states, self.up_proj.weight, keys))
         activated = trace(layer, "swiglu", ops.swiglu(gate, up))
         del gate, up  # without autograd (the rollout) nothing else holds them: freed before down_proj runs
-        return trace(layer, "down_proj", ops.det_gemm(activated, self.down_proj.weight, keys))
+        return trace(layer, "down_proj", context.row_parallel_gemm(activated, self.down_proj.weight))
 
 
 class Qwen3DecoderLayer(nn.Module):
@@ -395,6 +403,10 @@ class Qwen3ForCausalLM(nn.Module):
         # an op set this model runs instead of its profile's (ws1_ops' names and signatures, wrapping ws1_ops):
         # ws1_dist's tensor-parallel ops, which finish a sharded reduction across ranks. None: the profile's own
         self.op_set: Any = None
+        # the K order of the row-parallel GEMMs (o_proj, down_proj): None, the default (one serial chain); 8, the
+        # parallel-invariant order (ws1_ops.det_gemm's k_chunks; docs/parallel.md) — what a tensor-parallel rollout
+        # (ws1_dist.tp_model, vLLM at TP > 1 with the plugin) computes, so a trainer set to 8 gets its bits
+        self.k_chunks: int | None = None
 
     # ---- execution context ---------------------------------------------------------------------
 
@@ -472,7 +484,9 @@ class Qwen3ForCausalLM(nn.Module):
             def attend(_layer, query, key, value):
                 return ops.attention(query, key, value, segments, segments, positions, None, chunk)
 
-        context = ForwardContext(ops, rows.keys, positions, attend, self.tracer, self.config.rms_norm_eps)
+        context = ForwardContext(
+            ops, rows.keys, positions, attend, self.tracer, self.config.rms_norm_eps, self.k_chunks
+        )
         with ws1_ops.trusted_inputs():
             return self.model(input_ids, context)
 

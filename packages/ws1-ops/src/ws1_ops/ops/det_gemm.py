@@ -43,6 +43,28 @@ class DetGemm(torch.autograd.Function):
         return dx, dw, None, None
 
 
+class DetGemmKTree(DetGemm):
+    """det_gemm's forward in the K-tree order (``chunks`` aligned K chunks, each det_gemm_partial's serial FP32
+    chain, summed by ``grads.tree_sum``, rounded once); its backward is det_gemm's (neither dx nor dweight sums over
+    K, so the K order of the forward does not reach them)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, row_keys, op, chunks):
+        w = exec_dtype(weight)
+        ctx.k, ctx.weight = start(op, x, w), weight
+        ctx.save_for_backward(x, w, row_keys)
+        kc = x.shape[1] // chunks
+        parts = [
+            (c, lambda c=c: det_gemm_partial(x[:, c * kc : (c + 1) * kc], w[:, c * kc : (c + 1) * kc]))
+            for c in range(chunks)
+        ]
+        return grads.tree_sum(parts).to(torch.bfloat16)  # the one rounding
+
+    @staticmethod
+    def backward(ctx, dy):
+        return (*DetGemm.backward(ctx, dy), None)
+
+
 def _check(op: str, x: torch.Tensor, weight: torch.Tensor) -> None:
     check_float(x, op, "x", ("bfloat16",))
     check_rank(x, 2, op, "x", "[M, K]")
@@ -51,12 +73,25 @@ def _check(op: str, x: torch.Tensor, weight: torch.Tensor) -> None:
     check(x.shape[1] == weight.shape[1], op, f"K mismatch: x has K={x.shape[1]}, weight has K={weight.shape[1]}")
 
 
-def det_gemm(x: torch.Tensor, weight: torch.Tensor, row_keys: torch.Tensor | None = None) -> torch.Tensor:
+def det_gemm(
+    x: torch.Tensor, weight: torch.Tensor, row_keys: torch.Tensor | None = None, k_chunks: int | None = None
+) -> torch.Tensor:
     """Batch-invariant linear layer. x [M, K] BF16, weight [N, K] (BF16, or an FP32 master) -> [M, N] BF16.
 
-    ``row_keys`` [M] orders dweight's row reduction canonically; -1 rows (padding) are dropped."""
+    ``row_keys`` [M] orders dweight's row reduction canonically; -1 rows (padding) are dropped. ``k_chunks``: None,
+    the default order (one serial chain over K); c, the parallel-invariant order of a row-parallel layer
+    (docs/parallel.md): K in c aligned chunks, each chunk's serial FP32 chain (:func:`det_gemm_partial`), the chunks
+    summed by ``ws1_ops.tree_sum``, rounded once — the bits a tensor-parallel split of K into c/T chunks per rank
+    reproduces (``ws1_dist.TPOps``). The backward is the same in both orders."""
     _check(OP, x, weight)
-    return DetGemm.apply(x.contiguous(), weight, row_keys, OP)
+    if k_chunks is None:
+        return DetGemm.apply(x.contiguous(), weight, row_keys, OP)
+    check(
+        isinstance(k_chunks, int) and k_chunks >= 1 and x.shape[1] % k_chunks == 0,
+        OP,
+        f"k_chunks must be a positive int dividing K={x.shape[1]}, got {k_chunks!r}",
+    )
+    return DetGemmKTree.apply(x.contiguous(), weight, row_keys, OP, k_chunks)
 
 
 def det_gemm_partial(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
