@@ -132,9 +132,10 @@ def test_provenance_names_a_ws1_kernel_for_every_node(llm):
         ({"dtype": "float16"}, "dtype torch.float16"),
         ({"logprobs_mode": "processed_logprobs"}, "logprobs_mode processed_logprobs"),
         ({"architecture": "Qwen2ForCausalLM"}, "architecture Qwen2ForCausalLM"),
-        ({"tensor_parallel_size": 2}, "tensor_parallel_size=2"),
-        # (pipeline_parallel_size=2 never reaches the plugin's check: vLLM itself refuses PP for a model without
-        # SupportsPP, ours; the check stays for a vLLM that stops refusing it, tested in test_settings.py)
+        # (tensor_parallel_size 2, 4, 8 runs (ci/tests/vllm: the GRPO run at TP 2); a degree not dividing 8 is refused
+        # in test_settings.py, where vLLM's own head-count check does not speak first. pipeline_parallel_size=2 never
+        # reaches the plugin's check: vLLM itself refuses PP for a model without SupportsPP, ours; the check stays
+        # for a vLLM that stops refusing it, tested in test_settings.py)
         ({"enable_lora": True}, "LoRA"),
         ({"kv_cache_dtype": "fp8"}, "kv_cache_dtype fp8"),
     ],

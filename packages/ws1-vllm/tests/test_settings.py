@@ -55,6 +55,8 @@ def fake_config(**changes) -> SimpleNamespace:
 def test_the_accepted_settings_pass():
     check_vllm_config(fake_config(), CPU)
     check_vllm_config(fake_config(**{"cache_config.cache_dtype": "bfloat16"}), CPU)
+    for tp in (2, 4, 8):  # the parallel-invariant order's degrees (the model checks the heads and vocabulary)
+        check_vllm_config(fake_config(**{"parallel_config.tensor_parallel_size": tp}), CPU)
     for mode in ("NONE", "DYNAMO_TRACE_ONCE", "VLLM_COMPILE"):  # the plugin's model is not compiled in these
         check_vllm_config(fake_config(**{"compilation_config.mode": SimpleNamespace(name=mode)}), CPU)
 
@@ -64,7 +66,8 @@ def test_the_accepted_settings_pass():
     [
         ({"model_config.architecture": "LlamaForCausalLM"}, "architecture LlamaForCausalLM"),
         ({"model_config.runner_type": "pooling"}, "runner 'pooling'"),
-        ({"parallel_config.tensor_parallel_size": 2}, "tensor_parallel_size=2"),
+        ({"parallel_config.tensor_parallel_size": 3}, "tensor_parallel_size=3"),
+        ({"parallel_config.tensor_parallel_size": 16}, "tensor_parallel_size=16"),
         ({"parallel_config.pipeline_parallel_size": 2}, "pipeline_parallel_size=2"),
         ({"parallel_config.data_parallel_size": 2}, "data_parallel_size=2"),
         ({"parallel_config.decode_context_parallel_size": 2}, "decode_context_parallel_size=2"),

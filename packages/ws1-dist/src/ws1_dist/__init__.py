@@ -20,7 +20,7 @@ from __future__ import annotations
 from .cp import CP_CHUNK, ContextParallel, cp_logprobs, cp_tokens
 from .errors import DistError
 from .fsdp import canonical_grads, dp_block, full_state_dict, shard
-from .tp import CHUNKS, TPOps, tp_model
+from .tp import CHUNKS, TPOps, check_split, local_config, shard_weight, tp_model
 from .trainer import FSDPTrainer
 
 __all__ = [
@@ -31,10 +31,13 @@ __all__ = [
     "FSDPTrainer",
     "TPOps",
     "canonical_grads",
+    "check_split",
     "cp_logprobs",
     "cp_tokens",
     "dp_block",
     "full_state_dict",
+    "local_config",
     "shard",
+    "shard_weight",
     "tp_model",
 ]

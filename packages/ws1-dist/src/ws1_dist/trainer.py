@@ -10,9 +10,10 @@ WS1's kernels (``profile``: ``ws1_qwen3.apply_ws1`` + :func:`ws1_dist.shard`, ba
 reduce-scatter, log-probs by ``log_softmax`` of the FP32-cast logits, as TRL's ``selective_log_softmax``) — the
 control a user has without WS1. ``order``: ``ws1_dist.canonical_grads``' (``"sample_tree"``: the parallel-invariant
 order, the samples dealt in aligned blocks by ``dp_block``, so the weights are the same bits at any power-of-two
-world size). A step: the batch's samples dealt round-robin (rank r: samples r, r + world, ...; blocks for the tree),
-each rank's log-probs of its completion tokens, the PPO-clip loss normalized by the step's global token count, one
-backward, the gradient summed across ranks (divide factor 1), ``ws1_qwen3.rl.AdamW`` on each rank's FP32 master
+world size). ``k_chunks``: the K order of o_proj and down_proj (``apply_ws1``'s; 8: the log-probs a tensor-parallel
+rollout computes, vLLM at TP > 1 with the plugin). A step: the batch's samples dealt round-robin (rank r: samples
+r, r + world, ...; blocks for the tree), each rank's log-probs of its completion tokens, the PPO-clip loss
+normalized by the step's global token count, one backward, the gradient summed across ranks (divide factor 1), ``ws1_qwen3.rl.AdamW`` on each rank's FP32 master
 shards, the BF16 parameters the masters rounded once. :meth:`weights` gathers the whole weights for the rollout
 engine. Ranks are spawned processes, driven over pipes; the driver holds no model.
 """
@@ -41,12 +42,24 @@ class FSDPTrainer:
     """``world`` trainer ranks (spawned, gloo) over one checkpoint; see the module docstring."""
 
     def __init__(
-        self, checkpoint: str, profile: str | None, config, *, world: int = 2, threads: int = 1, order: str = "serial"
+        self,
+        checkpoint: str,
+        profile: str | None,
+        config,
+        *,
+        world: int = 2,
+        threads: int = 1,
+        order: str = "serial",
+        k_chunks: int | None = None,
     ):
         if world < 1:
             raise DistError(f"ws1_dist: world must be >= 1, got {world}")
         if order not in ("serial", "sample_tree"):
             raise DistError(f"ws1_dist: order must be 'serial' or 'sample_tree', got {order!r}")
+        if k_chunks is not None and profile is None:
+            raise DistError(
+                "ws1_dist: k_chunks is an order of WS1's kernels; the stock trainer (profile None) has none"
+            )
         ctx = mp.get_context("spawn")
         port = _free_port()
         self.world, self._conns, self._procs = world, [], []
@@ -54,7 +67,7 @@ class FSDPTrainer:
             parent, child = ctx.Pipe()
             proc = ctx.Process(
                 target=_rank_main,
-                args=(rank, world, port, checkpoint, profile, asdict(config), threads, order, child),
+                args=(rank, world, port, checkpoint, profile, asdict(config), threads, order, k_chunks, child),
                 daemon=True,
             )
             proc.start()
@@ -135,7 +148,7 @@ def _stock_logprobs(model, ids, mask):
     return torch.nn.functional.pad(lp, (1, 0))  # [B, S]: position 0 predicts nothing
 
 
-def _rank_main(rank, world, port, checkpoint, profile, config, threads, order, conn) -> None:
+def _rank_main(rank, world, port, checkpoint, profile, config, threads, order, k_chunks, conn) -> None:
     try:
         import torch.distributed as dist
         import transformers
@@ -151,7 +164,7 @@ def _rank_main(rank, world, port, checkpoint, profile, config, threads, order, c
         dist.init_process_group("gloo", rank=rank, world_size=world)
         model = transformers.Qwen3ForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16)
         if profile is not None:
-            fsdp.shard(ws1_qwen3.apply_ws1(model, profile))
+            fsdp.shard(ws1_qwen3.apply_ws1(model, profile, k_chunks=k_chunks))
         else:
             for layer in model.model.layers:
                 fully_shard(layer)

@@ -108,6 +108,12 @@ def main(argv: list[str]) -> int:
         help="ws1: WS1's engine and trainer (one process); vllm: vLLM rollouts + transformers under FSDP2 "
         "(ws1_matrix.rl_engines; needs vLLM: bash ci/setup_vllm.sh, run in .venv-vllm)",
     )
+    ap.add_argument(
+        "--tp",
+        type=int,
+        default=1,
+        help="with --engine vllm: vLLM's tensor-parallel degree (1, 2, 4, 8); the trainer stays FSDP2 on 2 ranks",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--candidates",
@@ -121,6 +127,12 @@ def main(argv: list[str]) -> int:
         args.steps = 24 if args.engine == "vllm" else 40
     if args.steps < 1:
         print(f"ws1 rl-onpolicy: --steps must be >= 1, got {args.steps}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    if args.tp not in (1, 2, 4, 8) or (args.tp > 1 and args.engine != "vllm"):
+        print(
+            f"ws1 rl-onpolicy: --tp must be 1, 2, 4 or 8, and above 1 only with --engine vllm; got {args.tp}",
+            file=sys.stderr,
+        )
         return EXIT_UNAVAILABLE
     try:
         why = ws1_accel.unavailable_reason(args.profile)
@@ -190,7 +202,7 @@ def _main_vllm(args) -> int:
         )
         out.mkdir(parents=True, exist_ok=True)
         record = {"gate": "rl_onpolicy_vllm", "profile": args.profile, "status": "red", "problems": [why], "runs": {}}
-        (out / "rl_onpolicy_vllm.json").write_text(json.dumps(record, indent=1))
+        (out / f"{rl_engines.stem(args.tp)}.json").write_text(json.dumps(record, indent=1))
         print(f"ws1 rl-onpolicy: {args.profile}: RED, {why}", file=sys.stderr)
         return EXIT_RED
     if importlib.util.find_spec("vllm") is None:
@@ -200,9 +212,12 @@ def _main_vllm(args) -> int:
             file=sys.stderr,
         )
         return EXIT_UNAVAILABLE
-    bar = Progress(3, f"rl_onpolicy --engine vllm {args.profile}", unit="run")
+    names = rl_engines.run_names(args.profile, args.tp)
+    bar = Progress(len(names), f"rl_onpolicy --engine vllm --tp {args.tp} {args.profile}", unit="run")
     try:
-        record = rl_engines.run(args.profile, args.steps, args.seed, out, progress=lambda _name: bar.update())
+        record = rl_engines.run(
+            args.profile, args.steps, args.seed, out, progress=lambda _name: bar.update(), tp=args.tp
+        )
     finally:
         bar.close()
     print(json.dumps(record, indent=1) if args.json else rl_engines.summary(record, out))

@@ -68,7 +68,31 @@ class WS1Qwen3ForCausalLM(ws1_qwen3.Qwen3ForCausalLM):
             config = config.replace(tie_word_embeddings=True)
         check_model_len(vllm_config.model_config.max_model_len, config.max_position_embeddings)
         device = resolve_device(settings, vllm_config.device_config.device)
+        # tensor parallel (docs/parallel.md): this worker holds ws1_dist.tp_model's shard — its heads and
+        # intermediate features, o_proj/down_proj finished across the TP group by the 8-chunk K tree (never the
+        # group's all-reduce), the head's logits gathered — so every degree gives the bits of a model with
+        # k_chunks=8 on one device (a trainer set so: apply_ws1(..., k_chunks=8))
+        shard = None  # (the full config, the degree, this worker's rank) under tensor parallel
+        tp = getattr(vllm_config.parallel_config, "tensor_parallel_size", 1)
+        if tp > 1:
+            from vllm.distributed import get_tp_group
+
+            import ws1_dist
+
+            try:
+                local = ws1_dist.local_config(config, tp)
+            except ws1_dist.DistError as exc:
+                raise WS1VllmRefused(f"ws1_vllm: {exc}") from None
+            group = get_tp_group()
+            shard = (config, tp, group.rank_in_group)
+            config = local
         super().__init__(config, settings.model_profile, device=device)
+        self.tp = shard
+        if shard is not None:
+            import ws1_dist
+
+            self.op_set = ws1_dist.TPOps(tp, shard[2], group.device_group)
+            self.k_chunks = ws1_dist.CHUNKS
         if settings.candidate:
             self.candidate_family = settings.family  # the control runs on the profile's kernel family
         try:
@@ -190,6 +214,10 @@ class WS1Qwen3ForCausalLM(ws1_qwen3.Qwen3ForCausalLM):
             param = params.get(name)
             if param is None:
                 raise WS1VllmRefused(f"ws1_vllm: checkpoint tensor {name} is not a parameter of dense Qwen3")
+            if self.tp is not None:  # this worker's part of the full tensor (heads, features, K columns)
+                import ws1_dist
+
+                tensor = ws1_dist.shard_weight(name, tensor, *self.tp)
             if tuple(tensor.shape) != tuple(param.shape):
                 raise WS1VllmRefused(
                     f"ws1_vllm: checkpoint tensor {name} has shape {list(tensor.shape)}, expected {list(param.shape)}"

@@ -19,6 +19,7 @@ CANDIDATE_ENV = "WS1_VLLM_CANDIDATE"
 ARCHITECTURE = "Qwen3ForCausalLM"  # the one architecture the plugin claims
 LOGPROBS_MODE = "raw_logprobs"
 KV_CACHE_DTYPES = ("auto", "bfloat16")  # auto = the model dtype, bfloat16 (checked below)
+TP_SIZES = (1, 2, 4, 8)  # the degrees dividing ws1_dist.CHUNKS (not imported here: this module imports light)
 
 
 @dataclass(frozen=True)
@@ -106,8 +107,13 @@ def check_vllm_config(vllm_config, settings: Settings) -> None:
     runner = getattr(model, "runner_type", "generate")
     if runner != "generate":
         raise WS1VllmRefused(f"ws1_vllm: runner {runner!r} is refused {on}: the plugin serves text generation only")
+    tp = getattr(parallel, "tensor_parallel_size", 1)
+    if tp not in TP_SIZES:
+        raise WS1VllmRefused(
+            f"ws1_vllm: tensor_parallel_size={tp} is refused {on}: the parallel-invariant order splits K in 8 chunks, "
+            f"so the degree must be one of {list(TP_SIZES)}"
+        )
     for field, what in (
-        ("tensor_parallel_size", "WS1's GEMMs and attention run whole on one device"),
         ("pipeline_parallel_size", "WS1's chain runs whole on one device"),
         ("data_parallel_size", "one engine per device is the rollout's layout; run several engines instead"),
         ("prefill_context_parallel_size", "WS1's attention reads every key on one device"),
