@@ -7,15 +7,15 @@
 Each rank loads the checkpoint with ``transformers.Qwen3ForCausalLM.from_pretrained`` in BF16 and either runs it on
 WS1's kernels (``profile``: ``ws1_qwen3.apply_ws1`` + :func:`ws1_dist.shard`, backward in
 :func:`ws1_dist.canonical_grads`) or as stock transformers (``profile=None``: FSDP2's own ``fully_shard`` and
-reduce-scatter, log-probs by ``log_softmax`` of the FP32-cast logits, as TRL's ``selective_log_softmax``) — the
-control a user has without WS1. ``order``: ``ws1_dist.canonical_grads``' (``"sample_tree"``: the parallel-invariant
-order, the samples dealt in aligned blocks by ``dp_block``, so the weights are the same bits at any power-of-two
-world size). ``k_chunks``: the K order of o_proj and down_proj (``apply_ws1``'s; 8: the log-probs a tensor-parallel
-rollout computes, vLLM at TP > 1 with the plugin). A step: the batch's samples dealt round-robin (rank r: samples
-r, r + world, ...; blocks for the tree), each rank's log-probs of its completion tokens, the PPO-clip loss
-normalized by the step's global token count, one backward, the gradient summed across ranks (divide factor 1), ``ws1_qwen3.rl.AdamW`` on each rank's FP32 master
-shards, the BF16 parameters the masters rounded once. :meth:`weights` gathers the whole weights for the rollout
-engine. Ranks are spawned processes, driven over pipes; the driver holds no model.
+reduce-scatter, log-probs by ``log_softmax`` of the FP32-cast logits, as TRL's ``selective_log_softmax``) — the control
+a user has without WS1. ``order``: ``ws1_dist.canonical_grads``' (``"sample_tree"``: the parallel-invariant order, the
+samples dealt in aligned blocks by ``dp_block``, so the weights are the same bits at any power-of-two world size).
+``k_chunks``: the K order of o_proj and down_proj (``apply_ws1``'s; 8: the log-probs a tensor-parallel rollout computes,
+vLLM at TP > 1 with the plugin). A step: the batch's samples dealt round-robin (rank r: samples r, r + world, ...;
+blocks for the tree), each rank's log-probs of its completion tokens, the PPO-clip loss normalized by the step's global
+token count, one backward, the gradient summed across ranks (divide factor 1), ``ws1_qwen3.rl.AdamW`` on each rank's
+FP32 master shards, the BF16 parameters the masters rounded once. :meth:`weights` gathers the whole weights for the
+rollout engine. Ranks are spawned processes, driven over pipes; the driver holds no model.
 """
 
 from __future__ import annotations
