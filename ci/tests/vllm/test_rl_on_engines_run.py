@@ -40,3 +40,28 @@ def test_grpo_on_vllm_and_fsdp2_is_exactly_on_policy(tmp_path):
     # stock vLLM + stock transformers: recorded (not judged); it ran all its steps
     assert record["stock_failed"] is None and len(runs["stock"]) == 24
     assert "stock" in out.stdout and "PASS" in out.stdout
+
+
+def test_vllm_at_tp_2_and_the_trainer_at_dp_2_are_exactly_on_policy(tmp_path):
+    """vLLM rolls out at tensor parallel 2 (two worker processes, the plugin's 8-chunk K tree across them) while the
+    trainer is FSDP2 on 2 ranks with o_proj/down_proj in the same order (k_chunks=8): every step exactly on-policy,
+    the same bits; our control red; the trainer in the default order beside it (shown) — 12 steps, ~150 s."""
+    out = subprocess.run(
+        [sys.executable, "-m", "ws1_matrix", "rl-onpolicy", "cpu_bf16", "--engine", "vllm", "--tp", "2"]
+        + ["--steps", "12", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    record = json.loads((tmp_path / "cpu_bf16" / "rl_onpolicy_vllm_tp2.json").read_text())
+    assert out.returncode == 0 and record["status"] == "green", (record["problems"], out.stderr[-3000:])
+    assert record["tp"] == 2 and "TP 2" in out.stdout
+    runs = record["runs"]
+    from ws1_matrix.rl_engines import EXACT
+
+    assert len(runs["cpu_bf16"]) == 12
+    for x in runs["cpu_bf16"]:
+        assert {k: x[k] for k in EXACT} == EXACT, x["step"]
+    assert runs["variant_m_split_k"][0]["ws1/tokens_different"] > 0
+    assert record["default_order_failed"] is None and len(runs["default_order"]) == 12

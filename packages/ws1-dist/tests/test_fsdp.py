@@ -2,7 +2,7 @@
 
 The multi-rank results (per-rank log-probs == one device, gradients run to run, world 1 == one device, the
 difference across world sizes, the variant control) are ws1_matrix's fsdp check, run at 1, 2 and 4 ranks by
-packages/ws1-matrix/tests/test_fsdp_check.py."""
+the parallel gate (packages/ws1-matrix/tests/test_parallel_gate.py)."""
 
 import contextlib
 

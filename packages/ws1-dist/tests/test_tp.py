@@ -1,6 +1,6 @@
 """ws1_dist's tensor-parallel pieces on one process: the row-parallel sum's tree is the one-device GEMM's chunk tree
 (TP 1), a single chunk rounded is det_gemm's bits, and the split rules are refused one line each. The multi-rank
-results are ws1_matrix's tp check (packages/ws1-matrix/tests/test_tp_check.py)."""
+results are ws1_matrix's tp check, run by the parallel gate (packages/ws1-matrix/tests/test_parallel_gate.py)."""
 
 import os
 
