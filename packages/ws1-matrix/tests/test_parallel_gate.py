@@ -90,8 +90,9 @@ def test_tp_1_2_4_8_same_logprobs(gate):
 
 def test_cp_1_2_4_same_attention_gradients_and_logprobs(gate):
     """One 2,048-token sequence, Qwen3-8B's heads: the output and dq equal the one-device default kernel's, dk/dv
-    equal CP 1's (the chunk tree) at every degree, the model's log-probs equal one device's; the ring merge (torch's
-    order), the default order under the split and the rank fold change the bits (red as required)."""
+    equal CP 1's (the chunk tree) at every degree, the model's log-probs equal one device's and its weight gradients
+    CP 1's; the ring merge (torch's order), the default order under the split and the rank fold change the bits (red
+    as required)."""
     record = _record(gate, "cp_check")
     assert record["green"], [c for c in record["cells"] if c["green"] is False]
     assert record["seq"] == 2048
@@ -100,9 +101,12 @@ def test_cp_1_2_4_same_attention_gradients_and_logprobs(gate):
         for cell, n in (("cp_out", 2048 * 32 * 128), ("cp_dq", 2048 * 32 * 128), ("cp_dkdv", 2 * 2048 * 8 * 128)):
             assert by[(world, cell)]["differ"] == 0 and by[(world, cell)]["n"] == n, by[(world, cell)]
         assert by[(world, "cp_logp")]["differ"] == 0 and by[(world, "cp_logp")]["n"] == 2047
+        # training under CP (FSDP2 over the CP group, chunk_tree): every weight gradient element as at CP 1
+        assert by[(world, "cp_grads")]["differ"] == 0 and by[(world, "cp_grads")]["n"] == 656_128
     for world in (2, 4):
         assert by[(world, "control_ring_out")]["differ"] > 100_000
         assert by[(world, "control_serial_split")]["differ"] > 100
+        assert by[(world, "control_grads_serial")]["differ"] > 10_000
     assert by[(4, "control_rank_fold")]["differ"] > 0
     for (_world, name), c in by.items():
         if name.startswith("control_") and c["green"] is not None:

@@ -46,7 +46,9 @@ import ws1_ops
 from .errors import DistError
 from .fsdp import dp_block
 
-CP_CHUNK = 128  # query positions per leaf of the dK/dV tree, aligned to position 0 (fixed: never the world size)
+# query positions per leaf of the dK/dV tree, aligned to position 0 (fixed: never the world size); the weight
+# gradients' chunk_tree order has the same leaves
+CP_CHUNK = ws1_ops.TREE_CHUNK
 CROSS = ("tree", "serial_split", "sum", "rank_fold")
 MERGE = ("gather", "ring")
 
@@ -165,12 +167,17 @@ class _CPAttention(torch.autograd.Function):
             out, lse = ws1_ops.attention_lse(
                 q.detach(), keys_k[:end], keys_v[:end], _cu(q.shape[0], q.device), _cu(end, q.device), pos
             )
-        ctx.cp = cp
+        ctx.cp, ctx.kernels = cp, ws1_ops.in_force()  # the backward's kernel calls run on the forward's kernels
         ctx.save_for_backward(q, keys_k, keys_v, out, lse, pos)
         return out
 
     @staticmethod
     def backward(ctx, dout):
+        with ctx.kernels():
+            return _CPAttention._backward(ctx, dout)
+
+    @staticmethod
+    def _backward(ctx, dout):
         cp: ContextParallel = ctx.cp
         q, keys_k, keys_v, out, lse, pos = ctx.saved_tensors
         dout = dout.contiguous()

@@ -248,7 +248,7 @@ def dp_block(n_samples: int, world: int, rank: int) -> range:
     return range(min(n_samples, rank * block), min(n_samples, (rank + 1) * block))
 
 
-def _check_blocks(samples: set[int], group) -> None:
+def _check_blocks(samples: set[int], group, order: str) -> None:
     """Every rank's samples inside its aligned block for one power-of-two block size (dp_block's layout): else the
     ranks' partials are not nodes of one tree, and the result would depend on the world size. Collective."""
     world, rank = dist.get_world_size(group), dist.get_rank(group)
@@ -264,8 +264,9 @@ def _check_blocks(samples: set[int], group) -> None:
             return
         block *= 2
     raise DistError(
-        f"ws1_dist: order='sample_tree' needs each rank's samples in its aligned block (ws1_dist.dp_block); rank "
-        f"{rank} of {world} has samples {spans[rank][0]}..{spans[rank][1]}, the ranks' spans {spans}"
+        f"ws1_dist: order={order!r} needs each rank's tree leaves in its aligned block (ws1_dist.dp_block's samples, "
+        f"ws1_dist.cp_tokens' chunks); rank {rank} of {world} has leaves {spans[rank][0]}..{spans[rank][1]}, the "
+        f"ranks' spans {spans}"
     )
 
 
@@ -284,20 +285,24 @@ def canonical_grads(
     sample ranks (FP32), and the cross-rank sum is the rest of that tree (an all-to-all, then ``ws1_ops.tree_sum``),
     rounded once: the same bits at any power-of-two world size, and equal to one device running the same order.
 
-    ``cross_rank``: the cross-rank sum (default: ``"tree"`` for ``sample_tree``, the process group's ``"sum"`` for
-    ``serial``). The negative controls of docs/parallel.md set another: ``"sum"`` or ``"rank_fold"`` under
-    ``sample_tree``."""
+    ``order="chunk_tree"``: the same with a leaf per 128 positions of each sample, chunk-major — the order of a model
+    trained under context parallel (:class:`ws1_dist.ContextParallel`), whose ranks hold aligned blocks of one
+    sequence's chunks (checked the same way).
+
+    ``cross_rank``: the cross-rank sum (default: ``"tree"`` for ``sample_tree`` and ``chunk_tree``, the process
+    group's ``"sum"`` for ``serial``). The negative controls of docs/parallel.md set another: ``"sum"`` or
+    ``"rank_fold"`` under a tree order."""
     st = _state(model)
     world = dist.get_world_size(st.mesh.get_group())
     factor = float(world if divide_factor is None else divide_factor)
     if not factor > 0:
         raise DistError(f"ws1_dist: divide_factor must be > 0, got {divide_factor}")
-    tree = order == "sample_tree"
+    tree = order in ("sample_tree", "chunk_tree")
     cross = cross_rank or ("tree" if tree else "sum")
     if cross not in ("sum", "tree", "rank_fold") or (cross != "sum" and not tree):
         raise DistError(
             f"ws1_dist: cross_rank={cross_rank!r} with order={order!r} (sum, tree or rank_fold; the last two need "
-            "order='sample_tree')"
+            "order='sample_tree' or 'chunk_tree')"
         )
     got: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -307,7 +312,7 @@ def canonical_grads(
     with ws1_ops.canonical_grads(sink=sink, order=order) as scope:
         yield scope
     if tree:
-        _check_blocks(scope.samples, st.mesh.get_group())
+        _check_blocks(scope.samples, st.mesh.get_group(), order)
     if st.to_sharded is None:
         _map_parameters(st)
     local: dict[int, torch.Tensor] = {}

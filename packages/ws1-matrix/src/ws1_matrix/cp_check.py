@@ -19,6 +19,10 @@ Cells (raw bits):
 * ``cp_dkdv``: dk and dv at W == at CP 1 (the chunk tree on one device), judged; ``dkdv_vs_default`` (shown): how
   many of them the tree order changes against the default backward's one serial fold;
 * ``cp_logp``: the model's log-probs at W == one device's ``ws1_qwen3.teacher_forcing``, judged;
+* ``cp_grads``: training under context parallel — the model sharded by FSDP2 over the CP group, the loss over the
+  sequence's log-probs, every weight gradient in ``order="chunk_tree"`` — at W == at CP 1, judged; controls (ours,
+  red as required): ``control_grads_serial`` (the default order under the split); ``control_grads_rank_fold``
+  (W >= 4, shown: the nodes folded in rank order, a difference few elements keep after the BF16 rounding);
 * negative controls, ours, red as required (W >= 2; ``rank_fold`` W >= 4): ``control_ring_out`` — ring attention's
   merge as torch's ``context_parallel`` does it (block outputs merged in ring arrival order) must change the output;
   ``control_serial_split`` — the default backward order under the split (each rank one serial fold, the partials
@@ -42,6 +46,9 @@ from . import gloo_checks
 
 HQ, HKV, HEAD_DIM = 32, 8, 128  # Qwen3-8B's attention heads
 CROSSES = ("tree", "serial_split", "sum", "rank_fold")
+# the model's weight gradients: (canonical_grads order, cross-rank sum) — the CP order, the default order under the
+# split (each rank's rows one serial chain, the process group's sum), the CP order's nodes folded in rank order
+GRAD_RUNS = (("chunk_tree", "tree"), ("serial", "sum"), ("chunk_tree", "rank_fold"))
 
 
 def _attention_inputs(seq: int):
@@ -106,6 +113,18 @@ def _worker(rank: int, world: int, port: int, job: dict) -> None:
             parts = [torch.empty_like(padded) for _ in range(world)]
             dist.all_gather(parts, padded)
             out[("logp", merge)] = torch.cat([p[: int(s)] for p, s in zip(parts, sizes)])
+        # training under context parallel: FSDP2 over the CP group, every weight gradient in the chunk_tree order
+        for order, cross in GRAD_RUNS:
+            if cross == "rank_fold" and world < 4:
+                continue
+            model = ws1_qwen3.from_pretrained(job["checkpoint"], profile)
+            ws1_dist.shard(model)
+            cp = ws1_dist.ContextParallel(seq)
+            loss = -ws1_dist.cp_logprobs(model, ids, cp).sum() / (seq - 1)
+            with ws1_dist.canonical_grads(model, divide_factor=1.0, order=order, cross_rank=cross):
+                loss.backward()
+            out[("grads", order, cross)] = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
+            del model
         if rank == 0:
             torch.save(out, Path(job["out"]) / "rank0.pt")
     finally:
@@ -136,6 +155,11 @@ def differ(a: torch.Tensor, b: torch.Tensor) -> int:
     """Elements whose raw bits differ (BF16 or FP32)."""
     view = torch.int16 if a.dtype == torch.bfloat16 else torch.int32
     return int((a.contiguous().view(view) != b.contiguous().view(view)).sum())
+
+
+def grads_differ(a: dict, b: dict) -> tuple[int, int]:
+    """Elements whose bits differ over every parameter's gradient, and the element count."""
+    return sum(differ(a[k], b[k]) for k in b), sum(t.numel() for t in b.values())
 
 
 def run(profile: str, worlds: list[int], seq: int, progress=None) -> dict:
@@ -195,8 +219,34 @@ def run(profile: str, worlds: list[int], seq: int, progress=None) -> dict:
             )
         d, n = differ(got[("logp", "gather")], base["logp"]), base["logp"].numel()
         cell(world, "tiny-long", "cp_logp", d == 0, f"{d}/{n} log-probs differ from one device", differ=d, n=n)
+        d, n = grads_differ(got[("grads", "chunk_tree", "tree")], ref[("grads", "chunk_tree", "tree")])
+        cell(
+            world, "tiny-long", "cp_grads", d == 0, f"{d}/{n} weight-gradient elements differ from CP 1", differ=d, n=n
+        )
         if world == 1:
             continue
+        d, n = grads_differ(got[("grads", "serial", "sum")], ref[("grads", "serial", "sum")])
+        cell(
+            world,
+            "tiny-long",
+            "control_grads_serial",
+            d > 0,
+            f"default order under the split: {d}/{n} differ",
+            red_required=True,
+            differ=d,
+            n=n,
+        )
+        if world >= 4:
+            d, n = grads_differ(got[("grads", "chunk_tree", "rank_fold")], ref[("grads", "chunk_tree", "tree")])
+            cell(
+                world,
+                "tiny-long",
+                "control_grads_rank_fold",
+                None,
+                f"nodes folded in rank order: {d}/{n} differ (shown: few FP32 differences survive the BF16 rounding)",
+                differ=d,
+                n=n,
+            )
         d, n = differ(got[("out", "ring")], base["out"]), base["out"].numel()
         cell(
             world,

@@ -20,7 +20,7 @@ from . import reference
 from .candidates import candidate_names, use_candidate
 from .canonical import canonical_order, expand_rows, logical_keys
 from .errors import OpInputError, graph_safe, trusted_inputs
-from .grads import CanonicalGrads, canonical_grads, combine, is_tied, tie, tree_sum
+from .grads import TREE_CHUNK, CanonicalGrads, canonical_grads, combine, is_tied, tie, tree_sum
 from .ops._common import cast_once
 from .ops.attention import attention, attention_bwd_partial, attention_lse
 from .ops.batch_invariant_logp import batch_invariant_logp
@@ -42,6 +42,7 @@ from .registry import (
     activate,
     active,
     family_available,
+    in_force,
     kernels_for,
     record,
     use_profile,
@@ -73,12 +74,14 @@ __all__ = [
     "active",
     "candidate_names",
     "family_available",
+    "in_force",
     "kernels_for",
     "record",
     "use_candidate",
     "use_profile",
     # canonical row order and gradients
     "CanonicalGrads",
+    "TREE_CHUNK",
     "canonical_grads",
     "canonical_order",
     "combine",

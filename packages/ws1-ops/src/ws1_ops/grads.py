@@ -37,7 +37,18 @@ from .errors import OpInputError
 from .registry import Kernel, note
 
 _scopes: list[CanonicalGrads] = []
-ORDERS = ("serial", "sample_tree")  # canonical_grads' reduction orders
+ORDERS = ("serial", "sample_tree", "chunk_tree")  # canonical_grads' reduction orders
+TREE_CHUNK = 128  # positions per leaf of the chunk_tree order (context parallel's query chunks, ws1_dist.CP_CHUNK)
+
+
+def leaf_of(keys: torch.Tensor, order: str) -> torch.Tensor:
+    """The tree leaf of each (valid) logical key in a tree order: ``sample_tree`` the sample rank; ``chunk_tree``
+    (position // TREE_CHUNK) · 2^32 + the sample rank — the chunk major, so a rank holding an aligned block of every
+    sample's chunks (context parallel) holds one aligned block of leaves. [n] int64 -> [n] int64."""
+    sample = sample_of(keys)
+    if order == "sample_tree":
+        return sample
+    return ((keys - (sample << 32)) // TREE_CHUNK << 32) | sample
 _lock = threading.Lock()
 
 
@@ -63,7 +74,9 @@ class CanonicalGrads:
         self.params_done: list[torch.Tensor] = []
         self._sink = sink
         self.order = order
-        self.samples: set[int] = set()  # the sample ranks whose rows reached a parameter gradient (filled by finalize)
+        # the tree leaves (sample_tree: sample ranks; chunk_tree: leaf_of's indices) whose rows reached a parameter
+        # gradient (filled by finalize)
+        self.samples: set[int] = set()
 
     def stash(
         self,
@@ -86,7 +99,7 @@ class CanonicalGrads:
         s.tensors.append(tensors)
 
     def finalize(self) -> None:
-        if self.order == "sample_tree":
+        if self.order != "serial":
             self._finalize_tree()
             return
         grads: dict[int, torch.Tensor] = {}
@@ -145,12 +158,12 @@ class CanonicalGrads:
         self.params_done.append(p)
 
     def _finalize_tree(self) -> None:
-        """The parallel-invariant order (``order="sample_tree"``): each parameter's gradient is a fixed pairwise tree
-        (:func:`tree_sum`) over the global sample ranks; a leaf is one sample's rows reduced serially in canonical
-        order by the family kernel (FP32), the ops that read the parameter added per leaf in op-name order (tied
-        embeddings). FP32 to the end: rounded once to the parameter's dtype here, or handed to the sink unrounded
-        (FP32), so a caller holding another part of the same tree (a rank's aligned block of samples) can finish it
-        with :func:`tree_sum` and round once."""
+        """The parallel-invariant orders (``sample_tree``, ``chunk_tree``): each parameter's gradient is a fixed
+        pairwise tree (:func:`tree_sum`) over the leaves (:func:`leaf_of`: the global sample ranks, or each sample's
+        128-position chunks); a leaf is its rows reduced serially in canonical order by the family kernel (FP32), the
+        ops that read the parameter added per leaf in op-name order (tied embeddings). FP32 to the end: rounded once
+        to the parameter's dtype here, or handed to the sink unrounded (FP32), so a caller holding another part of the
+        same tree (a rank's aligned block of leaves) can finish it with :func:`tree_sum` and round once."""
         by_param: dict[int, list[_Stash]] = {}
         for (pid, _op), s in sorted(self._stash.items(), key=lambda kv: kv[0][1]):
             by_param.setdefault(pid, []).append(s)
@@ -160,7 +173,8 @@ class CanonicalGrads:
             for s in stashes:
                 keys = _cat(s.keys)
                 perm = canonical_order(keys, keys.shape[0])
-                sample = sample_of(keys.index_select(0, perm.to(keys.device)).cpu())
+                # a leaf's rows are one run of the canonical order (keys sort by sample, then position)
+                sample = leaf_of(keys.index_select(0, perm.to(keys.device)).cpu(), self.order)
                 bounds = torch.nonzero(sample[1:] != sample[:-1]).flatten().add(1).tolist()
                 cut = [0, *bounds, sample.numel()]
                 per_sample = {int(sample[a]): perm[a:b] for a, b in zip(cut[:-1], cut[1:]) if b > a}
@@ -279,9 +293,11 @@ def canonical_grads(
     canonical order) or ``"sample_tree"`` (the parallel-invariant order, docs/parallel.md: a fixed pairwise tree
     over the global sample ranks, each leaf a sample's rows in serial canonical order, FP32 to the end; a rank holding
     an aligned block of the samples computes a node of that tree, so data-parallel ranks can finish it and get the
-    single device's bits). ``sink(param, grad)``: where each finished gradient goes instead of ``param.grad`` (one
-    call per parameter; in the parameter's dtype for ``serial``, FP32 and unrounded for ``sample_tree``) — how a
-    sharded trainer takes the full local gradients to its own reduce-scatter (``ws1_dist.canonical_grads``)."""
+    single device's bits) or ``"chunk_tree"`` (the same with a leaf per 128 positions of a sample, chunk-major: the
+    context-parallel order, where one sample's tokens sit on several ranks). ``sink(param, grad)``: where each
+    finished gradient goes instead of ``param.grad`` (one call per parameter; in the parameter's dtype for
+    ``serial``, FP32 and unrounded for the tree orders) — how a sharded trainer takes the full local gradients to its
+    own reduce-scatter (``ws1_dist.canonical_grads``)."""
     scope = CanonicalGrads(sink, order)
     with _lock:
         _scopes.append(scope)

@@ -235,6 +235,25 @@ def use_profile(profile: str, device=None) -> contextlib.AbstractContextManager[
     return activate(profile, family)
 
 
+def in_force() -> Callable[[], contextlib.AbstractContextManager[None]]:
+    """The kernels in force now (the active profile or candidate and its overlay), as a context manager factory that
+    puts them back in force later — for code whose backward runs its own kernel calls outside the forward's
+    ``with`` (an autograd backward runs where ``loss.backward()`` is called). Raises :class:`NoProfile` when none is
+    active."""
+    state, overlay = active(), _overlay.get()
+
+    @contextlib.contextmanager
+    def enter() -> Iterator[None]:
+        token, otoken = _active.set(state), _overlay.set(overlay)
+        try:
+            yield
+        finally:
+            _overlay.reset(otoken)
+            _active.reset(token)
+
+    return enter
+
+
 def active() -> tuple[str, str]:
     """(profile, family) in force, or raise :class:`NoProfile`."""
     a = _active.get()
