@@ -300,3 +300,52 @@ def test_sample_tree_order_is_split_invariant_and_refuses_unknown_orders(cpu):
     with pytest.raises(ws1_ops.OpInputError, match="order must be one of"):
         with ws1_ops.canonical_grads(order="tree"):
             pass
+
+
+def test_chunk_tree_leaves_are_each_samples_128_position_chunks(cpu):
+    """order='chunk_tree': a leaf per (128-position chunk, sample), chunk-major — split-invariant when a call holds
+    whole chunks of a sample (context parallel's blocks), equal to sample_tree where no sample passes 128 positions,
+    and not sample_tree's bits where one does (its rows then sum in two leaves)."""
+    assert ws1_ops.TREE_CHUNK == 128
+    keys = ws1_ops.logical_keys(torch.tensor([0, 0, 3, 3]), torch.tensor([5, 300, 127, 128]))
+    assert ws1_ops.grads.leaf_of(keys, "chunk_tree").tolist() == [0, (2 << 32), 3, (1 << 32) | 3]
+    assert ws1_ops.grads.leaf_of(keys, "sample_tree").tolist() == [0, 0, 3, 3]
+
+    def grads(n_rows: int, positions: torch.Tensor, samples: torch.Tensor, parts, order):
+        c = make("det_gemm", n=n_rows)
+        keys = ws1_ops.logical_keys(samples, positions)
+        dy = torch.randn((n_rows, c.params[0].shape[0]), generator=torch.Generator().manual_seed(5))
+        ps = [p.detach().clone().requires_grad_() for p in c.params]
+        total = 0
+        for lo, hi in parts:
+            out = c.call(*[r[lo:hi] for r in c.rows], *ps, row_keys=keys[lo:hi])
+            total = total + (out.float() * dy[lo:hi]).sum()
+        with ws1_ops.canonical_grads(order=order):
+            total.backward()
+        return ps[0].grad
+
+    # one 512-token sample cut in aligned chunk blocks, as context-parallel ranks hold it
+    pos, one = torch.arange(512), torch.zeros(512, dtype=torch.int64)
+    whole = grads(512, pos, one, [(0, 512)], "chunk_tree")
+    assert torch.equal(grads(512, pos, one, [(0, 256), (256, 384), (384, 512)], "chunk_tree"), whole)
+    assert not torch.equal(grads(512, pos, one, [(0, 512)], "sample_tree"), whole)
+    # short samples: one leaf each, as in sample_tree
+    short = torch.arange(96) // 12
+    pos_s = torch.arange(96) % 12
+    assert torch.equal(
+        grads(96, pos_s, short, [(0, 96)], "chunk_tree"), grads(96, pos_s, short, [(0, 96)], "sample_tree")
+    )
+
+
+def test_in_force_puts_the_kernels_of_a_forward_back_for_its_backward():
+    """ws1_ops.in_force(): what an autograd backward that calls ops itself (ws1_dist's context parallel) re-enters,
+    since it runs outside the forward's `with`; without an active profile it is ws1_ops' one-line NoProfile."""
+    with ws1_ops.use_profile("cpu_bf16", torch.device("cpu")):
+        again = ws1_ops.in_force()
+        want = ws1_ops.active()
+    with pytest.raises(ws1_ops.NoProfile):
+        ws1_ops.active()
+    with again():
+        assert ws1_ops.active() == want
+    with pytest.raises(ws1_ops.NoProfile):
+        ws1_ops.in_force()
