@@ -15,16 +15,23 @@ pytest.importorskip("vllm", reason="the vllm suite runs in .venv-vllm (bash ci/s
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_grpo_on_vllm_and_fsdp2_is_exactly_on_policy(tmp_path):
+def _run(tmp_path, name: str, *extra: str):
+    """``python -m ws1_matrix rl-onpolicy cpu_bf16 --engine vllm EXTRA``: (the process, its record ``name``), green."""
     out = subprocess.run(
-        [sys.executable, "-m", "ws1_matrix", "rl-onpolicy", "cpu_bf16", "--engine", "vllm", "--out", str(tmp_path)],
+        [sys.executable, "-m", "ws1_matrix", "rl-onpolicy", "cpu_bf16", "--engine", "vllm", *extra]
+        + ["--out", str(tmp_path)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=900,
     )
-    record = json.loads((tmp_path / "cpu_bf16" / "rl_onpolicy_vllm.json").read_text())
+    record = json.loads((tmp_path / "cpu_bf16" / f"{name}.json").read_text())
     assert out.returncode == 0 and record["status"] == "green", (record["problems"], out.stderr[-3000:])
+    return out, record
+
+
+def test_grpo_on_vllm_and_fsdp2_is_exactly_on_policy(tmp_path):
+    out, record = _run(tmp_path, "rl_onpolicy_vllm")
     assert (tmp_path / "cpu_bf16" / "rl_onpolicy_vllm.png").stat().st_size > 10_000
     runs = record["runs"]
     assert len(runs["cpu_bf16"]) == 24
@@ -46,16 +53,7 @@ def test_vllm_at_tp_2_and_the_trainer_at_dp_2_are_exactly_on_policy(tmp_path):
     """vLLM rolls out at tensor parallel 2 (two worker processes, the plugin's 8-chunk K tree across them) while the
     trainer is FSDP2 on 2 ranks with o_proj/down_proj in the same order (k_chunks=8): every step exactly on-policy,
     the same bits; our control red; the trainer in the default order beside it (shown) — 12 steps, ~150 s."""
-    out = subprocess.run(
-        [sys.executable, "-m", "ws1_matrix", "rl-onpolicy", "cpu_bf16", "--engine", "vllm", "--tp", "2"]
-        + ["--steps", "12", "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    record = json.loads((tmp_path / "cpu_bf16" / "rl_onpolicy_vllm_tp2.json").read_text())
-    assert out.returncode == 0 and record["status"] == "green", (record["problems"], out.stderr[-3000:])
+    out, record = _run(tmp_path, "rl_onpolicy_vllm_tp2", "--tp", "2", "--steps", "12")
     assert record["tp"] == 2 and "TP 2" in out.stdout
     runs = record["runs"]
     from ws1_matrix.rl_engines import EXACT

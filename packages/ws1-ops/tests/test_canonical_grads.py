@@ -274,6 +274,19 @@ def test_tree_sum_is_one_fixed_tree_whose_aligned_blocks_are_its_nodes():
         ws1_ops.tree_sum([])
 
 
+def _split_grads(c, keys: torch.Tensor, dy: torch.Tensor, parts, order: str) -> torch.Tensor:
+    """Case ``c``'s first parameter's gradient of sum(out * dy), its rows run in calls of ``parts`` [(lo, hi)],
+    reduced in ``order``."""
+    ps = [p.detach().clone().requires_grad_() for p in c.params]
+    total = 0
+    for lo, hi in parts:
+        out = c.call(*[r[lo:hi] for r in c.rows], *ps, row_keys=keys[lo:hi])
+        total = total + (out.float() * dy[lo:hi]).sum()
+    with ws1_ops.canonical_grads(order=order):
+        total.backward()
+    return ps[0].grad
+
+
 def test_sample_tree_order_is_split_invariant_and_refuses_unknown_orders(cpu):
     """order='sample_tree': the gradient of a set of samples is the same bits however the samples are split into
     calls (each sample's rows whole in one call: its leaf), and in general not the serial order's bits."""
@@ -285,14 +298,7 @@ def test_sample_tree_order_is_split_invariant_and_refuses_unknown_orders(cpu):
     )
 
     def grads(parts, order):
-        ps = [p.detach().clone().requires_grad_() for p in c.params]
-        total = 0
-        for lo, hi in parts:
-            out = c.call(*[r[lo:hi] for r in c.rows], *ps, row_keys=keys[lo:hi])
-            total = total + (out.float() * dy[lo:hi]).sum()
-        with ws1_ops.canonical_grads(order=order):
-            total.backward()
-        return ps[0].grad
+        return _split_grads(c, keys, dy, parts, order)
 
     whole = grads([(0, 60)], "sample_tree")
     assert torch.equal(grads([(0, 16), (16, 40), (40, 60)], "sample_tree"), whole)
@@ -313,16 +319,8 @@ def test_chunk_tree_leaves_are_each_samples_128_position_chunks(cpu):
 
     def grads(n_rows: int, positions: torch.Tensor, samples: torch.Tensor, parts, order):
         c = make("det_gemm", n=n_rows)
-        keys = ws1_ops.logical_keys(samples, positions)
         dy = torch.randn((n_rows, c.params[0].shape[0]), generator=torch.Generator().manual_seed(5))
-        ps = [p.detach().clone().requires_grad_() for p in c.params]
-        total = 0
-        for lo, hi in parts:
-            out = c.call(*[r[lo:hi] for r in c.rows], *ps, row_keys=keys[lo:hi])
-            total = total + (out.float() * dy[lo:hi]).sum()
-        with ws1_ops.canonical_grads(order=order):
-            total.backward()
-        return ps[0].grad
+        return _split_grads(c, ws1_ops.logical_keys(samples, positions), dy, parts, order)
 
     # one 512-token sample cut in aligned chunk blocks, as context-parallel ranks hold it
     pos, one = torch.arange(512), torch.zeros(512, dtype=torch.int64)

@@ -49,6 +49,8 @@ def leaf_of(keys: torch.Tensor, order: str) -> torch.Tensor:
     if order == "sample_tree":
         return sample
     return ((keys - (sample << 32)) // TREE_CHUNK << 32) | sample
+
+
 _lock = threading.Lock()
 
 

@@ -112,15 +112,7 @@ def attention_lse(
     scale = _checked(q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos, scale)
     kern = start(OP, q, k, v)
     with torch.no_grad():
-        return kern.fwd(
-            q.contiguous(),
-            k.contiguous(),
-            v.contiguous(),
-            cu_seqlens_q.contiguous(),
-            cu_seqlens_k.contiguous(),
-            q_pos.contiguous(),
-            scale,
-        )
+        return kern.fwd(*_dense(q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos), scale)
 
 
 def attention_bwd_partial(
@@ -147,19 +139,7 @@ def attention_bwd_partial(
     check(lse.shape == q.shape[:2], OP, f"lse must be [{q.shape[0]}, {q.shape[1]}], got {tuple(lse.shape)}")
     kern = start(OP, q, k, v)
     with torch.no_grad():
-        dq, dk, dv = backward(
-            kern,
-            dout.contiguous(),
-            q.contiguous(),
-            k.contiguous(),
-            v.contiguous(),
-            out.contiguous(),
-            lse.contiguous(),
-            cu_seqlens_q.contiguous(),
-            cu_seqlens_k.contiguous(),
-            q_pos.contiguous(),
-            scale,
-        )
+        dq, dk, dv = backward(kern, *_dense(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, q_pos), scale)
     return dq.float(), dk.float(), dv.float()
 
 
@@ -177,27 +157,16 @@ def attention(
 
     ``chunk``: run the forward as chunked prefill with chunks of ``chunk`` absolute positions."""
     scale = _checked(q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos, scale)
+    args = _dense(q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos)
     if chunk is not None:
         check(isinstance(chunk, int) and chunk > 0, OP, f"chunk must be a positive int, got {chunk!r}")
-        return ChunkedAttention.apply(
-            q.contiguous(),
-            k.contiguous(),
-            v.contiguous(),
-            cu_seqlens_q.contiguous(),
-            cu_seqlens_k.contiguous(),
-            q_pos.contiguous(),
-            scale,
-            chunk,
-        )
-    return Attention.apply(
-        q.contiguous(),
-        k.contiguous(),
-        v.contiguous(),
-        cu_seqlens_q.contiguous(),
-        cu_seqlens_k.contiguous(),
-        q_pos.contiguous(),
-        scale,
-    )
+        return ChunkedAttention.apply(*args, scale, chunk)
+    return Attention.apply(*args, scale)
+
+
+def _dense(*ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The kernels read dense row-major tensors."""
+    return tuple(t.contiguous() for t in ts)
 
 
 def _checked(q, k, v, cu_seqlens_q, cu_seqlens_k, q_pos, scale) -> float:
