@@ -174,43 +174,44 @@ class _CPAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout):
         with ctx.kernels():
-            return _CPAttention._backward(ctx, dout)
+            return _backward(ctx, dout)
 
-    @staticmethod
-    def _backward(ctx, dout):
-        cp: ContextParallel = ctx.cp
-        q, keys_k, keys_v, out, lse, pos = ctx.saved_tensors
-        dout = dout.contiguous()
-        seq, dev = cp.seq_len, q.device
-        dq = torch.empty(q.shape, dtype=torch.float32, device=dev)
 
-        def leaf(first: int, stop: int) -> torch.Tensor:
-            """The FP32 (dk, dv) partial of local query rows [first, stop) over keys 0..seq-1: [2, seq, Hkv, D]."""
-            e = int(pos[stop - 1]) + 1
-            dq_c, dk_c, dv_c = ws1_ops.attention_bwd_partial(
-                dout[first:stop],
-                q[first:stop],
-                keys_k[:e],
-                keys_v[:e],
-                out[first:stop],
-                lse[first:stop],
-                _cu(stop - first, dev),
-                _cu(e, dev),
-                pos[first:stop],
-            )
-            dq[first:stop] = dq_c
-            node = torch.zeros((2, seq, *keys_k.shape[1:]), dtype=torch.float32, device=dev)
-            node[0, :e], node[1, :e] = dk_c, dv_c
-            return node
+def _backward(ctx, dout):
+    """_CPAttention's backward (see the module docstring), on the forward's kernels."""
+    cp: ContextParallel = ctx.cp
+    q, keys_k, keys_v, out, lse, pos = ctx.saved_tensors
+    dout = dout.contiguous()
+    seq, dev = cp.seq_len, q.device
+    dq = torch.empty(q.shape, dtype=torch.float32, device=dev)
 
-        if cp.cross == "serial_split":
-            node = leaf(0, q.shape[0])  # the default order under the split: one serial fold over this rank's queries
-        else:
-            node = ws1_ops.tree_sum(
-                [(c, lambda a=first, b=stop: leaf(a, b)) for c, first, stop in cp.chunks()]  # noqa: B023
-            )
-        dkv = cp.finish(node)
-        return dq.to(q.dtype), dkv[0].to(keys_k.dtype), dkv[1].to(keys_v.dtype), None
+    def leaf(first: int, stop: int) -> torch.Tensor:
+        """The FP32 (dk, dv) partial of local query rows [first, stop) over keys 0..seq-1: [2, seq, Hkv, D]."""
+        e = int(pos[stop - 1]) + 1
+        dq_c, dk_c, dv_c = ws1_ops.attention_bwd_partial(
+            dout[first:stop],
+            q[first:stop],
+            keys_k[:e],
+            keys_v[:e],
+            out[first:stop],
+            lse[first:stop],
+            _cu(stop - first, dev),
+            _cu(e, dev),
+            pos[first:stop],
+        )
+        dq[first:stop] = dq_c
+        node = torch.zeros((2, seq, *keys_k.shape[1:]), dtype=torch.float32, device=dev)
+        node[0, :e], node[1, :e] = dk_c, dv_c
+        return node
+
+    if cp.cross == "serial_split":
+        node = leaf(0, q.shape[0])  # the default order under the split: one serial fold over this rank's queries
+    else:
+        node = ws1_ops.tree_sum(
+            [(c, lambda a=first, b=stop: leaf(a, b)) for c, first, stop in cp.chunks()]  # noqa: B023
+        )
+    dkv = cp.finish(node)
+    return dq.to(q.dtype), dkv[0].to(keys_k.dtype), dkv[1].to(keys_v.dtype), None
 
 
 def _cu(n: int, device) -> torch.Tensor:
