@@ -1,4 +1,5 @@
-"""benchmarks/bench_parallel.py runs as a user runs it (tiny, one step each): exit 0, both orders timed, the ratio;
+"""benchmarks/bench_parallel.py runs as a user runs it (tiny, one step each; the CP row at 256 tokens): exit 0, both
+orders timed, the ratio;
 an unknown shape is one line and exit 2. Not a timing test."""
 
 import json
@@ -21,6 +22,8 @@ def test_bench_parallel_smoke(tmp_path):
             "1",
             "--gemms",
             "2",
+            "--cp",
+            "256",
             "--json",
             str(out),
         ],
@@ -36,6 +39,8 @@ def test_bench_parallel_smoke(tmp_path):
     assert [g["gemm"] for g in record["gemms"]] == ["o_proj", "down_proj"] and all(
         g["ratio"] > 0 for g in record["gemms"]
     )
+    cp = record["cp"]
+    assert cp["seq"] == 256 and set(cp["median_ms"]) == {"default", "cp_tree", "torch_sdpa_bf16"} and cp["ratio"] > 0
     bad = subprocess.run(
         [sys.executable, "benchmarks/bench_parallel.py", "--shapes", "nope"], cwd=ROOT, capture_output=True, text=True
     )
