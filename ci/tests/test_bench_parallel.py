@@ -1,6 +1,5 @@
 """benchmarks/bench_parallel.py runs as a user runs it (tiny, one step each; the CP row at 256 tokens): exit 0, both
-orders timed, the ratio;
-an unknown shape is one line and exit 2. Not a timing test."""
+orders timed, the ratio; an unknown shape is one line and exit 2. Not a timing test."""
 
 import json
 import subprocess
