@@ -72,34 +72,64 @@ def test_det_gemm_k_chunks_is_the_tp_order_forward_with_det_gemms_backward():
             y = ws1_ops.det_gemm(xl, wl, keys, k_chunks=k_chunks)
             y.backward(dy)
             got[k_chunks] = (y.detach(), xl.grad, wl.grad)
-        assert torch.equal(got[8][0], ws1_dist.TPOps(1, 0, None).row_parallel_sum(x, w).bfloat16())
+        tree = ws1_dist.TPOps(1, 0, None).row_parallel_sum(x, w)
+        assert torch.equal(got[8][0], tree.bfloat16())
+        # the control: in FP32 the chunk tree is another sum than the one serial chain (480 sums of 256 products)
+        assert not torch.equal(tree, ws1_ops.det_gemm_partial(x, w))
         with pytest.raises(ws1_ops.OpInputError, match="k_chunks must be a positive int dividing K=256, got 3"):
             ws1_ops.det_gemm(x, w, k_chunks=3)
     assert torch.equal(got[8][1], got[None][1]) and torch.equal(got[8][2], got[None][2])
 
 
-def test_a_model_in_the_tp_order_on_one_device_is_tp_model_at_one_rank(tmp_path):
-    """``model.k_chunks = 8`` (WS1's model) and ``apply_ws1(..., k_chunks=8)`` (transformers'): the log-probs of
-    ws1_dist.tp_model at TP 1, the reference of every TP degree; the default order is another (shown)."""
-    config = ws1_qwen3.preset("tiny").replace(num_attention_heads=8, num_key_value_heads=8, head_dim=16, name="t8")
-    ws1_qwen3.save_pretrained(ws1_qwen3.synthetic(config, "cpu_bf16"), tmp_path / "t8")
-    samples = ws1_qwen3.fixture_samples()
-    tp1 = ws1_qwen3.teacher_forcing(ws1_dist.tp_model(str(tmp_path / "t8"), "cpu_bf16", 1, 0), samples).logp
-    model = ws1_qwen3.from_pretrained(tmp_path / "t8", "cpu_bf16")
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    """A checkpoint wide enough that the TP order is observable in the log-probs (K of 1,024 and 4,096 over 2 layers:
+    the FP32 differences of the two orders survive the BF16 rounding on some tokens — 24 to 40 of 44 across the cpu
+    ISA paths; on tiny's widths none do), 8 seeded samples, and its log-probs in both orders on one device."""
+    path = tmp_path_factory.mktemp("wide") / "m"
+    config = ws1_qwen3.preset("tiny").replace(
+        hidden_size=1024,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=4096,
+        num_hidden_layers=2,
+        name="wide",
+    )
+    ws1_qwen3.save_pretrained(ws1_qwen3.synthetic(config, "cpu_bf16"), path)
+    g = torch.Generator().manual_seed(20261207)
+    samples = []
+    for rank in range(8):
+        n_prompt = 3 + rank % 4
+        tokens = torch.randint(4, config.vocab_size, (n_prompt + 2 + rank,), generator=g, device="cpu").tolist()
+        samples.append(ws1_qwen3.Sample(rank, tuple(tokens), n_prompt, f"s{rank}"))
+    tp1 = ws1_qwen3.teacher_forcing(ws1_dist.tp_model(str(path), "cpu_bf16", 1, 0), samples).logp
+    plain = ws1_qwen3.teacher_forcing(ws1_qwen3.from_pretrained(path, "cpu_bf16"), samples).logp
+    return path, samples, tp1, plain
+
+
+def test_the_tp_order_is_another_order_on_the_wide_checkpoint(wide):
+    """The control of the two tests below: there the orders give other log-probs, so a model that ignored
+    ``k_chunks`` would fail them."""
+    _path, _samples, tp1, plain = wide
+    assert int((tp1.view(torch.int32) != plain.view(torch.int32)).sum()) > 0
+
+
+def test_a_model_in_the_tp_order_on_one_device_is_tp_model_at_one_rank(wide):
+    """``model.k_chunks = 8`` (WS1's model): the log-probs of ws1_dist.tp_model at TP 1, the reference of every TP
+    degree."""
+    path, samples, tp1, _plain = wide
+    model = ws1_qwen3.from_pretrained(path, "cpu_bf16")
     model.k_chunks = ws1_dist.CHUNKS
     assert torch.equal(ws1_qwen3.teacher_forcing(model, samples).logp, tp1)
 
 
-def test_transformers_patched_in_the_tp_order_is_tp_model_at_one_rank(tmp_path):
+def test_transformers_patched_in_the_tp_order_is_tp_model_at_one_rank(wide):
     """apply_ws1(k_chunks=8): transformers' Qwen3 on WS1's kernels gives tp_model's TP-1 log-probs (so a trainer set
     so gets a tensor-parallel rollout's bits); with the default order it gives WS1's default model's."""
     transformers = pytest.importorskip("transformers")
-    config = ws1_qwen3.preset("tiny").replace(num_attention_heads=8, num_key_value_heads=8, head_dim=16, name="t8")
-    ws1_qwen3.save_pretrained(ws1_qwen3.synthetic(config, "cpu_bf16"), tmp_path / "t8")
-    samples = sorted(ws1_qwen3.fixture_samples(), key=lambda s: s.rank)
-    tp1 = ws1_qwen3.teacher_forcing(ws1_dist.tp_model(str(tmp_path / "t8"), "cpu_bf16", 1, 0), samples).logp
-    plain = ws1_qwen3.teacher_forcing(ws1_qwen3.from_pretrained(tmp_path / "t8", "cpu_bf16"), samples).logp
-    hf = transformers.Qwen3ForCausalLM.from_pretrained(tmp_path / "t8", dtype=torch.bfloat16)
+    path, samples, tp1, plain = wide
+    hf = transformers.Qwen3ForCausalLM.from_pretrained(path, dtype=torch.bfloat16)
     ids, mask, completion = ws1_qwen3.left_padded(samples)
     ranks = torch.tensor([s.rank for s in samples], device="cpu")
     for k_chunks, want in ((ws1_dist.CHUNKS, tp1), (None, plain)):
