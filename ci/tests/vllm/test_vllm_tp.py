@@ -1,7 +1,8 @@
 """vLLM + the ws1-vllm plugin at tensor parallel 4 (four worker processes, o_proj/down_proj finished across them by
 the 8-chunk K tree): every sampled token's log-prob equals the one-device model's in the same order
 (``Qwen3ForCausalLM.k_chunks = 8``), bit for bit; the same tokens scored by our variant kernels differ (the proof the
-comparison can fail). TP 2 runs in the GRPO test beside this one. ~60 s on 2 cores (vLLM starts four workers)."""
+comparison can fail), and so do they in the default order (the plugin ran the TP order: on this checkpoint's widths
+the two orders differ). TP 2 runs in the GRPO test beside this one. ~60 s on 2 cores (vLLM starts four workers)."""
 
 import json
 import os
@@ -19,7 +20,11 @@ if __name__ == "__main__":
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
     d = tempfile.mkdtemp() + "/tiny-tp"
-    cfg = ws1_qwen3.preset("tiny").replace(num_attention_heads=8, num_key_value_heads=8, name="tiny-tp")
+    # wide enough that the TP order's log-probs differ from the default order's (tiny's widths: they do not)
+    cfg = ws1_qwen3.preset("tiny").replace(
+        hidden_size=1024, num_attention_heads=8, num_key_value_heads=8, head_dim=128, intermediate_size=4096,
+        num_hidden_layers=2, name="wide",
+    )
     ws1_qwen3.save_pretrained(ws1_qwen3.synthetic(cfg, "cpu_bf16"), d)
     llm = LLM(model=d, skip_tokenizer_init=True, dtype="bfloat16", seed=0, tensor_parallel_size=4,
               distributed_executor_backend="mp", block_size=32, max_model_len=256, enforce_eager=True)
@@ -33,9 +38,11 @@ if __name__ == "__main__":
         got += [lp[t].logprob for lp, t in zip(o.outputs[0].logprobs, toks)]
     got = torch.tensor(got, dtype=torch.float32)
     differ = {}
-    for name in ("cpu_bf16", "variant_m_split_k"):
-        model = ws1_qwen3.from_pretrained(d, name)
-        model.k_chunks = 8
+    for name, profile, k_chunks in (
+        ("tp_order", "cpu_bf16", 8), ("default_order", "cpu_bf16", None), ("variant", "variant_m_split_k", 8)
+    ):
+        model = ws1_qwen3.from_pretrained(d, profile)
+        model.k_chunks = k_chunks
         want = ws1_qwen3.teacher_forcing(model, samples, layout="packed").logp
         differ[name] = int((want.view(torch.int32) != got.view(torch.int32)).sum())
     print("RESULT " + json.dumps({"n": got.numel(), "differ": differ}))
@@ -53,5 +60,7 @@ def test_vllm_at_tp_4_equals_the_one_device_model_in_the_tp_order(tmp_path):
     assert out.returncode == 0 and lines, out.stderr[-3000:]
     result = json.loads(lines[-1][len("RESULT ") :])
     assert result["n"] == 64
-    assert result["differ"]["cpu_bf16"] == 0, result
-    assert result["differ"]["variant_m_split_k"] > 0, result
+    assert result["differ"]["tp_order"] == 0, result
+    # the controls: the same tokens scored in the default order (the plugin did run the TP order) and by our variant
+    # kernels (the comparison can fail) differ
+    assert result["differ"]["default_order"] > 0 and result["differ"]["variant"] > 0, result
