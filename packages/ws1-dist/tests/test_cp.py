@@ -59,6 +59,8 @@ def test_cp1_is_the_default_forward_and_dq_and_the_chunk_tree_of_dk_dv():
     assert torch.equal(tree[2], by_hand[0]) and torch.equal(tree[3], by_hand[1])
     # the default order under "no split" is the default backward
     assert torch.equal(serial[2], base[2]) and torch.equal(serial[3], base[3])
+    # the control: here the chunk tree is another order than the default's one fold (so the equalities above can fail)
+    assert not (torch.equal(tree[2], base[2]) and torch.equal(tree[3], base[3]))
 
 
 def test_cp1_logprobs_are_teacher_forcing(tmp_path):
