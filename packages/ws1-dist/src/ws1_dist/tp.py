@@ -66,17 +66,8 @@ class TPOps:
     def row_parallel_sum(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """x [M, K/T] @ weight [N, K/T].T summed over every rank's K slice, in FP32 (before the one rounding):
         [M, N] FP32, the same on every rank. Collective."""
-        if self.cross == "serial_split":
-            mine = ws1_ops.det_gemm_partial(x, weight)  # one serial chain over this rank's K
-        else:
-            local = CHUNKS // self.world
-            kc = weight.shape[1] // local
-            mine = ws1_ops.tree_sum(
-                [
-                    (c, ws1_ops.det_gemm_partial(x[:, c * kc : (c + 1) * kc], weight[:, c * kc : (c + 1) * kc]))
-                    for c in range(local)
-                ]
-            )
+        # this rank's node: its 8/T chunks' tree; serial_split: one serial chain over its K (the default order)
+        mine = ws1_ops.det_gemm_partial(x, weight, 1 if self.cross == "serial_split" else CHUNKS // self.world)
         if self.world > 1:
             if self.cross in ("serial_split", "sum"):
                 dist.all_reduce(mine, op=dist.ReduceOp.SUM, group=self.group)

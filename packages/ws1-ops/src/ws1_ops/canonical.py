@@ -34,6 +34,11 @@ def sample_of(keys: torch.Tensor) -> torch.Tensor:
     return keys >> _POS_BITS
 
 
+def position_of(keys: torch.Tensor) -> torch.Tensor:
+    """The position of each (valid) logical key: its lower half. Shapes: [n] int64 -> [n] int64."""
+    return keys & ((1 << _POS_BITS) - 1)
+
+
 # canonical_order's recent answers: one order per keys tensor (its identity and version; the entry holds the
 # tensor, so the id cannot be reused while cached). A model passes one keys tensor to every op of a forward,
 # so a backward computes the order once instead of once per parameter gradient.

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .canonical import canonical_order, expand_rows, sample_of
+from .canonical import canonical_order, expand_rows, position_of, sample_of
 from .errors import OpInputError
 from .registry import Kernel, note
 
@@ -48,7 +48,7 @@ def leaf_of(keys: torch.Tensor, order: str) -> torch.Tensor:
     sample = sample_of(keys)
     if order == "sample_tree":
         return sample
-    return ((keys - (sample << 32)) // TREE_CHUNK << 32) | sample
+    return ((position_of(keys) // TREE_CHUNK) << 32) | sample
 
 
 _lock = threading.Lock()

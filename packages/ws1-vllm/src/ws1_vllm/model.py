@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 import ws1_accel
+import ws1_dist
 import ws1_ops
 import ws1_qwen3
 from ws1_qwen3 import Rows
@@ -77,8 +78,6 @@ class WS1Qwen3ForCausalLM(ws1_qwen3.Qwen3ForCausalLM):
         if tp > 1:
             from vllm.distributed import get_tp_group
 
-            import ws1_dist
-
             try:
                 local = ws1_dist.local_config(config, tp)
             except ws1_dist.DistError as exc:
@@ -89,8 +88,6 @@ class WS1Qwen3ForCausalLM(ws1_qwen3.Qwen3ForCausalLM):
         super().__init__(config, settings.model_profile, device=device)
         self.tp = shard
         if shard is not None:
-            import ws1_dist
-
             self.op_set = ws1_dist.TPOps(tp, shard[2], group.device_group)
             self.k_chunks = ws1_dist.CHUNKS
         if settings.candidate:
@@ -215,8 +212,6 @@ class WS1Qwen3ForCausalLM(ws1_qwen3.Qwen3ForCausalLM):
             if param is None:
                 raise WS1VllmRefused(f"ws1_vllm: checkpoint tensor {name} is not a parameter of dense Qwen3")
             if self.tp is not None:  # this worker's part of the full tensor (heads, features, K columns)
-                import ws1_dist
-
                 tensor = ws1_dist.shard_weight(name, tensor, *self.tp)
             if tuple(tensor.shape) != tuple(param.shape):
                 raise WS1VllmRefused(

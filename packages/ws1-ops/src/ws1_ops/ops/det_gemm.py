@@ -8,6 +8,8 @@ dx = dy @ weight (per row), dweight = dy.T @ x with the row reduction in canonic
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .. import grads
@@ -53,12 +55,7 @@ class DetGemmKTree(DetGemm):
         w = exec_dtype(weight)
         ctx.k, ctx.weight = start(op, x, w), weight
         ctx.save_for_backward(x, w, row_keys)
-        kc = x.shape[1] // chunks
-        parts = [
-            (c, lambda c=c: det_gemm_partial(x[:, c * kc : (c + 1) * kc], w[:, c * kc : (c + 1) * kc]))
-            for c in range(chunks)
-        ]
-        return grads.tree_sum(parts).to(torch.bfloat16)  # the one rounding
+        return det_gemm_partial(x, w, chunks).to(torch.bfloat16)  # the one rounding
 
     @staticmethod
     def backward(ctx, dy):
@@ -94,18 +91,32 @@ def det_gemm(
     return DetGemmKTree.apply(x.contiguous(), weight, row_keys, OP, k_chunks)
 
 
-def det_gemm_partial(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """One K-chunk's FP32 partial of a split GEMM: x @ weight.T, every output element's K products accumulated
-    serially in FP32 (one FMA per k, ascending) — det_gemm's chain without its final rounding, by the family's own
-    FP32 GEMM (the kernel behind det_gemm's dx). x [M, Kc] BF16, weight [N, Kc] -> [M, N] FP32. Summed over K chunks
-    by ``ws1_ops.tree_sum`` and rounded once, it is the parallel-invariant order of a row-parallel GEMM
-    (docs/parallel.md). On cpu_bf16 a single chunk rounded is det_gemm's own bits (tested) on every ISA path but
-    the opt-in AMX one, whose tile instruction sums pairs of products (a fixed order, another one); the GPU and NPU
-    families' dx kernels are serial FP32 chains too, their equality with det_gemm unmeasured. Forward only."""
+def det_gemm_partial(x: torch.Tensor, weight: torch.Tensor, k_chunks: int = 1) -> torch.Tensor:
+    """A split GEMM's FP32 partial: x @ weight.T, every output element's K products accumulated serially in FP32
+    (one FMA per k, ascending) — det_gemm's chain without its final rounding, by the family's own FP32 GEMM (the
+    kernel behind det_gemm's dx). x [M, Kc] BF16, weight [N, Kc] -> [M, N] FP32. ``k_chunks`` = c > 1: Kc in c
+    aligned chunks, each that chain from +0, summed by ``ws1_ops.tree_sum`` — the node of an aligned block of the
+    parallel-invariant order's tree (docs/parallel.md: c = 8 on one device; 8 / T on each of T tensor-parallel ranks).
+    On cpu_bf16 a single chunk rounded is det_gemm's own bits (tested) on every ISA path but the opt-in AMX one,
+    whose tile instruction sums pairs of products (a fixed order, another one); the GPU and NPU families' dx kernels
+    are serial FP32 chains too, their equality with det_gemm unmeasured. Forward only."""
     _check(OP, x, weight)
+    check(
+        isinstance(k_chunks, int) and k_chunks >= 1 and x.shape[1] % k_chunks == 0,
+        OP,
+        f"k_chunks must be a positive int dividing K={x.shape[1]}, got {k_chunks!r}",
+    )
     w = exec_dtype(weight)
     k = start(OP, x, w)
-    with torch.no_grad():
+
+    def chunk(c: int) -> torch.Tensor:
+        kc = x.shape[1] // k_chunks
+        xs, ws = x[:, c * kc : (c + 1) * kc], w[:, c * kc : (c + 1) * kc]
         # the dx kernel computes dy @ w for dy [M, N'] and w [N', K']: here dy := x, w := weight.T, a view (the
         # kernel reads weight's rows, a K chunk of a wider weight included, in place: no transposed copy)
-        return backward(k, x.contiguous(), None, w.t()).float()
+        return backward(k, xs.contiguous(), None, ws.t()).float()
+
+    with torch.no_grad():
+        if k_chunks == 1:
+            return chunk(0)
+        return grads.tree_sum([(c, functools.partial(chunk, c)) for c in range(k_chunks)])
